@@ -1,0 +1,264 @@
+"""Value objects: source IDs, artifact sources, references and memory references.
+
+A source ID names an artifact without a path: ``artifact:<session>:<filename>:<12 hex>``.
+It is always parsed, never joined onto a directory; the physical location comes only from
+the trusted session root.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from .errors import SourceIdError
+
+__all__ = [
+    "ArtifactMemoryReference",
+    "ArtifactReference",
+    "ArtifactSource",
+    "ExternalizedToolResult",
+    "InlineToolResult",
+    "ParsedSourceId",
+    "artifact_filename",
+    "format_source_id",
+    "parse_artifact_filename",
+    "parse_artifact_source_id",
+    "validate_session_id",
+]
+
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# Canonical numbering only: at least three digits, no extra leading zeros beyond the padding.
+FILENAME_RE = re.compile(r"tool_result_(\d{3,})\.txt")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+PREFIX_RE = re.compile(r"[0-9a-f]{12}")
+
+
+def validate_session_id(session: str) -> str:
+    """Return ``session`` if it is a safe single path component, else raise SourceIdError."""
+    if not isinstance(session, str) or not SESSION_ID_RE.fullmatch(session) or ".." in session:
+        raise SourceIdError(
+            f"invalid session id {session!r}: use 1-128 characters of letters, digits, '_', "
+            "'.', '-', starting with a letter or digit, without '..'"
+        )
+    return session
+
+
+def artifact_filename(number: int) -> str:
+    """Return the canonical artifact filename for ``number`` (1 -> ``tool_result_001.txt``)."""
+    if number < 1:
+        raise ValueError("artifact numbers start at 1")
+    return f"tool_result_{number:03d}.txt"
+
+
+def parse_artifact_filename(filename: str) -> int | None:
+    """Return the number of a canonical artifact filename, or None if the name is not ours."""
+    match = FILENAME_RE.fullmatch(filename)
+    if match is None:
+        return None
+    number = int(match.group(1))
+    if number < 1 or artifact_filename(number) != filename:
+        return None
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedSourceId:
+    """The three parts of a source ID, each validated."""
+
+    session: str
+    filename: str
+    digest_prefix: str
+    """First 12 lowercase hex digits of the artifact's SHA-256."""
+
+    @property
+    def number(self) -> int:
+        number = parse_artifact_filename(self.filename)
+        assert number is not None  # guaranteed by parse_artifact_source_id
+        return number
+
+    def __str__(self) -> str:
+        return f"artifact:{self.session}:{self.filename}:{self.digest_prefix}"
+
+
+def parse_artifact_source_id(source_id: str) -> ParsedSourceId:
+    """Parse ``artifact:<session>:<filename>:<12 hex>`` strictly.
+
+    Raises:
+        SourceIdError: the ID is not exactly of that form (path separators, ``..``,
+            non-canonical file names and upper-case hex are all refused).
+    """
+    if not isinstance(source_id, str):
+        raise SourceIdError(f"source ID must be a string, not {type(source_id).__name__}")
+    parts = source_id.split(":")
+    if len(parts) != 4 or parts[0] != "artifact":
+        raise SourceIdError(
+            f"invalid source ID {source_id[:200]!r}: expected "
+            "'artifact:<session>:tool_result_NNN.txt:<12 hex of sha256>'"
+        )
+    _, session, filename, prefix = parts
+    validate_session_id(session)
+    if parse_artifact_filename(filename) is None:
+        raise SourceIdError(
+            f"invalid source ID {source_id[:200]!r}: {filename[:80]!r} is not an artifact "
+            "file name (tool_result_NNN.txt)"
+        )
+    if not PREFIX_RE.fullmatch(prefix):
+        raise SourceIdError(
+            f"invalid source ID {source_id[:200]!r}: the last part must be 12 lowercase hex digits"
+        )
+    return ParsedSourceId(session=session, filename=filename, digest_prefix=prefix)
+
+
+def format_source_id(session: str, filename: str, sha256: str) -> str:
+    """Build a source ID and check that it parses back."""
+    if not SHA256_RE.fullmatch(sha256):
+        raise SourceIdError("sha256 must be 64 lowercase hex digits")
+    source_id = f"artifact:{session}:{filename}:{sha256[:12]}"
+    parse_artifact_source_id(source_id)
+    return source_id
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactSource:
+    """Provenance fields shared with the memory layers (spec s09/s12)."""
+
+    source_id: str
+    source_type: str = "tool_result"
+    title: str = ""
+    """Human-readable title: the tool name and the artifact file name."""
+    captured_at: datetime | None = None
+    """Timezone-aware UTC time the output finished."""
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {
+            "source_id": self.source_id,
+            "source_type": self.source_type,
+            "title": self.title,
+            "captured_at": self.captured_at.isoformat() if self.captured_at else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> ArtifactSource:
+        captured = data.get("captured_at")
+        return cls(
+            source_id=str(data["source_id"]),
+            source_type=str(data.get("source_type", "tool_result")),
+            title=str(data.get("title", "")),
+            captured_at=datetime.fromisoformat(captured) if isinstance(captured, str) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactMemoryReference:
+    """What memory may keep of an artifact: no body, no preview.
+
+    ``artifact_path`` is informational only; nothing that deletes or trusts a file ever
+    reads it back. The source ID and digest are the identity.
+    """
+
+    summary: str
+    artifact_path: str
+    content_sha256: str
+    source_tool: str
+    source: ArtifactSource
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "summary": self.summary,
+            "artifact_path": self.artifact_path,
+            "content_sha256": self.content_sha256,
+            "source_tool": self.source_tool,
+            "source": self.source.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> ArtifactMemoryReference:
+        source = data.get("source")
+        if not isinstance(source, dict):
+            raise SourceIdError("memory reference has no 'source' object")
+        sha = str(data.get("content_sha256", ""))
+        ref = cls(
+            summary=str(data.get("summary", "")),
+            artifact_path=str(data.get("artifact_path", "")),
+            content_sha256=sha,
+            source_tool=str(data.get("source_tool", "")),
+            source=ArtifactSource.from_dict(source),
+        )
+        parsed = parse_artifact_source_id(ref.source.source_id)
+        if not SHA256_RE.fullmatch(sha) or not sha.startswith(parsed.digest_prefix):
+            raise SourceIdError("memory reference digest does not match its source ID")
+        return ref
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactReference:
+    """Everything known about one immutable artifact (the body stays on disk)."""
+
+    source: ArtifactSource
+    path: Path
+    """Trusted location, derived from the session root and the parsed file name."""
+    summary: str
+    source_tool: str
+    content_sha256: str
+    byte_size: int = 0
+    line_count: int = 0
+    char_count: int = 0
+    """Unicode characters for text; equal to ``byte_size`` for binary."""
+    binary: bool = False
+    media_type: str = "text/plain"
+    argv: tuple[str, ...] | None = None
+    exit_code: int | None = None
+
+    @property
+    def source_id(self) -> str:
+        return self.source.source_id
+
+    @property
+    def filename(self) -> str:
+        return self.path.name
+
+    def for_memory(self) -> ArtifactMemoryReference:
+        """Return the thin reference memory may store: summary, path, digest, provenance."""
+        return ArtifactMemoryReference(
+            summary=self.summary,
+            artifact_path=str(self.path),
+            content_sha256=self.content_sha256,
+            source_tool=self.source_tool,
+            source=self.source,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "source": self.source.to_dict(),
+            "path": str(self.path),
+            "summary": self.summary,
+            "source_tool": self.source_tool,
+            "content_sha256": self.content_sha256,
+            "byte_size": self.byte_size,
+            "line_count": self.line_count,
+            "char_count": self.char_count,
+            "binary": self.binary,
+            "media_type": self.media_type,
+            "argv": list(self.argv) if self.argv is not None else None,
+            "exit_code": self.exit_code,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalizedToolResult:
+    """A large output: the bounded pointer for the context, and the artifact on disk."""
+
+    context_text: str
+    artifact: ArtifactReference
+    externalized: bool = field(default=True, init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class InlineToolResult:
+    """A small output, returned as it is; nothing was written."""
+
+    context_text: str
+    artifact: None = field(default=None, init=False)
+    externalized: bool = field(default=False, init=False)

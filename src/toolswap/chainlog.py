@@ -1,0 +1,255 @@
+"""A hash-chained, fsync'd, append-only JSONL log (the manifest and the lease journal).
+
+Each line is one record: the canonical JSON of its fields (sorted keys, no spaces) with
+``"hash"`` appended as the last member::
+
+    {"prev":"<hash of previous record>","seq":1,"session":"s1","v":1,...,"hash":"<sha256>"}
+
+``hash`` is the SHA-256 of the line's bytes without the hash member (the canonical body),
+so any changed byte breaks the record or the chain. Readers ignore only a final record
+without its newline (a torn append); the next append cuts it off and keeps the cut bytes
+beside the log. Every other defect raises the log's error class: a corrupt log is never
+read as an empty one.
+
+The reader keeps its position (offset, sequence, last hash, file identity) so a later
+refresh verifies only the appended suffix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from ._fs import fsync_dir, write_all
+from .crashpoints import crash_point
+from .errors import ChainLogError
+
+__all__ = ["GENESIS_HASH", "SCHEMA_VERSION", "ChainLog", "canonical_json"]
+
+SCHEMA_VERSION = 1
+GENESIS_HASH = "0" * 64
+_HASH_PREFIX = b',"hash":"'
+_SUFFIX_LEN = len(_HASH_PREFIX) + 64 + 3  # ,"hash":"<64 hex>"}\n
+_READ_BLOCK = 4 << 20
+_RESERVED = frozenset({"v", "seq", "session", "prev", "hash"})
+
+
+def canonical_json(value: object) -> bytes:
+    """Canonical JSON bytes: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class ChainLog:
+    """One hash-chained JSONL file. Appends must be made under the session lock."""
+
+    def __init__(
+        self,
+        path: Path,
+        session: str,
+        *,
+        error: type[ChainLogError] = ChainLogError,
+    ) -> None:
+        self.path = path
+        self.session = session
+        self._error = error
+        self._offset = 0
+        self._seq = 0
+        self._hash = GENESIS_HASH
+        self._identity: tuple[int, int] | None = None
+        self._torn: tuple[int, int] | None = None
+
+    @property
+    def head(self) -> tuple[int, str]:
+        """(sequence, hash) of the last complete record seen by the last refresh."""
+        return self._seq, self._hash
+
+    @property
+    def torn_tail(self) -> tuple[int, int] | None:
+        """(offset, length) of an incomplete final record, if the last refresh saw one."""
+        return self._torn
+
+    def _fail(self, message: str) -> ChainLogError:
+        return self._error(f"{self.path.name}: {message}")
+
+    def _open_read(self) -> int | None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._fail(
+                f"cannot open ({exc.strerror}); a symlinked or unreadable log is never trusted"
+            ) from exc
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise self._fail("is not a regular file")
+        return fd
+
+    def reset(self) -> None:
+        """Forget the cached position: the next refresh verifies the whole log."""
+        self._offset, self._seq, self._hash = 0, 0, GENESIS_HASH
+        self._identity = None
+        self._torn = None
+
+    def refresh(self) -> tuple[bool, list[dict[str, Any]]]:
+        """Verify and return the records appended since the last refresh.
+
+        Returns:
+            ``(reset, records)``: when ``reset`` is true the log was replaced and ``records``
+            are all of its records, so a caller folding them must start from scratch.
+
+        Raises:
+            ChainLogError (or the class given at construction): the log is corrupt, was cut
+            behind a record already read, or cannot be opened safely.
+        """
+        fd = self._open_read()
+        if fd is None:
+            if self._identity is not None:
+                raise self._fail("disappeared after records were read from it")
+            return False, []
+        try:
+            st = os.fstat(fd)
+            identity = (st.st_dev, st.st_ino)
+            reset = False
+            if self._identity is not None and identity != self._identity:
+                self.reset()
+                reset = True
+            if st.st_size < self._offset:
+                raise self._fail(
+                    f"shrank to {st.st_size} bytes below {self._offset} bytes of verified "
+                    "records; refusing to trust it"
+                )
+            self._identity = identity
+            records = self._read_from(fd, st.st_size)
+            return reset, records
+        finally:
+            os.close(fd)
+
+    def _read_from(self, fd: int, size: int) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        offset = self._offset
+        pending = b""
+        pos = offset
+        self._torn = None
+        while pos < size:
+            block = os.pread(fd, min(_READ_BLOCK, size - pos), pos)
+            if not block:
+                break
+            pos += len(block)
+            data = pending + block if pending else block
+            start = 0
+            while True:
+                end = data.find(b"\n", start)
+                if end < 0:
+                    break
+                line = data[start : end + 1]
+                records.append(self._verify(line, offset))
+                offset += len(line)
+                start = end + 1
+            pending = data[start:]
+        if pending:
+            self._torn = (offset, len(pending))
+        self._offset = offset
+        return records
+
+    def _verify(self, line: bytes, offset: int) -> dict[str, Any]:
+        where = f"record at byte {offset} (sequence {self._seq + 1})"
+        if len(line) <= _SUFFIX_LEN or line[-_SUFFIX_LEN:][: len(_HASH_PREFIX)] != _HASH_PREFIX:
+            raise self._fail(f"{where} is not a hash-chained record")
+        if line[-3:] != b'"}\n':
+            raise self._fail(f"{where} is malformed")
+        body = line[:-_SUFFIX_LEN] + b"}"
+        claimed = line[-_SUFFIX_LEN + len(_HASH_PREFIX) : -3].decode("ascii", "replace")
+        if hashlib.sha256(body).hexdigest() != claimed:
+            raise self._fail(f"{where} does not match its hash (changed or corrupt)")
+        try:
+            record = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise self._fail(f"{where} is not valid JSON: {exc}") from exc
+        if not isinstance(record, dict) or "hash" in record:
+            raise self._fail(f"{where} is not a record object")
+        if record.get("v") != SCHEMA_VERSION:
+            raise self._fail(f"{where} has unknown schema version {record.get('v')!r}")
+        if record.get("seq") != self._seq + 1:
+            raise self._fail(
+                f"{where} has sequence {record.get('seq')!r}; the sequence must be contiguous"
+            )
+        if record.get("session") != self.session:
+            raise self._fail(f"{where} belongs to another session ({record.get('session')!r})")
+        if record.get("prev") != self._hash:
+            raise self._fail(f"{where} breaks the hash chain")
+        record["hash"] = claimed
+        self._seq += 1
+        self._hash = claimed
+        return record
+
+    def append(
+        self, body: dict[str, Any], *, crash_prefix: str | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Append one record durably (one O_APPEND write, fsync file, fsync directory).
+
+        The caller must hold the session lock. Records appended by others since the last
+        refresh are verified first and returned, so the caller can fold them before its own.
+
+        Returns:
+            ``(new_records_before, record)``.
+        """
+        if _RESERVED & body.keys():
+            raise ValueError(f"record body may not set {sorted(_RESERVED & body.keys())}")
+        reset, before = self.refresh()
+        if reset:
+            raise self._fail("was replaced while in use; reopen it")
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            raise self._fail(f"cannot open for append: {exc.strerror}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise self._fail("is not a regular file")
+            if self._torn is not None:
+                self._cut_torn_tail(fd)
+            record: dict[str, Any] = dict(body)
+            record.update(v=SCHEMA_VERSION, seq=self._seq + 1, session=self.session)
+            record["prev"] = self._hash
+            encoded = canonical_json(record)
+            digest = hashlib.sha256(encoded).hexdigest()
+            line = encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
+            write_all(fd, line)
+            crash_point(f"{crash_prefix}.appended" if crash_prefix else "chainlog.appended")
+            os.fsync(fd)
+            fsync_dir(self.path.parent)
+            crash_point(f"{crash_prefix}.fsynced" if crash_prefix else "chainlog.fsynced")
+        finally:
+            os.close(fd)
+        self._identity = (st.st_dev, st.st_ino)
+        self._offset += len(line)
+        self._seq += 1
+        self._hash = digest
+        record["hash"] = digest
+        return before, record
+
+    def _cut_torn_tail(self, fd: int) -> None:
+        assert self._torn is not None
+        offset, length = self._torn
+        rfd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            cut = os.pread(rfd, length, offset)
+        finally:
+            os.close(rfd)
+        keep = self.path.with_name(f"{self.path.name}.torn-{offset}")
+        kfd = os.open(keep, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            write_all(kfd, cut)
+            os.fsync(kfd)
+        finally:
+            os.close(kfd)
+        os.ftruncate(fd, offset)
+        os.fsync(fd)
+        self._torn = None

@@ -1,0 +1,95 @@
+"""Errors raised by toolswap.
+
+Every error derives from :class:`ToolswapError` and from the builtin it resembles, so
+callers can catch either::
+
+    ToolswapError
+    ├── ConfigurationError (ValueError)        a setting or environment variable is invalid
+    ├── SourceIdError (ValueError)             a source ID is malformed
+    ├── ArtifactAccessError (ValueError)       outside the session, not ours, or not a regular file
+    │   ├── ArtifactNotFoundError (LookupError)   no such artifact (never captured, or gone)
+    │   └── ArtifactCollectedError             removed by cleanup; says when and why
+    ├── ArtifactIntegrityError (ValueError)    bytes on disk do not match the recorded SHA-256
+    ├── ArtifactReadError (ValueError)         a read request is out of range or malformed
+    ├── ChainLogError (ValueError)             a hash-chained log is corrupt or cannot be trusted
+    │   └── ArtifactLeaseJournalError          the retention journal is corrupt or behind its owner
+    ├── ArtifactRetentionError (ValueError)    a claim or lease operation was refused
+    │   └── ArtifactPublicationRejected        a publisher proved the reference was not written
+    ├── ArtifactReferenceOwnerError (RuntimeError) the memory owner failed or refused
+    └── CleanupError (ValueError)              a cleanup plan or apply was refused
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArtifactAccessError",
+    "ArtifactCollectedError",
+    "ArtifactIntegrityError",
+    "ArtifactLeaseJournalError",
+    "ArtifactNotFoundError",
+    "ArtifactPublicationRejected",
+    "ArtifactReadError",
+    "ArtifactReferenceOwnerError",
+    "ArtifactRetentionError",
+    "ChainLogError",
+    "CleanupError",
+    "ConfigurationError",
+    "SourceIdError",
+    "ToolswapError",
+]
+
+
+class ToolswapError(Exception):
+    """Base class of every error toolswap raises on purpose."""
+
+
+class ConfigurationError(ToolswapError, ValueError):
+    """A setting, argument or environment variable has an invalid value."""
+
+
+class SourceIdError(ToolswapError, ValueError):
+    """A source ID does not have the form ``artifact:<session>:<filename>:<12 hex>``."""
+
+
+class ArtifactAccessError(ToolswapError, ValueError):
+    """The artifact is outside the session's ``tool-results/``, not ours, or not a regular file."""
+
+
+class ArtifactNotFoundError(ArtifactAccessError, LookupError):
+    """No artifact with this source ID exists in the session."""
+
+
+class ArtifactCollectedError(ArtifactAccessError):
+    """The artifact was removed by cleanup; the message says when and why."""
+
+
+class ArtifactIntegrityError(ToolswapError, ValueError):
+    """The bytes on disk do not match the SHA-256 recorded for the artifact."""
+
+
+class ArtifactReadError(ToolswapError, ValueError):
+    """A read request (offset, range, pattern) is invalid for this artifact."""
+
+
+class ChainLogError(ToolswapError, ValueError):
+    """A hash-chained JSONL log is corrupt, truncated behind its owner, or unsafe to open."""
+
+
+class ArtifactLeaseJournalError(ChainLogError):
+    """The retention journal cannot be trusted; nothing may be deleted until it is repaired."""
+
+
+class ArtifactRetentionError(ToolswapError, ValueError):
+    """A retention claim or lease transition was refused."""
+
+
+class ArtifactPublicationRejected(ArtifactRetentionError):
+    """Raised by a publisher that guarantees the reference was not, and will not be, written."""
+
+
+class ArtifactReferenceOwnerError(ToolswapError, RuntimeError):
+    """The memory owner failed, or refused an operation (for example a tombstoned ID)."""
+
+
+class CleanupError(ToolswapError, ValueError):
+    """A cleanup plan or apply was refused before anything was deleted."""

@@ -1,0 +1,375 @@
+"""ToolResultExternalizer: thresholds, streaming capture, pointer and manifest together.
+
+ext = ToolResultExternalizer(session_dir)
+result = ext.process(output, "bash")          # inline when small, pointer when large
+result = ext.externalize(output, "grep")      # always an artifact
+ext.read_artifact(result.artifact, offset=40_000, limit=200)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from ._fs import open_dir_nofollow
+from .artifact import (
+    ArtifactReference,
+    ArtifactSource,
+    ExternalizedToolResult,
+    InlineToolResult,
+    artifact_filename,
+    format_source_id,
+)
+from .capture import CaptureStats, StreamCapture, detect_media_type
+from .manifest import Manifest
+from .pointer import ReadHint, default_summary, make_pointer, validate_summary
+from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
+from .session import Session
+from .settings import ExternalizerSettings, ToolThreshold
+
+__all__ = ["Output", "ToolResultExternalizer"]
+
+Output = str | bytes | bytearray | memoryview | BinaryIO | Iterable[bytes]
+"""What a tool may return: text, bytes, a binary file object or an iterable of byte chunks."""
+
+_READ_CHUNK = 1 << 20
+_HEAD_SLACK = 8
+
+
+def _chunks(output: Output) -> Iterable[bytes]:
+    if isinstance(output, str):
+        data = output.encode("utf-8", "surrogateescape")
+        for i in range(0, len(data), _READ_CHUNK):
+            yield data[i : i + _READ_CHUNK]
+        return
+    if isinstance(output, (bytes, bytearray, memoryview)):
+        view = memoryview(output).cast("B")
+        for i in range(0, len(view), _READ_CHUNK):
+            yield bytes(view[i : i + _READ_CHUNK])
+        return
+    read = getattr(output, "read", None)
+    if callable(read):
+        readinto = getattr(output, "read1", None) or read
+        while True:
+            chunk = readinto(_READ_CHUNK)
+            if not chunk:
+                return
+            if not isinstance(chunk, (bytes, bytearray)):
+                raise TypeError("file objects passed as output must be opened in binary mode")
+            yield bytes(chunk)
+    for chunk in output:
+        if isinstance(chunk, str):
+            raise TypeError("an iterable output must yield bytes, not str")
+        if chunk:
+            yield bytes(chunk)
+
+
+def _utf8_chars(data: bytes) -> int:
+    """Characters in UTF-8 ``data`` (bytes that are not continuation bytes)."""
+    if data.isascii():
+        return len(data)
+    return len(data) - sum(data.count(bytes([b])) for b in range(0x80, 0xC0))
+
+
+class ToolResultExternalizer:
+    """Turns tool outputs into inline text or immutable artifacts in one session.
+
+    Args:
+        session_dir: the session root (trusted); its last component is the session ID.
+        settings: thresholds and pointer sizes (default: the spec's, with environment
+            overrides from :meth:`ExternalizerSettings.from_env`).
+        now: clock for ``captured_at`` (timezone-aware UTC), injectable for tests.
+        read_hint: which call the pointer tells the model to use to read more.
+    """
+
+    def __init__(
+        self,
+        session_dir: Path | str | Session,
+        *,
+        settings: ExternalizerSettings | None = None,
+        now: Callable[[], datetime] | None = None,
+        read_hint: ReadHint = "cli",
+    ) -> None:
+        self.session = session_dir if isinstance(session_dir, Session) else Session.at(session_dir)
+        self.settings = settings if settings is not None else ExternalizerSettings.from_env()
+        self._now = now or (lambda: datetime.now(UTC))
+        self.read_hint: ReadHint = read_hint
+        self.manifest = Manifest(
+            self.session.manifest_path, self.session.session_id, self.session.tool_results_dir
+        )
+        self.reader = ArtifactReader(self.session, self.manifest)
+
+    @classmethod
+    def open(
+        cls,
+        session_id: str,
+        *,
+        workspace: str | None = None,
+        home: Path | None = None,
+        settings: ExternalizerSettings | None = None,
+        read_hint: ReadHint = "cli",
+    ) -> ToolResultExternalizer:
+        """Open (creating if needed) ``$TOOLSWAP_HOME/projects/<workspace>/<session_id>``."""
+        return cls(
+            Session.open(session_id, workspace=workspace, home=home),
+            settings=settings,
+            read_hint=read_hint,
+        )
+
+    @property
+    def session_dir(self) -> Path:
+        return self.session.root
+
+    @property
+    def tool_results_dir(self) -> Path:
+        return self.session.tool_results_dir
+
+    # -- thresholds ------------------------------------------------------------------
+
+    def should_externalize(self, output: str | bytes, tool_name: str) -> bool:
+        """The spec's threshold check for an output already in memory."""
+        rule = self.settings.rule_for(tool_name)
+        if rule.never:
+            return False
+        if rule.max_chars is not None:
+            count = len(output) if isinstance(output, str) else _utf8_chars(bytes(output))
+            return count > rule.max_chars
+        data = output.encode("utf-8", "surrogateescape") if isinstance(output, str) else output
+        assert rule.max_bytes is not None
+        return len(data) > rule.max_bytes
+
+    @staticmethod
+    def _over(rule: ToolThreshold, size: int, chars: int) -> bool:
+        if rule.never:
+            return False
+        if rule.max_chars is not None:
+            return chars > rule.max_chars
+        assert rule.max_bytes is not None
+        return size > rule.max_bytes
+
+    # -- capture ---------------------------------------------------------------------
+
+    def process(
+        self,
+        output: Output,
+        tool_name: str,
+        *,
+        summary: str | None = None,
+        argv: list[str] | tuple[str, ...] | None = None,
+        exit_code: int | Callable[[], int | None] | None = None,
+        media_type: str | None = None,
+    ) -> ExternalizedToolResult | InlineToolResult:
+        """Return small output inline (writing nothing) and externalize large output.
+
+        The output is streamed: only up to the threshold is buffered before spilling.
+        """
+        self._check_tool(tool_name)
+        summary = validate_summary(summary)
+        rule = self.settings.rule_for(tool_name)
+        buffered: list[bytes] = []
+        size = 0
+        chars = 0
+        stream = iter(_chunks(output))
+        for chunk in stream:
+            buffered.append(chunk)
+            size += len(chunk)
+            if rule.max_chars is not None:
+                chars += _utf8_chars(chunk)
+            if self._over(rule, size, chars):
+                return self._capture(
+                    _prepend(buffered, stream),
+                    tool_name,
+                    summary=summary,
+                    argv=argv,
+                    exit_code=exit_code,
+                    media_type=media_type,
+                )
+        data = b"".join(buffered)
+        text = data.decode("utf-8", "replace") if not isinstance(output, str) else output
+        return InlineToolResult(context_text=text)
+
+    def externalize(
+        self,
+        output: Output,
+        tool_name: str,
+        *,
+        summary: str | None = None,
+        argv: list[str] | tuple[str, ...] | None = None,
+        exit_code: int | Callable[[], int | None] | None = None,
+        media_type: str | None = None,
+    ) -> ExternalizedToolResult:
+        """Write ``output`` to a new immutable artifact and return the pointer for the context.
+
+        Raises:
+            ValueError: the summary is blank, too long or not a single line (nothing is
+                written).
+        """
+        self._check_tool(tool_name)
+        summary = validate_summary(summary)
+        return self._capture(
+            _chunks(output),
+            tool_name,
+            summary=summary,
+            argv=argv,
+            exit_code=exit_code,
+            media_type=media_type,
+        )
+
+    @staticmethod
+    def _check_tool(tool_name: str) -> None:
+        if not isinstance(tool_name, str) or not tool_name.strip() or len(tool_name) > 200:
+            raise ValueError("tool_name must be a non-empty string of at most 200 characters")
+        if any(ch in tool_name for ch in "\r\n\x00"):
+            raise ValueError("tool_name must be a single line")
+
+    def _capture(
+        self,
+        chunks: Iterable[bytes],
+        tool_name: str,
+        *,
+        summary: str | None,
+        argv: list[str] | tuple[str, ...] | None,
+        exit_code: int | Callable[[], int | None] | None,
+        media_type: str | None,
+    ) -> ExternalizedToolResult:
+        if argv is not None and not all(isinstance(a, str) for a in argv):
+            raise TypeError("argv must be a sequence of strings")
+        s = self.settings
+        dir_fd = open_dir_nofollow(self.session.tool_results_dir)
+        capture: StreamCapture | None = None
+        try:
+            capture = StreamCapture(
+                dir_fd,
+                head_keep=s.head_bytes + _HEAD_SLACK,
+                tail_keep=s.tail_bytes,
+                scan_limit=s.salient_scan_bytes,
+            )
+            for chunk in chunks:
+                capture.write(chunk)
+            stats = capture.finish()
+            code = exit_code() if callable(exit_code) else exit_code
+            kind = media_type or detect_media_type(stats.head, binary=stats.binary)
+            text_summary = summary or default_summary(stats, tool_name, kind, code)
+            captured_at = self._now()
+            if captured_at.tzinfo is None:
+                raise ValueError("the clock must return timezone-aware datetimes")
+            with self.session.lock():
+                number = self.manifest.high_water() + 1
+                while not capture.link_as(artifact_filename(number)):
+                    number += 1  # a name left by a crash before its manifest record
+                filename = artifact_filename(number)
+                source_id = format_source_id(self.session.session_id, filename, stats.sha256)
+                self.manifest.append(
+                    {
+                        "event": "artifact",
+                        "source_id": source_id,
+                        "filename": filename,
+                        "tool": tool_name,
+                        "summary": text_summary,
+                        "byte_size": stats.byte_size,
+                        "line_count": stats.line_count,
+                        "char_count": stats.char_count,
+                        "sha256": stats.sha256,
+                        "binary": stats.binary,
+                        "media_type": kind,
+                        "captured_at": captured_at.astimezone(UTC).isoformat(),
+                        "argv": list(argv) if argv is not None else None,
+                        "exit_code": code,
+                    }
+                )
+        finally:
+            if capture is not None:
+                capture.discard()
+            os.close(dir_fd)
+        artifact = ArtifactReference(
+            source=ArtifactSource(
+                source_id=source_id,
+                source_type="tool_result",
+                title=f"{tool_name} output ({filename})",
+                captured_at=datetime.fromisoformat(captured_at.astimezone(UTC).isoformat()),
+            ),
+            path=self.session.tool_results_dir / filename,
+            summary=text_summary,
+            source_tool=tool_name,
+            content_sha256=stats.sha256,
+            byte_size=stats.byte_size,
+            line_count=stats.line_count,
+            char_count=stats.char_count,
+            binary=stats.binary,
+            media_type=kind,
+            argv=tuple(argv) if argv is not None else None,
+            exit_code=code,
+        )
+        return ExternalizedToolResult(
+            context_text=self.make_pointer(stats, artifact), artifact=artifact
+        )
+
+    def make_pointer(self, stats: CaptureStats, artifact: ArtifactReference) -> str:
+        """The bounded context pointer for a captured output."""
+        s = self.settings
+        return make_pointer(
+            stats,
+            artifact,
+            head_bytes=s.head_bytes,
+            tail_bytes=s.tail_bytes,
+            salient_bytes=s.salient_bytes,
+            hint=self.read_hint,
+        )
+
+    # -- page faults -----------------------------------------------------------------
+
+    def get_artifact(self, source_id: str) -> ArtifactReference:
+        """Rebuild an artifact's reference from its source ID (after a restart too)."""
+        return self.reader.reference(source_id)
+
+    def list_artifacts(self) -> list[ArtifactReference]:
+        """Every live artifact of the session, oldest first."""
+        return [self.manifest.reference(r) for r in self.manifest.records()]
+
+    def read_artifact(
+        self, artifact: ArtifactReference | str, offset: int = 0, limit: int = 2000
+    ) -> str:
+        """The spec's page fault: lines ``offset`` .. ``offset + limit`` (0-based), verified."""
+        return self.reader.read_artifact(artifact, offset, limit)
+
+    def read_lines(
+        self,
+        artifact: ArtifactReference | str,
+        offset: int = 0,
+        limit: int = 2000,
+        *,
+        width: int = 2000,
+    ) -> LinePage:
+        return self.reader.read_lines(artifact, offset, limit, width=width)
+
+    def read_bytes(
+        self, artifact: ArtifactReference | str, start: int = 0, length: int = 65536
+    ) -> ByteRange:
+        return self.reader.read_bytes(artifact, start, length)
+
+    def grep(
+        self,
+        artifact: ArtifactReference | str,
+        pattern: str,
+        *,
+        context: int = 0,
+        max_matches: int = 100,
+        ignore_case: bool = False,
+        fixed: bool = False,
+    ) -> GrepResult:
+        return self.reader.grep(
+            artifact,
+            pattern,
+            context=context,
+            max_matches=max_matches,
+            ignore_case=ignore_case,
+            fixed=fixed,
+        )
+
+
+def _prepend(first: list[bytes], rest: Iterable[bytes]) -> Iterable[bytes]:
+    yield from first
+    yield from rest

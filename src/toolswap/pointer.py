@@ -1,0 +1,257 @@
+"""The context pointer (what the model sees instead of a large output) and the default
+summary.
+
+The pointer is the agent-facing product surface: one template, bounded to 32 KiB, that says
+plainly that the whole output is saved and exactly which call reads more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .artifact import ArtifactReference
+from .capture import CaptureStats, SalientLine
+from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS
+
+__all__ = [
+    "POINTER_TEMPLATE",
+    "ReadHint",
+    "default_summary",
+    "human_size",
+    "make_pointer",
+    "validate_summary",
+]
+
+ReadHint = Literal["cli", "mcp", "python"]
+
+POINTER_TEMPLATE = """\
+[Artifact: {source_id}]
+Summary: {summary}
+Source: {tool}; SHA-256: {sha256}
+Full output: {path}
+Size: {size_text}. The full output is saved; page through it instead of running the tool again.
+{body}
+[full output at: {path}]
+{read_more}"""
+
+_READ_MORE: dict[str, str] = {
+    "cli": (
+        "Read more: toolswap read {source_id} --offset {offset} --limit 200 | "
+        "search: toolswap grep {source_id} 'PATTERN'"
+    ),
+    "mcp": (
+        'Read more: read_artifact(source_id="{source_id}", offset={offset}, limit=200) | '
+        'search: grep_artifact(source_id="{source_id}", pattern="PATTERN")'
+    ),
+    "python": (
+        'Read more: externalizer.read_artifact("{source_id}", offset={offset}, limit=200) | '
+        'search: externalizer.grep("{source_id}", "PATTERN")'
+    ),
+}
+_READ_BYTES: dict[str, str] = {
+    "cli": "Read bytes: toolswap read {source_id} --byte-start 0 --byte-length 65536 --json",
+    "mcp": 'Read bytes: read_artifact_bytes(source_id="{source_id}", start=0, length=65536)',
+    "python": 'Read bytes: externalizer.read_bytes("{source_id}", start=0, length=65536)',
+}
+
+
+def human_size(size: int) -> str:
+    """``1536`` -> ``'1.5 KiB'``."""
+    value = float(size)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{size:,} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def validate_summary(summary: str | None) -> str | None:
+    """Return a caller's summary if it is usable; ValueError otherwise (nothing written yet)."""
+    if summary is None:
+        return None
+    if not isinstance(summary, str):
+        raise TypeError(f"summary must be a string, not {type(summary).__name__}")
+    if not summary.strip():
+        raise ValueError("summary is blank: pass None for the default summary, or some text")
+    if len(summary) > SUMMARY_MAX_CHARS:
+        raise ValueError(
+            f"summary has {len(summary)} characters; at most {SUMMARY_MAX_CHARS} are allowed"
+        )
+    if any(ch in summary for ch in "\r\n\x00"):
+        raise ValueError("summary must be a single line (no newline or NUL characters)")
+    return summary
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def default_summary(
+    stats: CaptureStats, tool_name: str, media_type: str, exit_code: int | None = None
+) -> str:
+    """A deterministic summary of at most 240 characters: kind, size and the first line."""
+    what = f"{tool_name} output" if exit_code is None else f"{tool_name} output (exit {exit_code})"
+    if stats.binary:
+        return _clip(
+            f"{what}: binary {media_type}, {human_size(stats.byte_size)}", SUMMARY_MAX_CHARS
+        )
+    first = ""
+    for raw in stats.head.split(b"\n"):
+        candidate = raw.decode("utf-8", "replace").strip()
+        if candidate:
+            first = " ".join(candidate.split())
+            break
+    lead = f"{what}: {stats.line_count:,} lines, {human_size(stats.byte_size)}"
+    text = f"{lead}; first line: {first}" if first else f"{lead}; starts with blank lines"
+    return _clip(text, SUMMARY_MAX_CHARS)
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    head: bytes
+    head_end: int
+    tail: bytes
+    tail_start: int
+
+
+def _utf8_start(data: bytes, pos: int) -> int:
+    """Move ``pos`` forward past UTF-8 continuation bytes."""
+    while pos < len(data) and 0x80 <= data[pos] <= 0xBF:
+        pos += 1
+    return pos
+
+
+def _utf8_end(data: bytes, end: int) -> int:
+    """Move ``end`` back so ``data[:end]`` does not end inside a UTF-8 sequence."""
+    if end >= len(data):
+        return len(data)
+    while end > 0 and 0x80 <= data[end] <= 0xBF:
+        end -= 1
+    return end
+
+
+def _cut(stats: CaptureStats, head_budget: int, tail_budget: int) -> _Cut:
+    size = stats.byte_size
+    head = stats.head[:head_budget]
+    if len(head) < size:
+        newline = head.rfind(b"\n")
+        if newline >= len(head) // 2:
+            head = head[: newline + 1]
+        else:
+            head = head[: _utf8_end(stats.head, len(head))]
+    head_end = len(head)
+    tail_start = max(size - tail_budget, head_end)
+    tail = stats.tail[tail_start - stats.tail_offset :] if tail_start < size else b""
+    if tail and tail_start > head_end:
+        newline = tail.find(b"\n")
+        if 0 <= newline < len(tail) // 2 and newline + 1 < len(tail):
+            skip = newline + 1
+        else:
+            skip = _utf8_start(tail, 0)
+        tail = tail[skip:]
+        tail_start += skip
+    return _Cut(head=head, head_end=head_end, tail=tail, tail_start=tail_start)
+
+
+def _salient_section(lines: list[SalientLine], budget: int) -> str:
+    if not lines:
+        return ""
+    out = ["--- lines in the omitted part that look like failures (line number: text) ---"]
+    used = len(out[0]) + 1
+    shown = 0
+    for line in lines:
+        row = f"{line.line_no}: {line.text}"
+        cost = len(row.encode()) + 1
+        if used + cost > budget:
+            break
+        out.append(row)
+        used += cost
+        shown += 1
+    if shown < len(lines):
+        out.append(f"(+{len(lines) - shown} more; grep the artifact to see them all)")
+    return "\n".join(out) + "\n"
+
+
+def make_pointer(
+    stats: CaptureStats,
+    artifact: ArtifactReference,
+    *,
+    head_bytes: int,
+    tail_bytes: int,
+    salient_bytes: int,
+    hint: ReadHint = "cli",
+) -> str:
+    """Render the bounded context pointer for a captured output (at most 32 KiB of UTF-8)."""
+    fields = {
+        "source_id": artifact.source_id,
+        "summary": artifact.summary,
+        "tool": artifact.source_tool,
+        "sha256": artifact.content_sha256,
+        "path": str(artifact.path),
+    }
+    if stats.binary:
+        body = (
+            f"Binary output ({artifact.media_type}); it is not shown as text.\n"
+            + _READ_BYTES[hint].format(**fields)
+            + "\n"
+        )
+        size_text = f"{human_size(stats.byte_size)}, binary {artifact.media_type}"
+        text = POINTER_TEMPLATE.format(
+            **fields, size_text=size_text, body=body, read_more="Use the byte reader above."
+        )
+        return text
+    size_text = f"{human_size(stats.byte_size)}, {stats.line_count:,} lines"
+    # Measure the frame first, then give the tail what is left of the 32 KiB.
+    probe_read_more = _READ_MORE[hint].format(offset=stats.line_count, **fields)
+    frame = POINTER_TEMPLATE.format(
+        **fields, size_text=size_text, body="", read_more=probe_read_more
+    )
+    frame_cost = len(frame.encode()) + 400  # section markers with their numbers
+    cut = _cut(stats, head_bytes, tail_bytes)
+    head_last_line = cut.head.count(b"\n")
+    tail_first_line = stats.newline_count - cut.tail.count(b"\n") + 1
+    middle = (
+        [line for line in stats.salient if head_last_line < line.line_no < tail_first_line]
+        if cut.tail_start > cut.head_end
+        else []
+    )
+    salient = _salient_section(middle, salient_bytes)
+    room = POINTER_MAX_BYTES - frame_cost - len(cut.head) - len(salient.encode())
+    if len(cut.tail) > room:
+        cut = _cut(stats, head_bytes, max(room, 0))
+        tail_first_line = stats.newline_count - cut.tail.count(b"\n") + 1
+    parts: list[str] = []
+    head_text = cut.head.decode("utf-8", "replace")
+    if cut.tail_start <= cut.head_end and not cut.tail:
+        parts.append(f"--- full output ({stats.line_count:,} lines) ---\n{head_text}")
+        offset = 0
+    else:
+        omitted = cut.tail_start - cut.head_end
+        first_omitted = head_last_line + 1
+        parts.append(f"--- head: lines 1-{max(head_last_line, 1):,} ---\n{head_text}")
+        if not head_text.endswith("\n"):
+            parts.append("\n")
+        if omitted > 0:
+            last_omitted = max(tail_first_line - 1, first_omitted)
+            scan_note = ""
+            if stats.scanned_bytes < cut.tail_start:
+                scan_note = (
+                    f"; the failure-line scan covered only the first "
+                    f"{human_size(stats.scanned_bytes)}"
+                )
+            parts.append(
+                f"--- omitted: lines {first_omitted:,}-{last_omitted:,} "
+                f"({human_size(omitted)}){scan_note} ---\n"
+            )
+            parts.append(salient)
+        parts.append(
+            f"--- tail: lines {tail_first_line:,}-{stats.line_count:,} ---\n"
+            + cut.tail.decode("utf-8", "replace")
+        )
+        offset = head_last_line
+    body = "".join(parts)
+    if not body.endswith("\n"):
+        body += "\n"
+    read_more = _READ_MORE[hint].format(offset=offset, **fields)
+    return POINTER_TEMPLATE.format(**fields, size_text=size_text, body=body, read_more=read_more)

@@ -1,0 +1,166 @@
+"""The trusted session root: where a session's files live, and its exclusive lock.
+
+Layout of one session directory (every file 0600, every directory 0700)::
+
+    <home>/projects/<workspace>/<session>/
+        tool-results/tool_result_NNN.txt   immutable artifacts
+        manifest.jsonl                     one record per artifact and per collection
+        retention-leases.jsonl             the lease journal
+        .lock                              the session lock (flock)
+
+Only this module turns a session ID into a path. Source IDs and memory references never
+carry paths that anything trusts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._fs import ensure_private_dir
+from .artifact import validate_session_id
+from .errors import ArtifactAccessError, ConfigurationError
+
+__all__ = [
+    "Session",
+    "session_lock",
+    "toolswap_home",
+    "workspace_slug",
+]
+
+TOOL_RESULTS_DIR = "tool-results"
+MANIFEST_NAME = "manifest.jsonl"
+JOURNAL_NAME = "retention-leases.jsonl"
+LOCK_NAME = ".lock"
+
+
+def toolswap_home() -> Path:
+    """``$TOOLSWAP_HOME``, or ``~/.toolswap``."""
+    value = os.environ.get("TOOLSWAP_HOME")
+    if value is not None:
+        if not value.strip():
+            raise ConfigurationError("TOOLSWAP_HOME is set but empty")
+        return Path(value).expanduser()
+    return Path.home() / ".toolswap"
+
+
+def workspace_slug(path: Path | str | None = None) -> str:
+    """A single path component naming a workspace: ``$TOOLSWAP_WORKSPACE`` or the cwd."""
+    env = os.environ.get("TOOLSWAP_WORKSPACE")
+    if path is None and env:
+        return validate_session_id(env)
+    resolved = str(Path(path) if path is not None else Path.cwd().resolve())
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", resolved).strip("-.") or "root"
+    slug = slug.replace("..", "-")
+    return validate_session_id(slug[-128:].lstrip("-.") or "root")
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A session directory the caller trusts; every other path is derived from it."""
+
+    root: Path
+    session_id: str
+
+    @classmethod
+    def at(cls, session_dir: Path | str, *, create: bool = True) -> Session:
+        """Use ``session_dir`` as the session root; its last component is the session ID."""
+        root = Path(session_dir).expanduser().absolute()
+        session_id = validate_session_id(root.name)
+        session = cls(root=root, session_id=session_id)
+        if create:
+            ensure_private_dir(root)
+            ensure_private_dir(session.tool_results_dir)
+        elif not root.is_dir():
+            raise ArtifactAccessError(f"session {session_id!r} does not exist at {root}")
+        return session
+
+    @classmethod
+    def open(
+        cls,
+        session_id: str,
+        *,
+        workspace: str | None = None,
+        home: Path | None = None,
+        create: bool = True,
+    ) -> Session:
+        """Open ``<home>/projects/<workspace>/<session_id>``."""
+        validate_session_id(session_id)
+        ws = validate_session_id(workspace) if workspace is not None else workspace_slug()
+        base = home if home is not None else toolswap_home()
+        return cls.at(base / "projects" / ws / session_id, create=create)
+
+    @property
+    def tool_results_dir(self) -> Path:
+        return self.root / TOOL_RESULTS_DIR
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / MANIFEST_NAME
+
+    @property
+    def journal_path(self) -> Path:
+        return self.root / JOURNAL_NAME
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / LOCK_NAME
+
+    def lock(self) -> AbstractContextManager[None]:
+        """The session's exclusive lock (re-entrant in one thread, exclusive across processes)."""
+        return session_lock(self.lock_path)
+
+
+class _LockState:
+    __slots__ = ("depth", "fd", "rlock")
+
+    def __init__(self) -> None:
+        self.rlock = threading.RLock()
+        self.fd: int | None = None
+        self.depth = 0
+
+
+_LOCKS: dict[str, _LockState] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+@contextmanager
+def session_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path``.
+
+    Re-entrant within a thread (``publish_reference`` holds it while ``prepare`` takes it
+    again); other threads of this process wait on an in-process lock, other processes on
+    the ``flock``. The lock file is opened without following symlinks.
+    """
+    key = os.path.abspath(path)
+    with _LOCKS_GUARD:
+        state = _LOCKS.setdefault(key, _LockState())
+    with state.rlock:
+        if state.depth == 0:
+            try:
+                fd = os.open(key, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise ArtifactAccessError(
+                    f"cannot open session lock {key}: {exc.strerror}"
+                ) from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+            state.fd = fd
+        state.depth += 1
+        try:
+            yield
+        finally:
+            state.depth -= 1
+            if state.depth == 0 and state.fd is not None:
+                fd, state.fd = state.fd, None
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)

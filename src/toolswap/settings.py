@@ -1,0 +1,156 @@
+"""Thresholds and preview sizes, with the spec's defaults and environment overrides.
+
+Environment (``TOOLSWAP_*`` wins where both name the same thing):
+
+- ``BASH_MAX_OUTPUT_LENGTH`` / ``TOOLSWAP_BASH_MAX_CHARS``: bash output over this many
+  characters is externalized (default 30000).
+- ``CODEBUDDY_TOOL_RESULT_THRESHOLD_KB`` / ``TOOLSWAP_THRESHOLD_KB``: other tools over this
+  many KiB of UTF-8 (default 50).
+- ``TOOLSWAP_TOOL_THRESHOLDS``: per-tool settings, comma separated:
+  ``pytest=200kb,grep=20000chars,secret_tool=never,mcp_x=0`` (``never`` keeps a tool
+  inline whatever its size; ``0`` externalizes any non-empty output).
+- ``TOOLSWAP_HEAD_BYTES`` / ``TOOLSWAP_TAIL_BYTES``: pointer preview sizes (6144 / 24576).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from .errors import ConfigurationError
+
+__all__ = ["ExternalizerSettings", "ToolThreshold"]
+
+POINTER_MAX_BYTES = 32 * 1024
+SUMMARY_MAX_CHARS = 240
+
+
+@dataclass(frozen=True, slots=True)
+class ToolThreshold:
+    """When one tool's output is externalized. Exactly one rule applies."""
+
+    max_chars: int | None = None
+    """Externalize when the output has more than this many characters."""
+    max_bytes: int | None = None
+    """Externalize when the output has more than this many bytes of UTF-8."""
+    never: bool = False
+    """Never externalize this tool's output (it is returned inline whatever its size)."""
+
+    def __post_init__(self) -> None:
+        rules = (self.max_chars is not None) + (self.max_bytes is not None) + self.never
+        if rules != 1:
+            raise ConfigurationError(
+                "a ToolThreshold takes exactly one of max_chars, max_bytes, never"
+            )
+        for value in (self.max_chars, self.max_bytes):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ConfigurationError("thresholds must be non-negative integers")
+
+
+def _positive_int(name: str, raw: str, *, minimum: int = 0) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigurationError(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
+_TOOL_RULE = re.compile(r"(?i)^\s*([^=,\s]+)\s*=\s*(never|\d+)\s*(kb|kib|b|bytes|chars|c)?\s*$")
+
+
+def _parse_tool_rules(raw: str) -> dict[str, ToolThreshold]:
+    rules: dict[str, ToolThreshold] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        match = _TOOL_RULE.match(item)
+        if match is None:
+            raise ConfigurationError(
+                f"TOOLSWAP_TOOL_THRESHOLDS entry {item!r} is not 'tool=never', 'tool=N', "
+                "'tool=NKB' or 'tool=Nchars'"
+            )
+        tool, amount, unit = match.group(1), match.group(2).lower(), (match.group(3) or "b").lower()
+        if amount == "never":
+            rules[tool] = ToolThreshold(never=True)
+        elif unit in ("chars", "c"):
+            rules[tool] = ToolThreshold(max_chars=int(amount))
+        elif unit in ("kb", "kib"):
+            rules[tool] = ToolThreshold(max_bytes=int(amount) * 1024)
+        else:
+            rules[tool] = ToolThreshold(max_bytes=int(amount))
+    return rules
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalizerSettings:
+    """Thresholds and pointer sizes. Defaults are the spec's."""
+
+    bash_max_chars: int = 30_000
+    threshold_bytes: int = 50 * 1024
+    head_bytes: int = 6 * 1024
+    tail_bytes: int = 24 * 1024
+    salient_bytes: int = 3 * 1024
+    """Budget for failure-looking lines from the omitted middle; taken from the tail when
+    the pointer would otherwise exceed 32 KiB."""
+    salient_scan_bytes: int = 256 << 20
+    """How far into the output the failure-line scan reads (the pointer says if it stopped)."""
+    bash_tools: frozenset[str] = frozenset({"bash"})
+    tools: Mapping[str, ToolThreshold] = field(default_factory=dict)
+    """Per-tool rules, by exact tool name; they win over the bash and default thresholds."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "bash_max_chars",
+            "threshold_bytes",
+            "head_bytes",
+            "tail_bytes",
+            "salient_bytes",
+            "salient_scan_bytes",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigurationError(f"{name} must be a non-negative integer, not {value!r}")
+        if self.head_bytes + self.tail_bytes > POINTER_MAX_BYTES - 1024:
+            raise ConfigurationError(
+                f"head_bytes + tail_bytes must leave 1 KiB of the {POINTER_MAX_BYTES}-byte "
+                "pointer for its header"
+            )
+        for tool, rule in self.tools.items():
+            if not isinstance(rule, ToolThreshold):
+                raise ConfigurationError(f"tools[{tool!r}] must be a ToolThreshold")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ExternalizerSettings:
+        """Defaults overridden by the spec's and toolswap's environment variables."""
+        env = os.environ if environ is None else environ
+        settings = cls()
+        changes: dict[str, object] = {}
+        for names, attr, scale in (
+            (("BASH_MAX_OUTPUT_LENGTH", "TOOLSWAP_BASH_MAX_CHARS"), "bash_max_chars", 1),
+            (
+                ("CODEBUDDY_TOOL_RESULT_THRESHOLD_KB", "TOOLSWAP_THRESHOLD_KB"),
+                "threshold_bytes",
+                1024,
+            ),
+            (("TOOLSWAP_HEAD_BYTES",), "head_bytes", 1),
+            (("TOOLSWAP_TAIL_BYTES",), "tail_bytes", 1),
+        ):
+            for name in names:  # later names win
+                raw = env.get(name)
+                if raw is not None and raw.strip():
+                    changes[attr] = _positive_int(name, raw) * scale
+        raw_rules = env.get("TOOLSWAP_TOOL_THRESHOLDS")
+        if raw_rules:
+            changes["tools"] = _parse_tool_rules(raw_rules)
+        return replace(settings, **changes) if changes else settings  # type: ignore[arg-type]
+
+    def rule_for(self, tool_name: str) -> ToolThreshold:
+        """The rule that decides ``tool_name``'s outputs."""
+        rule = self.tools.get(tool_name)
+        if rule is not None:
+            return rule
+        if tool_name.lower() in self.bash_tools:
+            return ToolThreshold(max_chars=self.bash_max_chars)
+        return ToolThreshold(max_bytes=self.threshold_bytes)
