@@ -1,0 +1,3 @@
+from toolswap.cli import main
+
+main()

@@ -1,0 +1,8 @@
+"""The ``toolswap`` command line. Each module registers its commands on :data:`main`."""
+
+from __future__ import annotations
+
+from . import core  # noqa: F401  (registers commands)
+from ._group import main
+
+__all__ = ["main"]

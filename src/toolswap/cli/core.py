@@ -1,0 +1,352 @@
+"""Core commands: run, wrap, read, grep, ls, show, verify, demo."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from ..artifact import ExternalizedToolResult, InlineToolResult
+from ..pointer import human_size
+from ..reader import ArtifactReader
+from ..verify import verify_session
+from ._common import (
+    echo_json,
+    handle_errors,
+    is_tty,
+    open_externalizer,
+    resolve_session,
+    session_for_source,
+    session_options,
+)
+from ._group import main
+
+__all__: list[str] = []
+
+
+def _emit_result(
+    result: ExternalizedToolResult | InlineToolResult, exit_code: int | None, as_json: bool
+) -> None:
+    artifact = result.artifact
+    text = result.context_text
+    if as_json:
+        echo_json(
+            {
+                "externalized": artifact is not None,
+                "context_text": text,
+                "artifact": artifact.to_dict() if artifact else None,
+                "exit_code": exit_code,
+            }
+        )
+        return
+    sys.stdout.write(text)
+    if text and not text.endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@session_options
+@click.option("--tool", default="bash", show_default=True, help="Tool name recorded as provenance.")
+@click.option("--summary", default=None, help="Summary for the pointer (default: generated).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@handle_errors
+def run(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    tool: str,
+    summary: str | None,
+    as_json: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND; print its output inline, or a pointer when it is large.
+
+    Standard output and standard error are captured together, streamed to disk once the
+    output passes the threshold. Exits with the command's exit status.
+
+    Example: toolswap run -- pytest -v
+    """
+    ext = open_externalizer(session_id, workspace, session_dir)
+    try:
+        proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as exc:
+        click.echo(f"toolswap: cannot run {command[0]!r}: {exc.strerror}", err=True)
+        sys.exit(127)
+    assert proc.stdout is not None
+    try:
+        result = ext.process(
+            proc.stdout, tool, summary=summary, argv=list(command), exit_code=proc.wait
+        )
+    finally:
+        proc.stdout.close()
+    code = proc.wait()
+    _emit_result(result, code, as_json)
+    sys.exit(code if code >= 0 else 128 - code)
+
+
+@main.command()
+@session_options
+@click.option("--tool", required=True, help="Tool name recorded as provenance.")
+@click.option("--summary", default=None, help="Summary for the pointer (default: generated).")
+@click.option("--exit-code", type=int, default=None, help="Exit status to record, if any.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+@handle_errors
+def wrap(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    tool: str,
+    summary: str | None,
+    exit_code: int | None,
+    as_json: bool,
+) -> None:
+    """Read a tool's output from standard input; print it inline or as a pointer.
+
+    Example: some-tool | toolswap wrap --tool some-tool
+    """
+    ext = open_externalizer(session_id, workspace, session_dir)
+    result = ext.process(sys.stdin.buffer, tool, summary=summary, exit_code=exit_code)
+    _emit_result(result, exit_code, as_json)
+
+
+def _reader_for(source_id: str, workspace: str | None, session_dir: Path | None) -> ArtifactReader:
+    return ArtifactReader(session_for_source(source_id, workspace, session_dir))
+
+
+@main.command()
+@click.argument("source_id")
+@click.option("--offset", type=int, default=0, show_default=True, help="First line (0-based).")
+@click.option("--limit", type=int, default=200, show_default=True, help="Number of lines.")
+@click.option(
+    "--width", type=int, default=2000, show_default=True, help="Split lines longer than this."
+)
+@click.option("--byte-start", type=int, default=None, help="Read bytes from here instead of lines.")
+@click.option("--byte-length", type=int, default=65536, show_default=True, help="Bytes to read.")
+@click.option("--numbers/--no-numbers", default=False, help="Prefix each line with its number.")
+@click.option(
+    "--workspace", envvar="TOOLSWAP_WORKSPACE", default=None, help="Workspace of the session."
+)
+@click.option(
+    "--session-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Session directory (default: found from the source ID).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@handle_errors
+def read(
+    source_id: str,
+    offset: int,
+    limit: int,
+    width: int,
+    byte_start: int | None,
+    byte_length: int,
+    numbers: bool,
+    workspace: str | None,
+    session_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Read lines (or bytes) of an artifact, verified against its SHA-256."""
+    reader = _reader_for(source_id, workspace, session_dir)
+    if byte_start is not None:
+        chunk = reader.read_bytes(source_id, byte_start, byte_length)
+        ref = reader.reference(source_id)
+        if as_json:
+            echo_json(chunk.to_dict(encoding="base64" if ref.binary else "utf-8"))
+        elif ref.binary:
+            sys.stdout.buffer.write(chunk.data)
+        else:
+            click.echo(chunk.text(), nl=False)
+            if chunk.next_offset is not None:
+                click.echo(f"\n[more from byte {chunk.next_offset}]", err=True)
+        return
+    page = reader.read_lines(source_id, offset, limit, width=width)
+    if as_json:
+        echo_json(page.to_dict())
+        return
+    if numbers:
+        no = offset
+        for line in page.lines:
+            click.echo(f"{no + 1:>7}  {line}")
+            if not line.endswith("⟨line continues⟩"):
+                no += 1
+    else:
+        click.echo(page.text)
+    if page.next_offset is not None:
+        click.echo(
+            f"[lines {offset}-{page.next_offset - 1} of {page.total_lines}; "
+            f"next: --offset {page.next_offset}]",
+            err=True,
+        )
+
+
+@main.command()
+@click.argument("source_id")
+@click.argument("pattern")
+@click.option("-C", "--context", type=int, default=0, show_default=True, help="Context lines.")
+@click.option("-m", "--max-matches", type=int, default=100, show_default=True, help="Stop after N.")
+@click.option("-i", "--ignore-case", is_flag=True, help="Case-insensitive match.")
+@click.option("-F", "--fixed-strings", is_flag=True, help="PATTERN is a plain string.")
+@click.option(
+    "--workspace", envvar="TOOLSWAP_WORKSPACE", default=None, help="Workspace of the session."
+)
+@click.option(
+    "--session-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Session directory (default: found from the source ID).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@handle_errors
+def grep(
+    source_id: str,
+    pattern: str,
+    context: int,
+    max_matches: int,
+    ignore_case: bool,
+    fixed_strings: bool,
+    workspace: str | None,
+    session_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Search an artifact for PATTERN (Python regex); print matches with line numbers."""
+    reader = _reader_for(source_id, workspace, session_dir)
+    result = reader.grep(
+        source_id,
+        pattern,
+        context=context,
+        max_matches=max_matches,
+        ignore_case=ignore_case,
+        fixed=fixed_strings,
+    )
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        if result.matches:
+            click.echo(result.render())
+        else:
+            click.echo("no matches", err=True)
+    if not result.matches:
+        sys.exit(1)
+
+
+@main.command(name="ls")
+@session_options
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@handle_errors
+def ls_(session_id: str, workspace: str | None, session_dir: Path | None, as_json: bool) -> None:
+    """List the session's artifacts."""
+    ext = open_externalizer(session_id, workspace, session_dir, create=False)
+    artifacts = ext.list_artifacts()
+    if as_json:
+        echo_json([a.to_dict() for a in artifacts])
+        return
+    if not artifacts:
+        click.echo("no artifacts", err=True)
+        return
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("source ID", "tool", "size", "lines", "captured", "summary")
+        for a in artifacts:
+            table.add_row(
+                a.source_id,
+                a.source_tool,
+                human_size(a.byte_size),
+                f"{a.line_count:,}",
+                a.source.captured_at.isoformat(timespec="seconds") if a.source.captured_at else "",
+                a.summary,
+            )
+        Console().print(table)
+        return
+    for a in artifacts:
+        click.echo(f"{a.source_id}\t{a.source_tool}\t{a.byte_size}\t{a.line_count}\t{a.summary}")
+
+
+@main.command()
+@click.argument("source_id")
+@click.option(
+    "--workspace", envvar="TOOLSWAP_WORKSPACE", default=None, help="Workspace of the session."
+)
+@click.option(
+    "--session-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Session directory (default: found from the source ID).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@handle_errors
+def show(source_id: str, workspace: str | None, session_dir: Path | None, as_json: bool) -> None:
+    """Show an artifact's record and its memory reference (no body)."""
+    reader = _reader_for(source_id, workspace, session_dir)
+    ref = reader.reference(source_id)
+    data = {"artifact": ref.to_dict(), "memory_reference": ref.for_memory().to_dict()}
+    if as_json:
+        echo_json(data)
+        return
+    for key, value in ref.to_dict().items():
+        click.echo(f"{key}: {value}")
+
+
+@main.command()
+@session_options
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of findings.")
+@click.option("--all", "show_all", is_flag=True, help="Also list artifacts that are fine.")
+@handle_errors
+def verify(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    as_json: bool,
+    show_all: bool,
+) -> None:
+    """Check every artifact against its manifest record; exit 1 on any problem."""
+    session = resolve_session(session_id, workspace, session_dir, create=False)
+    progress = None
+    bar = None
+    if is_tty() and not as_json:
+        from rich.progress import Progress
+
+        bar = Progress(transient=True)
+        task = bar.add_task("verifying", total=None)
+        bar.start()
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+    try:
+        findings = verify_session(session, progress=progress)
+    finally:
+        if bar is not None:
+            bar.stop()
+    problems = [f for f in findings if f.kind.is_problem]
+    if as_json:
+        echo_json([f.to_dict() for f in findings])
+    else:
+        for f in findings:
+            if show_all or f.kind.is_problem:
+                click.echo(f"{f.kind.value}\t{f.name}\t{f.detail}")
+        ok = sum(1 for f in findings if not f.kind.is_problem)
+        click.echo(f"{ok} ok, {len(problems)} problem(s)", err=True)
+    if problems:
+        sys.exit(1)
+
+
+@main.command()
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="TOOLSWAP_HOME for the demo (default: a fresh temporary directory).",
+)
+@handle_errors
+def demo(home: Path | None) -> None:
+    """Run an offline, scripted agent session over real data on this machine."""
+    from ..demo import run_demo
+
+    run_demo(home)

@@ -1,0 +1,158 @@
+"""``toolswap verify``: compare every artifact on disk with its manifest record.
+
+Like diskcache's ``Cache.check``: read-only, typed findings, nothing repaired.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ._fs import open_dir_nofollow
+from .artifact import parse_artifact_filename
+from .capture import TMP_PREFIX
+from .errors import ChainLogError
+from .manifest import Manifest
+from .session import Session
+
+__all__ = ["FindingKind", "VerifyFinding", "verify_session"]
+
+
+class FindingKind(StrEnum):
+    OK = "ok"
+    MISSING = "missing"
+    """The manifest records the artifact but the file is gone (and no collection is recorded)."""
+    DIGEST_MISMATCH = "digest_mismatch"
+    SIZE_MISMATCH = "size_mismatch"
+    NOT_REGULAR = "not_regular"
+    """A symlink, directory or other non-regular file under an artifact name."""
+    UNRECORDED = "unrecorded"
+    """An artifact-named file with no manifest record (a crash between link and record)."""
+    UNKNOWN_FILE = "unknown_file"
+    """A file in tool-results/ whose name toolswap never writes."""
+    TEMPORARY = "temporary"
+    """A capture's temporary file (in progress, or left by a crash; cleanup collects it)."""
+    MANIFEST_CORRUPT = "manifest_corrupt"
+
+    @property
+    def is_problem(self) -> bool:
+        return self not in (FindingKind.OK, FindingKind.TEMPORARY)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyFinding:
+    kind: FindingKind
+    name: str
+    """File name inside tool-results/ (or the manifest's name)."""
+    detail: str = ""
+    source_id: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind.value,
+            "problem": self.kind.is_problem,
+            "name": self.name,
+            "detail": self.detail,
+            "source_id": self.source_id,
+        }
+
+
+def _hash_fd(fd: int) -> tuple[str, int]:
+    sha = hashlib.sha256()
+    size = 0
+    while True:
+        block = os.read(fd, 1 << 20)
+        if not block:
+            return sha.hexdigest(), size
+        sha.update(block)
+        size += len(block)
+
+
+def verify_session(
+    session: Session, *, progress: Callable[[int, int], None] | None = None
+) -> list[VerifyFinding]:
+    """Check every artifact of ``session`` against its manifest record (read-only)."""
+    manifest = Manifest(session.manifest_path, session.session_id, session.tool_results_dir)
+    try:
+        records = {r["filename"]: r for r in manifest.records()}
+    except ChainLogError as exc:
+        return [VerifyFinding(FindingKind.MANIFEST_CORRUPT, session.manifest_path.name, str(exc))]
+    findings: list[VerifyFinding] = []
+    dir_fd = open_dir_nofollow(session.tool_results_dir)
+    try:
+        names = sorted(os.listdir(dir_fd))
+        total = len(set(names) | records.keys())
+        done = 0
+        for name in names:
+            done += 1
+            if progress:
+                progress(done, total)
+            record = records.pop(name, None)
+            if parse_artifact_filename(name) is None:
+                kind = (
+                    FindingKind.TEMPORARY
+                    if name.startswith(TMP_PREFIX)
+                    else FindingKind.UNKNOWN_FILE
+                )
+                findings.append(VerifyFinding(kind, name))
+                continue
+            if record is None:
+                findings.append(
+                    VerifyFinding(FindingKind.UNRECORDED, name, "no manifest record; not readable")
+                )
+                continue
+            sid = record["source_id"]
+            try:
+                fd = os.open(
+                    name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd
+                )
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    findings.append(VerifyFinding(FindingKind.NOT_REGULAR, name, "symlink", sid))
+                else:
+                    findings.append(
+                        VerifyFinding(FindingKind.NOT_REGULAR, name, exc.strerror or "", sid)
+                    )
+                continue
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    findings.append(
+                        VerifyFinding(FindingKind.NOT_REGULAR, name, "not a regular file", sid)
+                    )
+                    continue
+                digest, size = _hash_fd(fd)
+            finally:
+                os.close(fd)
+            if size != record["byte_size"]:
+                findings.append(
+                    VerifyFinding(
+                        FindingKind.SIZE_MISMATCH,
+                        name,
+                        f"{size} bytes on disk, {record['byte_size']} recorded",
+                        sid,
+                    )
+                )
+            elif digest != record["sha256"]:
+                findings.append(
+                    VerifyFinding(FindingKind.DIGEST_MISMATCH, name, "SHA-256 differs", sid)
+                )
+            else:
+                findings.append(VerifyFinding(FindingKind.OK, name, "", sid))
+        for name, record in sorted(records.items()):
+            done += 1
+            if progress:
+                progress(done, total)
+            findings.append(
+                VerifyFinding(
+                    FindingKind.MISSING, name, "recorded but not on disk", record["source_id"]
+                )
+            )
+    finally:
+        os.close(dir_fd)
+    return findings
