@@ -107,7 +107,9 @@ class CaptureStats:
 class _Scanner:
     """Counts lines and characters, validates UTF-8 and finds failure-looking lines."""
 
-    def __init__(self, scan_limit: int) -> None:
+    def __init__(self, scan_limit: int, *, head_skip: int = 0, tail_keep: int = 0) -> None:
+        self._head_skip = head_skip
+        self._tail_keep = tail_keep
         self.newlines = 0
         self.chars = 0
         self.size = 0
@@ -118,6 +120,8 @@ class _Scanner:
         self._carry = b""
         self.first: list[SalientLine] = []
         self.last: deque[SalientLine] = deque(maxlen=_SALIENT_LAST)
+        # Hits that may still end up inside the tail preview, with their byte offsets.
+        self._recent: deque[tuple[int, SalientLine]] = deque()
 
     def feed(self, chunk: bytes) -> None:
         if not self.binary:
@@ -138,6 +142,10 @@ class _Scanner:
             self._scan(chunk)
         self.newlines += chunk.count(b"\n")
         self.size += len(chunk)
+        horizon = self.size - self._tail_keep
+        recent = self._recent
+        while recent and (recent[0][0] < horizon or len(recent) > 4 * _SALIENT_LAST):
+            self.last.append(recent.popleft()[1])
 
     def finish(self) -> None:
         if not self.binary:
@@ -149,16 +157,23 @@ class _Scanner:
             self.chars = self.size
             self.first.clear()
             self.last.clear()
-        elif self._carry and self.scanned == self.size:
-            self._scan_lines(self._carry + b"\n", self.newlines)
+        else:
+            if self._carry and self.scanned == self.size:
+                self._scan_lines(self._carry + b"\n", self.newlines, self.size - len(self._carry))
+            # Hits inside the tail preview are shown there; keep the ones before it.
+            horizon = self.size - self._tail_keep
+            for offset, line in self._recent:
+                if offset < horizon:
+                    self.last.append(line)
+            self._recent.clear()
 
     def _scan(self, chunk: bytes) -> None:
+        data_offset = self.size - len(self._carry)
         data = self._carry + chunk if self._carry else chunk
         cut = data.rfind(b"\n") + 1
         complete = data[:cut]
-        newlines_before = self.newlines
         if complete:
-            self._scan_lines(complete, newlines_before)
+            self._scan_lines(complete, self.newlines, data_offset)
         rest = data[cut:]
         if len(rest) > _CARRY_MAX:
             # A giant line: keep its start for display, drop the middle of it.
@@ -166,13 +181,18 @@ class _Scanner:
         self._carry = rest
         self.scanned = self.size + len(chunk)
 
-    def _scan_lines(self, data: bytes, newlines_before: int) -> None:
+    def _scan_lines(self, data: bytes, newlines_before: int, data_offset: int) -> None:
         lower = data.lower()
         need_first = len(self.first) < _SALIENT_FIRST
+        begin = max(0, self._head_skip - data_offset)
+        if begin >= len(lower):
+            return
+        # Where the tail preview would start if the output ended with this data.
+        tail_edge = max(begin, len(lower) - self._tail_keep)
         hits: set[int] = set()
         for keyword in SALIENT_KEYWORDS:
             if need_first:
-                pos = lower.find(keyword)
+                pos = lower.find(keyword, begin)
                 count = 0
                 while pos >= 0 and count < _SALIENT_FIRST:
                     hits.add(lower.rfind(b"\n", 0, pos) + 1)
@@ -181,14 +201,14 @@ class _Scanner:
                         break
                     pos = lower.find(keyword, pos)
                     count += 1
-            end = len(lower)
-            for _ in range(_SALIENT_LAST):
-                pos = lower.rfind(keyword, 0, end)
-                if pos < 0:
-                    break
-                start = lower.rfind(b"\n", 0, pos) + 1
-                hits.add(start)
-                end = start
+            for end in (len(lower), tail_edge):
+                for _ in range(_SALIENT_LAST):
+                    pos = lower.rfind(keyword, begin, end)
+                    if pos < 0:
+                        break
+                    start = lower.rfind(b"\n", 0, pos) + 1
+                    hits.add(start)
+                    end = start
         if not hits:
             return
         counted_to = 0
@@ -202,10 +222,12 @@ class _Scanner:
             if len(text) > SALIENT_LINE_CHARS:
                 text = text[: SALIENT_LINE_CHARS - 1] + "…"
             line = SalientLine(line_no=line_no, text=text)
+            if data_offset + start < self._head_skip:
+                continue  # shown in the head preview
             if len(self.first) < _SALIENT_FIRST:
                 self.first.append(line)
             else:
-                self.last.append(line)
+                self._recent.append((data_offset + start, line))
 
 
 class StreamCapture:
@@ -232,7 +254,7 @@ class StreamCapture:
         self._tail_keep = tail_keep
         self._head = bytearray()
         self._tail = bytearray()
-        self._scanner = _Scanner(scan_limit)
+        self._scanner = _Scanner(scan_limit, head_skip=head_keep, tail_keep=tail_keep)
         self._sha = hashlib.sha256()
         self._queue: queue.Queue[bytes | None] = queue.Queue(_QUEUE_DEPTH)
         self._error: BaseException | None = None
