@@ -9,11 +9,12 @@ ext.read_artifact(result.artifact, offset=40_000, limit=200)
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from . import cleanup
 from ._fs import open_dir_nofollow
 from .artifact import (
     ArtifactReference,
@@ -24,6 +25,14 @@ from .artifact import (
     format_source_id,
 )
 from .capture import CaptureStats, StreamCapture, detect_media_type
+from .cleanup import (
+    ArtifactCleanupPlan,
+    ArtifactCleanupPolicy,
+    ArtifactCleanupReport,
+    CleanupClaim,
+    JournalLike,
+)
+from .errors import CleanupError
 from .manifest import Manifest
 from .pointer import ReadHint, default_summary, make_pointer, validate_summary
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
@@ -368,6 +377,53 @@ class ToolResultExternalizer:
             ignore_case=ignore_case,
             fixed=fixed,
         )
+
+    # -- cleanup (see toolswap.cleanup) ----------------------------------------------
+
+    def plan_cleanup(
+        self,
+        claims: Iterable[CleanupClaim] | Mapping[str, CleanupClaim],
+        *,
+        policy: ArtifactCleanupPolicy | None = None,
+        now: datetime | None = None,
+    ) -> ArtifactCleanupPlan:
+        """Plan from caller-supplied claims; refused once the session has a durable journal."""
+        return cleanup.plan_cleanup(self.session, claims, policy=policy, now=now)
+
+    def apply_cleanup(
+        self,
+        plan: ArtifactCleanupPlan,
+        claims: Iterable[CleanupClaim] | Mapping[str, CleanupClaim] | None,
+        *,
+        now: datetime | None = None,
+    ) -> ArtifactCleanupReport:
+        """Apply a plan against the current caller-supplied claims."""
+        return cleanup.apply_cleanup(self.session, plan, claims, now=now)
+
+    def plan_cleanup_from_journal(
+        self,
+        journal: JournalLike,
+        *,
+        policy: ArtifactCleanupPolicy | None = None,
+        now: datetime | None = None,
+    ) -> ArtifactCleanupPlan:
+        """Plan from the retention journal's current claims (read-only)."""
+        self._same_session(journal)
+        return cleanup.plan_cleanup_from_journal(journal, policy=policy, now=now)
+
+    def apply_cleanup_from_journal(
+        self, plan: ArtifactCleanupPlan, journal: JournalLike, *, now: datetime | None = None
+    ) -> ArtifactCleanupReport:
+        """Apply a plan under the session lock, re-folding the journal's claims first."""
+        self._same_session(journal)
+        return cleanup.apply_cleanup_from_journal(plan, journal, now=now)
+
+    def _same_session(self, journal: JournalLike) -> None:
+        if journal.session.root != self.session.root:
+            raise CleanupError(
+                f"the journal belongs to session {journal.session.session_id!r} at "
+                f"{journal.session.root}, not to this externalizer's session"
+            )
 
 
 def _prepend(first: list[bytes], rest: Iterable[bytes]) -> Iterable[bytes]:
