@@ -46,6 +46,7 @@ __all__ = [
     "JournalLike",
     "apply_cleanup",
     "apply_cleanup_from_journal",
+    "limit_plans",
     "plan_cleanup",
     "plan_cleanup_from_journal",
 ]
@@ -760,3 +761,57 @@ def _apply_one(
     finally:
         os.close(fd)
     return replace(entry, status=S.DELETED, reason=entry.reason)
+
+
+def limit_plans(
+    plans: list[ArtifactCleanupPlan], policy: ArtifactCleanupPolicy
+) -> list[ArtifactCleanupPlan]:
+    """Apply ``max_deletions`` and ``max_bytes`` across several sessions' plans at once.
+
+    The plans must have been made without those limits. Expired orphans of every session
+    compete oldest first; referenced, pending and recent artifacts still never go.
+    """
+    candidates = sorted(
+        (
+            (e.mtime_ns or 0, p.session_id, e.name, i)
+            for i, p in enumerate(plans)
+            for e in p.planned
+        ),
+    )
+    total = sum(p.total_bytes for p in plans)
+    sizes = {(i, e.name): e.size or 0 for i, p in enumerate(plans) for e in p.planned}
+    wanted = len(candidates)
+    note = None
+    if policy.max_bytes is not None:
+        excess = total - policy.max_bytes
+        wanted = 0
+        for _, _, name, i in candidates:
+            if excess <= 0:
+                break
+            excess -= sizes[(i, name)]
+            wanted += 1
+        if excess > 0:
+            note = (
+                f"the {policy.max_bytes}-byte budget for all sessions cannot be met: {excess} "
+                "bytes more are referenced, pending, recent or not ours"
+            )
+    allowed = wanted if policy.max_deletions is None else min(wanted, policy.max_deletions)
+    verdict: dict[tuple[int, str], str | None] = {}
+    for rank, (_, _, name, i) in enumerate(candidates):
+        if rank < allowed:
+            verdict[(i, name)] = None
+        elif rank < wanted:
+            verdict[(i, name)] = "max_deletions reached this run"
+        else:
+            verdict[(i, name)] = "within the size budget"
+    out: list[ArtifactCleanupPlan] = []
+    for i, plan in enumerate(plans):
+        entries = []
+        for entry in plan.entries:
+            if entry.status is S.PLANNED_DELETE and verdict.get((i, entry.name)) is not None:
+                entry = replace(
+                    entry, status=S.RETAINED_LIMIT, reason=str(verdict[(i, entry.name)])
+                )
+            entries.append(entry)
+        out.append(replace(plan, policy=policy, entries=tuple(entries), budget_note=note))
+    return out

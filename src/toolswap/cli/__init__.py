@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import core  # noqa: F401  (registers commands)
+from . import core, gc  # noqa: F401  (registers commands)
 from ._group import main
 
 __all__ = ["main"]

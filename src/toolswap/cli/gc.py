@@ -1,0 +1,328 @@
+"""``toolswap gc plan`` and ``toolswap gc apply``: reference-aware cleanup."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..artifact import validate_session_id
+from ..cleanup import (
+    ArtifactCleanupPlan,
+    ArtifactCleanupPolicy,
+    ArtifactCleanupReport,
+    apply_cleanup,
+    apply_cleanup_from_journal,
+    limit_plans,
+    plan_cleanup,
+    plan_cleanup_from_journal,
+)
+from ..errors import CleanupError
+from ..pointer import human_size
+from ..session import Session, toolswap_home, workspace_slug
+from ._common import echo_json, handle_errors, is_tty, resolve_session, session_options
+from ._group import main
+
+__all__: list[str] = []
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """``'24h'`` -> 86400.0; a bare number is seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise click.BadParameter(f"{text!r} is not a duration like 90s, 30m, 24h or 7d")
+    return float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
+
+
+def parse_size(text: str) -> int:
+    """``'2G'`` -> 2147483648; a bare number is bytes."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise click.BadParameter(f"{text!r} is not a size like 500M, 2G or 1048576")
+    unit = (match.group(2) or "b").lower()[0]
+    power = {"b": 0, "k": 1, "m": 2, "g": 3, "t": 4}[unit]
+    return int(float(match.group(1)) * 1024**power)
+
+
+def _journal(session: Session) -> Any:
+    from ..retention import ArtifactRetentionJournal
+
+    return ArtifactRetentionJournal(session.root)
+
+
+def _has_journal(session: Session) -> bool:
+    return session.journal_path.exists() or session.journal_path.is_symlink()
+
+
+@contextmanager
+def _progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    if not (enabled and is_tty()):
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _plan_session(
+    session: Session, policy: ArtifactCleanupPolicy, progress: Callable[[int, int], None] | None
+) -> ArtifactCleanupPlan:
+    if _has_journal(session):
+        return plan_cleanup_from_journal(_journal(session), policy=policy, progress=progress)
+    return plan_cleanup(session, [], policy=policy, progress=progress)
+
+
+def _apply_session(
+    session: Session, plan: ArtifactCleanupPlan, progress: Callable[[int, int], None] | None
+) -> ArtifactCleanupReport:
+    if _has_journal(session):
+        return apply_cleanup_from_journal(plan, _journal(session), progress=progress)
+    return apply_cleanup(session, plan, [], progress=progress)
+
+
+def _all_sessions() -> list[tuple[str, Session]]:
+    base = toolswap_home() / "projects"
+    found: list[tuple[str, Session]] = []
+    if not base.is_dir():
+        return found
+    for ws_dir in sorted(base.iterdir()):
+        if ws_dir.is_symlink() or not ws_dir.is_dir():
+            continue
+        for sess_dir in sorted(ws_dir.iterdir()):
+            if sess_dir.is_symlink() or not (sess_dir / "tool-results").is_dir():
+                continue
+            try:
+                found.append((validate_session_id(ws_dir.name), Session.at(sess_dir, create=False)))
+            except Exception:  # a directory that is not a session: not ours to clean
+                continue
+    return found
+
+
+def _print_plan(workspace: str, plan: ArtifactCleanupPlan, verbose: bool) -> None:
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(plan.counts().items())) or "empty"
+    planned = sum(e.size or 0 for e in plan.planned)
+    click.echo(
+        f"{workspace}/{plan.session_id}: {counts}; would free {human_size(planned)} "
+        f"of {human_size(plan.total_bytes)}"
+    )
+    if plan.budget_note:
+        click.echo(f"  budget: {plan.budget_note}")
+    for entry in plan.entries:
+        if verbose or entry.status.value in (
+            "planned_delete",
+            "missing_referenced",
+            "retained_corrupt",
+            "denied",
+            "race_detected",
+        ):
+            click.echo(f"  {entry.status.value:<20} {entry.name}  {entry.reason}")
+
+
+def _policy(ttl: str, max_deletions: int | None, max_bytes: str | None) -> ArtifactCleanupPolicy:
+    return ArtifactCleanupPolicy(
+        orphan_ttl_seconds=parse_duration(ttl),
+        max_deletions=max_deletions,
+        dry_run=True,
+        max_bytes=parse_size(max_bytes) if max_bytes else None,
+    )
+
+
+def _make_plans(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    all_sessions: bool,
+    policy: ArtifactCleanupPolicy,
+    show_progress: bool,
+) -> list[tuple[str, ArtifactCleanupPlan]]:
+    if all_sessions:
+        sessions = _all_sessions()
+        unlimited = replace(policy, max_deletions=None, max_bytes=None)
+        with _progress("planning", show_progress) as progress:
+            plans = [_plan_session(s, unlimited, progress) for _, s in sessions]
+        limited = limit_plans(plans, policy)
+        return [(ws, plan) for (ws, _), plan in zip(sessions, limited, strict=True)]
+    session = resolve_session(session_id, workspace, session_dir, create=False)
+    ws = workspace or (session_dir.parent.name if session_dir else workspace_slug())
+    with _progress("planning", show_progress) as progress:
+        return [(ws, _plan_session(session, policy, progress))]
+
+
+_PLAN_OPTIONS = [
+    click.option("--ttl", default="24h", show_default=True, help="Orphan TTL (90s, 30m, 24h, 7d)."),
+    click.option("--max-deletions", type=int, default=None, help="Delete at most N files."),
+    click.option(
+        "--max-bytes", default=None, help="Size budget (500M, 2G): delete only to get under it."
+    ),
+    click.option(
+        "--all-sessions", is_flag=True, help="Every session under $TOOLSWAP_HOME (budget shared)."
+    ),
+]
+
+
+def _plan_options(func: Any) -> Any:
+    for option in reversed(_PLAN_OPTIONS):
+        func = option(func)
+    return func
+
+
+@main.group()
+def gc() -> None:
+    """Reference-aware cleanup: plan (read-only, the default) and apply."""
+
+
+@gc.command(name="plan")
+@session_options
+@_plan_options
+@click.option(
+    "--save",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the plan to FILE for `gc apply --plan FILE`.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="List every file, not only those that matter.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plans as JSON.")
+@handle_errors
+def gc_plan(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    ttl: str,
+    max_deletions: int | None,
+    max_bytes: str | None,
+    all_sessions: bool,
+    save: Path | None,
+    verbose: bool,
+    as_json: bool,
+) -> None:
+    """Show what cleanup would delete and why (reads only; hashes every candidate)."""
+    policy = _policy(ttl, max_deletions, max_bytes)
+    plans = _make_plans(session_id, workspace, session_dir, all_sessions, policy, not as_json)
+    document = {
+        "kind": "toolswap.cleanup_plans",
+        "plans": [{"workspace": ws, "plan": plan.to_dict()} for ws, plan in plans],
+    }
+    if save is not None:
+        save.write_text(json.dumps(document, indent=1), encoding="utf-8")
+    if as_json:
+        echo_json(document)
+        return
+    for ws, plan in plans:
+        _print_plan(ws, plan, verbose)
+    if not plans:
+        click.echo("no sessions", err=True)
+
+
+def _load_plans(path: Path) -> list[tuple[str, ArtifactCleanupPlan]]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CleanupError(f"cannot read plan file {path}: {exc}") from None
+    if not isinstance(document, dict) or document.get("kind") != "toolswap.cleanup_plans":
+        raise CleanupError(f"{path} is not a file written by `toolswap gc plan --save`")
+    out = []
+    for item in document.get("plans", []):
+        if not isinstance(item, dict):
+            raise CleanupError("invalid plan file entry")
+        out.append(
+            (
+                validate_session_id(str(item.get("workspace"))),
+                ArtifactCleanupPlan.from_dict(item["plan"]),
+            )
+        )
+    return out
+
+
+@gc.command(name="apply")
+@session_options
+@_plan_options
+@click.option(
+    "--plan",
+    "plan_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Apply a plan saved by `gc plan --save` instead of planning now.",
+)
+@click.option(
+    "-y", "--yes", is_flag=True, help="Apply without asking (needed when not on a terminal)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+@handle_errors
+def gc_apply(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    ttl: str,
+    max_deletions: int | None,
+    max_bytes: str | None,
+    all_sessions: bool,
+    plan_file: Path | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Delete what a plan marked planned_delete, re-verifying each file first.
+
+    Every file is re-checked under the session lock (current claims, ownership, type,
+    size/mtime/inode snapshot, full SHA-256); anything that changed is kept.
+    """
+    if plan_file is not None:
+        plans = _load_plans(plan_file)
+    else:
+        policy = _policy(ttl, max_deletions, max_bytes)
+        plans = _make_plans(session_id, workspace, session_dir, all_sessions, policy, not as_json)
+        if not as_json:
+            for ws, plan in plans:
+                _print_plan(ws, plan, False)
+    if not any(plan.planned for _, plan in plans):
+        if as_json:
+            echo_json({"kind": "toolswap.cleanup_reports", "reports": []})
+        else:
+            click.echo("nothing to delete")
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            click.echo(
+                "toolswap: refusing to delete without --yes when not on a terminal", err=True
+            )
+            sys.exit(2)
+        click.confirm("Delete the files marked planned_delete?", abort=True)
+    reports = []
+    for ws, plan in plans:
+        if plan_file is not None or session_dir is None:
+            session = Session.open(plan.session_id, workspace=ws, create=False)
+        else:
+            session = Session.at(session_dir, create=False)
+        live = replace(plan, policy=replace(plan.policy, dry_run=False))
+        with _progress("deleting", not as_json) as progress:
+            reports.append((ws, _apply_session(session, live, progress)))
+    if as_json:
+        echo_json(
+            {
+                "kind": "toolswap.cleanup_reports",
+                "reports": [{"workspace": ws, "report": r.to_dict()} for ws, r in reports],
+            }
+        )
+        return
+    for ws, report in reports:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
+        click.echo(f"{ws}/{report.session_id}: {counts}; freed {human_size(report.freed_bytes)}")
+        for entry in report.entries:
+            if entry.status.value == "race_detected" or "after planning" in entry.reason:
+                click.echo(f"  kept {entry.name}: {entry.reason}")
