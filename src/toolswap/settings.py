@@ -45,7 +45,9 @@ class ToolThreshold:
                 "a ToolThreshold takes exactly one of max_chars, max_bytes, never"
             )
         for value in (self.max_chars, self.max_bytes):
-            if value is not None and (not isinstance(value, int) or value < 0):
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
                 raise ConfigurationError("thresholds must be non-negative integers")
 
 
@@ -59,7 +61,9 @@ def _positive_int(name: str, raw: str, *, minimum: int = 0) -> int:
     return value
 
 
-_TOOL_RULE = re.compile(r"(?i)^\s*([^=,\s]+)\s*=\s*(never|\d+)\s*(kb|kib|b|bytes|chars|c)?\s*$")
+_TOOL_RULE = re.compile(
+    r"(?i)^\s*([^=,\s]+)\s*=\s*(?:(never)|([0-9]+)\s*(kb|kib|b|bytes|chars|c)?)\s*$"
+)
 
 
 def _parse_tool_rules(raw: str) -> dict[str, ToolThreshold]:
@@ -71,8 +75,9 @@ def _parse_tool_rules(raw: str) -> dict[str, ToolThreshold]:
                 f"TOOLSWAP_TOOL_THRESHOLDS entry {item!r} is not 'tool=never', 'tool=N', "
                 "'tool=NKB' or 'tool=Nchars'"
             )
-        tool, amount, unit = match.group(1), match.group(2).lower(), (match.group(3) or "b").lower()
-        if amount == "never":
+        tool, never, amount = match.group(1), match.group(2), match.group(3)
+        unit = (match.group(4) or "b").lower()
+        if never:
             rules[tool] = ToolThreshold(never=True)
         elif unit in ("chars", "c"):
             rules[tool] = ToolThreshold(max_chars=int(amount))

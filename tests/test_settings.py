@@ -1,0 +1,180 @@
+"""Thresholds: the spec's defaults, environment overrides, per-tool rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolswap import ConfigurationError, ExternalizerSettings, ToolResultExternalizer, ToolThreshold
+
+
+def test_defaults_are_the_spec_thresholds_and_preview_sizes() -> None:
+    settings = ExternalizerSettings.from_env({})
+
+    assert settings.bash_max_chars == 30_000
+    assert settings.threshold_bytes == 50 * 1024
+    assert settings.head_bytes == 6 * 1024
+    assert settings.tail_bytes == 24 * 1024
+    assert settings.rule_for("bash") == ToolThreshold(max_chars=30_000)
+    assert settings.rule_for("grep") == ToolThreshold(max_bytes=51_200)
+
+
+def test_bash_rule_matches_the_tool_name_case_insensitively() -> None:
+    assert ExternalizerSettings().rule_for("Bash") == ToolThreshold(max_chars=30_000)
+
+
+def test_spec_environment_variables_set_the_thresholds() -> None:
+    settings = ExternalizerSettings.from_env(
+        {"BASH_MAX_OUTPUT_LENGTH": "1000", "CODEBUDDY_TOOL_RESULT_THRESHOLD_KB": "2"}
+    )
+
+    assert settings.bash_max_chars == 1000
+    assert settings.threshold_bytes == 2048
+
+
+def test_toolswap_variables_win_over_the_spec_variables() -> None:
+    settings = ExternalizerSettings.from_env(
+        {
+            "BASH_MAX_OUTPUT_LENGTH": "1000",
+            "TOOLSWAP_BASH_MAX_CHARS": "500",
+            "CODEBUDDY_TOOL_RESULT_THRESHOLD_KB": "2",
+            "TOOLSWAP_THRESHOLD_KB": "3",
+            "TOOLSWAP_HEAD_BYTES": "100",
+            "TOOLSWAP_TAIL_BYTES": "200",
+        }
+    )
+
+    assert settings.bash_max_chars == 500
+    assert settings.threshold_bytes == 3 * 1024
+    assert settings.head_bytes == 100
+    assert settings.tail_bytes == 200
+
+
+def test_empty_environment_values_are_ignored() -> None:
+    settings = ExternalizerSettings.from_env(
+        {
+            "BASH_MAX_OUTPUT_LENGTH": "",
+            "TOOLSWAP_THRESHOLD_KB": "  ",
+            "TOOLSWAP_TOOL_THRESHOLDS": "",
+        }
+    )
+
+    assert settings == ExternalizerSettings()
+
+
+def test_per_tool_rules_parse_every_unit_and_never() -> None:
+    settings = ExternalizerSettings.from_env(
+        {
+            "TOOLSWAP_TOOL_THRESHOLDS": (
+                "pytest=200kb, grep = 20000chars,secret_tool=never,mcp_x=0,"
+                "cat=100,dd=7B,wc=3KiB,ls=9c"
+            )
+        }
+    )
+
+    assert settings.tools == {
+        "pytest": ToolThreshold(max_bytes=200 * 1024),
+        "grep": ToolThreshold(max_chars=20_000),
+        "secret_tool": ToolThreshold(never=True),
+        "mcp_x": ToolThreshold(max_bytes=0),
+        "cat": ToolThreshold(max_bytes=100),
+        "dd": ToolThreshold(max_bytes=7),
+        "wc": ToolThreshold(max_bytes=3 * 1024),
+        "ls": ToolThreshold(max_chars=9),
+    }
+
+
+def test_per_tool_rules_win_over_the_bash_and_default_thresholds() -> None:
+    settings = ExternalizerSettings.from_env(
+        {"TOOLSWAP_TOOL_THRESHOLDS": "bash=10kb,grep=5chars", "BASH_MAX_OUTPUT_LENGTH": "99"}
+    )
+
+    assert settings.rule_for("bash") == ToolThreshold(max_bytes=10 * 1024)
+    assert settings.rule_for("grep") == ToolThreshold(max_chars=5)
+    assert settings.rule_for("other") == ToolThreshold(max_bytes=50 * 1024)
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"BASH_MAX_OUTPUT_LENGTH": "lots"},
+        {"BASH_MAX_OUTPUT_LENGTH": "-1"},
+        {"BASH_MAX_OUTPUT_LENGTH": "1.5"},
+        {"CODEBUDDY_TOOL_RESULT_THRESHOLD_KB": "50KB"},
+        {"TOOLSWAP_THRESHOLD_KB": "-3"},
+        {"TOOLSWAP_HEAD_BYTES": "x"},
+        {"TOOLSWAP_HEAD_BYTES": "30000", "TOOLSWAP_TAIL_BYTES": "30000"},
+        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest"},
+        {"TOOLSWAP_TOOL_THRESHOLDS": "=5"},
+        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=lots"},
+        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=-5"},
+        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=5mb"},
+        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=neverkb"},
+        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=\u0665"},
+    ],
+)
+def test_bad_environment_values_raise_configuration_error(environ: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError):
+        ExternalizerSettings.from_env(environ)
+
+
+def test_configuration_errors_name_the_variable() -> None:
+    with pytest.raises(ConfigurationError, match="BASH_MAX_OUTPUT_LENGTH"):
+        ExternalizerSettings.from_env({"BASH_MAX_OUTPUT_LENGTH": "lots"})
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"max_chars": 1, "max_bytes": 1},
+        {"max_bytes": 1, "never": True},
+        {"max_chars": -1},
+        {"max_bytes": True},
+        {"max_bytes": 1.5},
+    ],
+)
+def test_a_tool_threshold_takes_exactly_one_valid_rule(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        ToolThreshold(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"bash_max_chars": -1},
+        {"threshold_bytes": True},
+        {"head_bytes": 20_000, "tail_bytes": 20_000},
+        {"tools": {"x": 5}},
+    ],
+)
+def test_invalid_settings_objects_are_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        ExternalizerSettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_externalizer_reads_its_thresholds_from_the_environment(
+    session_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BASH_MAX_OUTPUT_LENGTH", "10")
+    monkeypatch.setenv("CODEBUDDY_TOOL_RESULT_THRESHOLD_KB", "1")
+    monkeypatch.setenv("TOOLSWAP_TOOL_THRESHOLDS", "secret=never,tiny=0")
+    ext = ToolResultExternalizer(session_dir)
+
+    assert ext.should_externalize("x" * 11, "bash")
+    assert not ext.should_externalize("x" * 10, "bash")
+    assert ext.should_externalize("x" * 1025, "grep")
+    assert not ext.should_externalize("x" * 1024, "grep")
+    assert not ext.should_externalize("x" * 10_000_000, "secret")
+    assert ext.should_externalize("x", "tiny")
+    assert not ext.should_externalize("", "tiny")
+
+
+def test_externalizer_refuses_a_bad_environment_with_a_clear_error(
+    session_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLSWAP_THRESHOLD_KB", "fifty")
+
+    with pytest.raises(ConfigurationError, match="TOOLSWAP_THRESHOLD_KB"):
+        ToolResultExternalizer(session_dir)
