@@ -193,7 +193,7 @@ def test_expired_orphan_is_deleted_and_a_later_read_says_when_and_why(
     assert [e.name for e in report.deleted] == [art.filename]
     assert report.freed_bytes == art.byte_size
     assert not (externalizer.tool_results_dir / art.filename).exists()
-    with pytest.raises(ArtifactCollectedError, match="collected by cleanup at .*orphan TTL"):
+    with pytest.raises(ArtifactCollectedError, match=r"collected by cleanup at .*orphan TTL"):
         externalizer.read_artifact(art.source_id)
 
 
