@@ -27,8 +27,6 @@ from toolswap.cleanup import (
 )
 from toolswap.session import Session
 
-from .conftest import Clock
-
 S = ArtifactCleanupStatus
 DAY = timedelta(days=1)
 LIVE = ArtifactCleanupPolicy(dry_run=False)
@@ -262,9 +260,7 @@ def test_second_apply_of_the_same_plan_reports_already_missing(
     assert again.entries[0].status is S.ALREADY_MISSING
 
 
-def test_claim_of_another_session_is_refused_before_anything_happens(
-    tmp_path: Path, clock: Clock
-) -> None:
+def test_claim_of_another_session_is_refused_before_anything_happens(tmp_path: Path) -> None:
     other = ToolResultExternalizer(tmp_path / "other" / "s2")
     art = other.externalize(_big("a"), "t").artifact
     claim = _claim(other, art.source_id)
