@@ -231,6 +231,7 @@ class ArtifactReference:
 
     def to_dict(self) -> dict[str, object]:
         return {
+            "source_id": self.source.source_id,
             "source": self.source.to_dict(),
             "path": str(self.path),
             "summary": self.summary,

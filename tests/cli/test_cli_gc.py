@@ -1,0 +1,99 @@
+"""`toolswap gc plan` / `gc apply` through real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def toolswap(*args: str, check: bool = True, **kw: object) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "toolswap", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=dict(os.environ),
+        check=False,
+        **kw,  # type: ignore[arg-type]
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"exit {done.returncode}: {done.stderr}")
+    return done
+
+
+def _make_artifact(session: str) -> str:
+    done = toolswap(
+        "run", "--session", session, "--json", "--", sys.executable, "-c", "print('x' * 70000)"
+    )
+    return str(json.loads(done.stdout)["artifact"]["source"]["source_id"])
+
+
+def test_gc_plan_shows_planned_deletions_and_deletes_nothing(toolswap_home: Path) -> None:
+    source_id = _make_artifact("s1")
+    done = toolswap("gc", "plan", "--session", "s1", "--ttl", "0s", "--json")
+    document = json.loads(done.stdout)
+    [entry] = document["plans"][0]["plan"]["entries"]
+    assert entry["status"] == "planned_delete"
+    assert entry["source_id"] == source_id
+    assert toolswap("read", source_id, "--limit", "1").stdout.startswith("xxx")
+
+
+def test_gc_plan_keeps_young_artifacts_with_the_default_ttl(toolswap_home: Path) -> None:
+    _make_artifact("s1")
+    done = toolswap("gc", "plan", "--session", "s1", "--json")
+    [entry] = json.loads(done.stdout)["plans"][0]["plan"]["entries"]
+    assert entry["status"] == "retained_recent"
+
+
+def test_gc_apply_refuses_without_yes_when_not_on_a_terminal(toolswap_home: Path) -> None:
+    source_id = _make_artifact("s1")
+    done = toolswap("gc", "apply", "--session", "s1", "--ttl", "0s", check=False)
+    assert done.returncode == 2
+    assert "--yes" in done.stderr
+    assert toolswap("read", source_id, "--limit", "1").returncode == 0
+
+
+def test_gc_apply_from_a_saved_plan_deletes_and_read_says_collected(
+    toolswap_home: Path, tmp_path: Path
+) -> None:
+    source_id = _make_artifact("s1")
+    plan_file = tmp_path / "plan.json"
+    toolswap("gc", "plan", "--session", "s1", "--ttl", "0s", "--save", str(plan_file))
+    done = toolswap("gc", "apply", "--plan", str(plan_file), "--yes", "--json")
+    report = json.loads(done.stdout)["reports"][0]["report"]
+    assert report["counts"] == {"deleted": 1}
+    gone = toolswap("read", source_id, check=False)
+    assert gone.returncode == 1
+    assert "collected by cleanup" in gone.stderr
+
+
+def test_gc_apply_refuses_a_tampered_plan_file(toolswap_home: Path, tmp_path: Path) -> None:
+    _make_artifact("s1")
+    plan_file = tmp_path / "plan.json"
+    toolswap("gc", "plan", "--session", "s1", "--ttl", "0s", "--save", str(plan_file))
+    document = json.loads(plan_file.read_text(encoding="utf-8"))
+    document["plans"][0]["plan"]["entries"][0]["name"] = "../../../etc/hosts"
+    plan_file.write_text(json.dumps(document), encoding="utf-8")
+    done = toolswap("gc", "apply", "--plan", str(plan_file), "--yes", check=False)
+    assert done.returncode == 1
+    assert "invalid plan entry name" in done.stderr
+
+
+def test_gc_budget_across_all_sessions(toolswap_home: Path) -> None:
+    _make_artifact("s1")
+    _make_artifact("s2")
+    done = toolswap("gc", "plan", "--all-sessions", "--ttl", "0s", "--max-bytes", "100k", "--json")
+    plans = json.loads(done.stdout)["plans"]
+    statuses = sorted(p["plan"]["entries"][0]["status"] for p in plans)
+    assert statuses == ["planned_delete", "retained_limit"]
+
+
+@pytest.mark.parametrize("bad", [["--ttl", "soon"], ["--max-bytes", "lots"]])
+def test_gc_rejects_malformed_limits_as_usage_errors(toolswap_home: Path, bad: list[str]) -> None:
+    done = toolswap("gc", "plan", "--session", "s1", *bad, check=False)
+    assert done.returncode == 2
