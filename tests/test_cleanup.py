@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -336,7 +338,13 @@ def test_apply_refuses_to_run_without_the_current_claims(
 def test_temporary_files_of_crashed_captures_are_collected_after_the_ttl(
     externalizer: ToolResultExternalizer,
 ) -> None:
-    name = ".tmp-4242-0123456789abcdef.partial"
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    name = f".tmp-{int(dead.stdout)}-0123456789abcdef.partial"
     (externalizer.tool_results_dir / name).write_bytes(b"half an output")
     young = externalizer.plan_cleanup([], policy=LIVE)
     assert _status(young, name).status is S.RETAINED_RECENT
@@ -412,3 +420,16 @@ def test_cleanup_never_touches_anything_outside_tool_results(
     externalizer.apply_cleanup(plan, [], now=_future(30))
     assert sibling.exists() and outside.exists()
     assert session.manifest_path.exists()
+
+
+def test_temporary_file_of_a_live_capture_is_never_collected(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    name = f".tmp-{os.getpid()}-0123456789abcdef.partial"
+    (externalizer.tool_results_dir / name).write_bytes(b"still writing")
+    plan = externalizer.plan_cleanup(
+        [], policy=ArtifactCleanupPolicy(orphan_ttl_seconds=0, dry_run=False), now=_future(2)
+    )
+    entry = _status(plan, name)
+    assert entry.status is S.RETAINED_RECENT
+    assert "in progress" in entry.reason

@@ -544,6 +544,10 @@ def _plan_file(
             status=S.RETAINED_CORRUPT,
             reason="the file does not match its manifest SHA-256; kept for inspection",
         )
+    if is_tmp and _capture_alive(name):
+        return replace(
+            base, status=S.RETAINED_RECENT, reason="a capture in progress (its process is alive)"
+        )
     age_ns = now_ns - fst.st_mtime_ns
     if age_ns < ttl_ns:
         expired = index.expired.get(name)
@@ -562,6 +566,20 @@ def _plan_file(
     else:
         why = "no active claim and older than the orphan TTL"
     return replace(base, reason=why)
+
+
+def _capture_alive(tmp_name: str) -> bool:
+    """Whether the process that named this temporary file still runs on this host."""
+    pid = int(tmp_name[len(TMP_PREFIX) :].split("-", 1)[0])
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _refuse_raw_claims(session: Session) -> None:
@@ -708,6 +726,8 @@ def _apply_one(
             status=S.RETAINED_REFERENCED,
             reason="a claim was added after planning; the file is kept",
         )
+    if _TMP_RE.fullmatch(name) and _capture_alive(name):
+        return replace(entry, status=S.RACE_DETECTED, reason="a capture is writing this file")
     if entry.sha256 is None or None in (entry.size, entry.mtime_ns, entry.device, entry.inode):
         return replace(entry, status=S.RACE_DETECTED, reason="the plan entry has no snapshot")
     try:
