@@ -1,0 +1,220 @@
+"""Cleanup against the lease protocol in two real processes, each order forced.
+
+The order is forced with the crash-point FIFOs (``TOOLSWAP_SYNC_POINT``): a process stops
+at a named durable step until the test lets it go. Nothing depends on timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from toolswap import ArtifactRetentionJournal, ToolResultExternalizer
+from toolswap.cleanup import ArtifactCleanupPlan, ArtifactCleanupPolicy, ArtifactCleanupStatus
+
+S = ArtifactCleanupStatus
+LATER = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+
+PUBLISH = """
+import sys
+from pathlib import Path
+from toolswap import ArtifactRetentionClaim, ArtifactRetentionJournal, ToolResultExternalizer
+session_dir, source_id, marker = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+ext = ToolResultExternalizer(session_dir)
+claim = ArtifactRetentionClaim.from_memory_reference(ext.get_artifact(source_id).for_memory())
+journal = ArtifactRetentionJournal(session_dir)
+def publisher():
+    marker.write_text("published", encoding="utf-8")
+try:
+    journal.publish_reference(claim, publisher, transaction_id="tx-" + source_id[-12:])
+except Exception as exc:
+    print(type(exc).__name__ + ": " + str(exc))
+    sys.exit(3)
+print("committed")
+"""
+
+APPLY = """
+import json, sys
+from datetime import datetime
+from toolswap import ArtifactRetentionJournal
+from toolswap.cleanup import ArtifactCleanupPlan, apply_cleanup_from_journal
+session_dir, plan_file, now = sys.argv[1], sys.argv[2], datetime.fromisoformat(sys.argv[3])
+plan = ArtifactCleanupPlan.from_dict(json.loads(open(plan_file, encoding="utf-8").read()))
+report = apply_cleanup_from_journal(plan, ArtifactRetentionJournal(session_dir), now=now)
+print(json.dumps(report.to_dict()))
+"""
+
+CAPTURE = """
+import sys
+from toolswap import ToolResultExternalizer
+result = ToolResultExternalizer(sys.argv[1]).externalize("y" * 100000, "slow-tool")
+print(result.artifact.source_id)
+"""
+
+
+def _spawn(code: str, *args: str, sync: tuple[Path, str] | None = None) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    if sync is not None:
+        env["TOOLSWAP_SYNC_DIR"] = str(sync[0])
+        env["TOOLSWAP_SYNC_POINT"] = sync[1]
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+@contextmanager
+def _stopped_at(
+    tmp_path: Path, point: str, code: str, *args: str
+) -> Iterator[subprocess.Popen[str]]:
+    """Run ``code`` until it reaches ``point``; the body runs while it waits there."""
+    sync = tmp_path / f"sync-{point}"
+    sync.mkdir()
+    os.mkfifo(sync / f"{point}.reached")
+    os.mkfifo(sync / f"{point}.go")
+    proc = _spawn(code, *args, sync=(sync, point))
+    with open(sync / f"{point}.reached", encoding="utf-8") as reached:
+        assert reached.read().strip() == point
+    try:
+        yield proc
+    finally:
+        with open(sync / f"{point}.go", "w", encoding="utf-8") as go:
+            go.write("go")
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def _setup(tmp_path: Path) -> tuple[Path, str, Path]:
+    session_dir = tmp_path / "sessions" / "s1"
+    ext = ToolResultExternalizer(session_dir)
+    art = ext.externalize("x" * 100_000, "grep").artifact
+    # A journal with one unrelated committed lease, so cleanup runs in journal mode.
+    other = ext.externalize("z" * 100_000, "grep").artifact
+    from toolswap import ArtifactRetentionClaim
+
+    ArtifactRetentionJournal(session_dir).publish_reference(
+        ArtifactRetentionClaim.from_memory_reference(other.for_memory()),
+        lambda: None,
+        transaction_id="tx-other",
+    )
+    plan = ext.plan_cleanup_from_journal(
+        ArtifactRetentionJournal(session_dir),
+        policy=ArtifactCleanupPolicy(dry_run=False),
+        now=datetime.fromisoformat(LATER),
+    )
+    assert [e.name for e in plan.planned] == [art.filename]
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan.to_dict()), encoding="utf-8")
+    return session_dir, art.source_id, plan_file
+
+
+def test_lease_that_wins_the_lock_keeps_its_file_although_the_plan_said_delete(
+    tmp_path: Path,
+) -> None:
+    session_dir, source_id, plan_file = _setup(tmp_path)
+    marker = tmp_path / "published"
+    with _stopped_at(
+        tmp_path, "journal.publisher.before", PUBLISH, str(session_dir), source_id, str(marker)
+    ) as publisher:
+        # PREPARED is durable; the publisher has not run yet. Cleanup applies now.
+        code, out, err = _finish(_spawn(APPLY, str(session_dir), str(plan_file), LATER))
+        assert code == 0, err
+        report = json.loads(out)
+        [entry] = [e for e in report["entries"] if e["source_id"] == source_id]
+        assert entry["status"] == "retained_referenced"
+    code, out, err = _finish(publisher)
+    assert (code, out.strip()) == (0, "committed"), err
+    ext = ToolResultExternalizer(session_dir)
+    assert ext.read_artifact(source_id, 0, 1).startswith("xxx")
+    assert marker.exists()
+
+
+def test_cleanup_that_wins_the_lock_makes_the_later_prepare_fail_without_publishing(
+    tmp_path: Path,
+) -> None:
+    session_dir, source_id, plan_file = _setup(tmp_path)
+    marker = tmp_path / "published"
+    with _stopped_at(
+        tmp_path, "cleanup.unlinked", APPLY, str(session_dir), str(plan_file), LATER
+    ) as cleaner:
+        # The file is unlinked and cleanup still holds the session lock.
+        publisher = _spawn(PUBLISH, str(session_dir), source_id, str(marker))
+    code, out, err = _finish(cleaner)
+    assert code == 0, err
+    [entry] = [e for e in json.loads(out)["entries"] if e["source_id"] == source_id]
+    assert entry["status"] == "deleted"
+    code, out, err = _finish(publisher)
+    assert code == 3, (out, err)
+    assert "missing artifact" in out
+    assert not marker.exists()
+    view = ArtifactRetentionJournal(session_dir).recover()
+    assert not view.is_protected(source_id)
+    assert view.pending_transaction_ids == ()
+
+
+def test_apply_waits_for_a_prepare_in_progress_and_then_keeps_the_file(tmp_path: Path) -> None:
+    session_dir, source_id, plan_file = _setup(tmp_path)
+    marker = tmp_path / "published"
+    with _stopped_at(
+        tmp_path, "journal.prepared.appended", PUBLISH, str(session_dir), source_id, str(marker)
+    ) as publisher:
+        # PREPARED is written but not yet fsynced, and the session lock is held.
+        cleaner = _spawn(APPLY, str(session_dir), str(plan_file), LATER)
+    code, out, err = _finish(publisher)
+    assert code == 0, err
+    code, out, err = _finish(cleaner)
+    assert code == 0, err
+    [entry] = [e for e in json.loads(out)["entries"] if e["source_id"] == source_id]
+    assert entry["status"] == "retained_referenced"
+    assert ToolResultExternalizer(session_dir).read_artifact(source_id, 0, 1)
+
+
+def test_capture_in_progress_survives_a_zero_ttl_cleanup(tmp_path: Path) -> None:
+    session_dir = tmp_path / "sessions" / "s1"
+    ext = ToolResultExternalizer(session_dir)
+    with _stopped_at(tmp_path, "capture.tmp_fsynced", CAPTURE, str(session_dir)) as capture:
+        policy = ArtifactCleanupPolicy(orphan_ttl_seconds=0, dry_run=False)
+        plan = ext.plan_cleanup([], policy=policy, now=datetime.fromisoformat(LATER))
+        [entry] = plan.entries
+        assert entry.status is S.RETAINED_RECENT
+        ext.apply_cleanup(plan, [], now=datetime.fromisoformat(LATER))
+    code, out, err = _finish(capture)
+    assert code == 0, err
+    assert ext.read_artifact(out.strip(), 0, 1).startswith("yyy")
+
+
+def test_released_lease_no_longer_protects_and_committed_one_does(tmp_path: Path) -> None:
+    session_dir, source_id, _ = _setup(tmp_path)
+    marker = tmp_path / "published"
+    code, out, err = _finish(_spawn(PUBLISH, str(session_dir), source_id, str(marker)))
+    assert code == 0, err
+    ext = ToolResultExternalizer(session_dir)
+    journal = ArtifactRetentionJournal(session_dir)
+    policy = ArtifactCleanupPolicy(dry_run=False)
+    when = datetime.fromisoformat(LATER)
+    plan = ext.plan_cleanup_from_journal(journal, policy=policy, now=when)
+    assert not plan.planned
+    journal.remove_reference("tx-" + source_id[-12:], lambda: None)
+    plan = ext.plan_cleanup_from_journal(journal, policy=policy, now=when)
+    assert [e.source_id for e in plan.planned] == [source_id]
+    report = ext.apply_cleanup_from_journal(plan, journal, now=when)
+    assert [e.source_id for e in report.deleted] == [source_id]
+
+
+def test_saved_plan_survives_the_round_trip_used_by_the_subprocess(tmp_path: Path) -> None:
+    _, _, plan_file = _setup(tmp_path)
+    plan = ArtifactCleanupPlan.from_dict(json.loads(plan_file.read_text(encoding="utf-8")))
+    assert plan.planned
