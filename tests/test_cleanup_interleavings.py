@@ -200,7 +200,7 @@ def test_released_lease_no_longer_protects_and_committed_one_does(tmp_path: Path
     session_dir, source_id, _ = _setup(tmp_path)
     marker = tmp_path / "published"
     code, out, err = _finish(_spawn(PUBLISH, str(session_dir), source_id, str(marker)))
-    assert code == 0, err
+    assert (code, out.strip()) == (0, "committed"), err
     ext = ToolResultExternalizer(session_dir)
     journal = ArtifactRetentionJournal(session_dir)
     policy = ArtifactCleanupPolicy(dry_run=False)
