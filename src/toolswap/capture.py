@@ -108,6 +108,8 @@ class _Scanner:
     """Counts lines and characters, validates UTF-8 and finds failure-looking lines."""
 
     def __init__(self, scan_limit: int, *, head_skip: int = 0, tail_keep: int = 0) -> None:
+        # Lines that end within the first ``head_skip`` bytes are shown whole by the head
+        # preview, so they never take a salient slot.
         self._head_skip = head_skip
         self._tail_keep = tail_keep
         self.newlines = 0
@@ -157,15 +159,23 @@ class _Scanner:
             self.chars = self.size
             self.first.clear()
             self.last.clear()
+            self._recent.clear()
         else:
             if self._carry and self.scanned == self.size:
                 self._scan_lines(self._carry + b"\n", self.newlines, self.size - len(self._carry))
-            # Hits inside the tail preview are shown there; keep the ones before it.
-            horizon = self.size - self._tail_keep
-            for offset, line in self._recent:
-                if offset < horizon:
-                    self.last.append(line)
-            self._recent.clear()
+            # Hits still in ``_recent`` lie in the last ``tail_keep`` bytes. They are kept: the
+            # pointer may show less tail than that (its 32 KiB budget shrinks the tail when
+            # there are salient lines) and filters by line number what the tail does show.
+
+    def salient_lines(self) -> list[SalientLine]:
+        """First, last and recent hits, in line order, each line once."""
+        seen: set[int] = set()
+        out: list[SalientLine] = []
+        for line in [*self.first, *self.last, *(line for _, line in self._recent)]:
+            if line.line_no not in seen:
+                seen.add(line.line_no)
+                out.append(line)
+        return sorted(out, key=lambda line: line.line_no)
 
     def _scan(self, chunk: bytes) -> None:
         data_offset = self.size - len(self._carry)
@@ -184,9 +194,12 @@ class _Scanner:
     def _scan_lines(self, data: bytes, newlines_before: int, data_offset: int) -> None:
         lower = data.lower()
         need_first = len(self.first) < _SALIENT_FIRST
-        begin = max(0, self._head_skip - data_offset)
-        if begin >= len(lower):
-            return
+        begin = 0
+        if data_offset < self._head_skip:
+            # Start at the first line that does not end inside the head preview.
+            begin = data.rfind(b"\n", 0, self._head_skip - data_offset) + 1
+            if begin >= len(lower):
+                return
         # Where the tail preview would start if the output ended with this data.
         tail_edge = max(begin, len(lower) - self._tail_keep)
         hits: set[int] = set()
@@ -222,8 +235,6 @@ class _Scanner:
             if len(text) > SALIENT_LINE_CHARS:
                 text = text[: SALIENT_LINE_CHARS - 1] + "…"
             line = SalientLine(line_no=line_no, text=text)
-            if data_offset + start < self._head_skip:
-                continue  # shown in the head preview
             if len(self.first) < _SALIENT_FIRST:
                 self.first.append(line)
             else:
@@ -231,13 +242,23 @@ class _Scanner:
 
 
 class StreamCapture:
-    """Writes one output to a temporary file in an open ``tool-results`` directory."""
+    """Writes one output to a temporary file in an open ``tool-results`` directory.
+
+    Args:
+        dir_fd: the open ``tool-results`` directory.
+        head_keep: bytes of the head to keep for the preview.
+        head_shown: bytes the pointer's head preview shows; failure lines that end inside
+            them are not collected again (default: collect from the first byte).
+        tail_keep: bytes of the tail to keep for the preview.
+        scan_limit: how far into the output the failure-line scan reads.
+    """
 
     def __init__(
         self,
         dir_fd: int,
         *,
         head_keep: int,
+        head_shown: int | None = None,
         tail_keep: int,
         scan_limit: int,
     ) -> None:
@@ -254,7 +275,11 @@ class StreamCapture:
         self._tail_keep = tail_keep
         self._head = bytearray()
         self._tail = bytearray()
-        self._scanner = _Scanner(scan_limit, head_skip=head_keep, tail_keep=tail_keep)
+        self._scanner = _Scanner(
+            scan_limit,
+            head_skip=0 if head_shown is None else min(head_shown, head_keep),
+            tail_keep=tail_keep,
+        )
         self._sha = hashlib.sha256()
         self._queue: queue.Queue[bytes | None] = queue.Queue(_QUEUE_DEPTH)
         self._error: BaseException | None = None
@@ -315,9 +340,7 @@ class StreamCapture:
         crash_point("capture.tmp_fsynced")
         scanner = self._scanner
         scanner.finish()
-        salient = list(scanner.first)
-        seen = {line.line_no for line in salient}
-        salient.extend(line for line in scanner.last if line.line_no not in seen)
+        salient = scanner.salient_lines()
         tail = bytes(self._tail[-self._tail_keep :]) if self._tail_keep else b""
         return CaptureStats(
             byte_size=scanner.size,

@@ -9,6 +9,7 @@ ext.read_artifact(result.artifact, offset=40_000, limit=200)
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,9 +49,22 @@ _READ_CHUNK = 1 << 20
 _HEAD_SLACK = 8
 
 
+# Lone surrogates other than the U+DC80..U+DCFF that ``surrogateescape`` maps back to bytes.
+_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
+def _encode(text: str) -> bytes:
+    """UTF-8 of ``text``; escaped bytes (``os.fsdecode``) come back as the original bytes."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        # Not encodable as UTF-8 at all: keep the text, mark each bad spot with U+FFFD.
+        return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8", "surrogateescape")
+
+
 def _chunks(output: Output) -> Iterable[bytes]:
     if isinstance(output, str):
-        data = output.encode("utf-8", "surrogateescape")
+        data = _encode(output)
         for i in range(0, len(data), _READ_CHUNK):
             yield data[i : i + _READ_CHUNK]
         return
@@ -146,7 +160,7 @@ class ToolResultExternalizer:
         if rule.max_chars is not None:
             count = len(output) if isinstance(output, str) else _utf8_chars(bytes(output))
             return count > rule.max_chars
-        data = output.encode("utf-8", "surrogateescape") if isinstance(output, str) else output
+        data = _encode(output) if isinstance(output, str) else output
         assert rule.max_bytes is not None
         return len(data) > rule.max_bytes
 
@@ -253,6 +267,7 @@ class ToolResultExternalizer:
             capture = StreamCapture(
                 dir_fd,
                 head_keep=s.head_bytes + _HEAD_SLACK,
+                head_shown=s.head_bytes,
                 tail_keep=s.tail_bytes,
                 scan_limit=s.salient_scan_bytes,
             )

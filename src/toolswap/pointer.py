@@ -154,23 +154,41 @@ def _cut(stats: CaptureStats, head_budget: int, tail_budget: int) -> _Cut:
     return _Cut(head=head, head_end=head_end, tail=tail, tail_start=tail_start)
 
 
+_MORE_RESERVE = 80
+
+
 def _salient_section(lines: list[SalientLine], budget: int) -> str:
+    """Failure-looking lines within ``budget`` bytes: all of them, or the first and the last
+    ones with a note in the gap saying how many were left out."""
     if not lines:
         return ""
-    out = ["--- lines in the omitted part that look like failures (line number: text) ---"]
-    used = len(out[0]) + 1
-    shown = 0
-    for line in lines:
-        row = f"{line.line_no}: {line.text}"
-        cost = len(row.encode()) + 1
-        if used + cost > budget:
+    header = "--- lines in the omitted part that look like failures (line number: text) ---"
+    rows = [f"{line.line_no}: {line.text}" for line in lines]
+    costs = [len(row.encode()) + 1 for row in rows]
+    used = len(header) + 1
+    if used + sum(costs) <= budget:
+        return "\n".join([header, *rows]) + "\n"
+    used += _MORE_RESERVE
+    front: list[str] = []
+    back: list[str] = []
+    lo, hi = 0, len(rows) - 1
+    while lo <= hi:
+        # Alternate ends: the first failure and the last one both matter.
+        take_front = len(front) <= len(back)
+        index = lo if take_front else hi
+        if used + costs[index] > budget:
             break
-        out.append(row)
-        used += cost
-        shown += 1
-    if shown < len(lines):
-        out.append(f"(+{len(lines) - shown} more; grep the artifact to see them all)")
-    return "\n".join(out) + "\n"
+        used += costs[index]
+        if take_front:
+            front.append(rows[lo])
+            lo += 1
+        else:
+            back.append(rows[hi])
+            hi -= 1
+    if not front and not back and used > budget:
+        return ""
+    more = f"(+{hi - lo + 1} more in between; grep the artifact to see them all)"
+    return "\n".join([header, *front, more, *reversed(back)]) + "\n"
 
 
 def make_pointer(
@@ -208,19 +226,26 @@ def make_pointer(
         **fields, size_text=size_text, body="", read_more=probe_read_more
     )
     frame_cost = len(frame.encode()) + 400  # section markers with their numbers
-    cut = _cut(stats, head_bytes, tail_bytes)
+    # The head never takes the whole budget, whatever the settings and the path length.
+    head_budget = min(head_bytes, max(POINTER_MAX_BYTES - frame_cost - 1024, 0))
+    cut = _cut(stats, head_budget, tail_bytes)
     head_last_line = cut.head.count(b"\n")
-    tail_first_line = stats.newline_count - cut.tail.count(b"\n") + 1
-    middle = (
-        [line for line in stats.salient if head_last_line < line.line_no < tail_first_line]
-        if cut.tail_start > cut.head_end
-        else []
-    )
-    salient = _salient_section(middle, salient_bytes)
-    room = POINTER_MAX_BYTES - frame_cost - len(cut.head) - len(salient.encode())
+
+    def salient_for(cut: _Cut, budget: int) -> str:
+        if cut.tail_start <= cut.head_end:
+            return ""
+        tail_first = stats.newline_count - cut.tail.count(b"\n") + 1
+        middle = [line for line in stats.salient if head_last_line < line.line_no < tail_first]
+        return _salient_section(middle, min(salient_bytes, budget))
+
+    spare = POINTER_MAX_BYTES - frame_cost - len(cut.head)
+    salient = salient_for(cut, spare)
+    room = spare - len(salient.encode())
     if len(cut.tail) > room:
-        cut = _cut(stats, head_bytes, max(room, 0))
-        tail_first_line = stats.newline_count - cut.tail.count(b"\n") + 1
+        # The tail gives way to the failure lines; lines it no longer shows join the middle.
+        cut = _cut(stats, head_budget, max(room, 0))
+        salient = salient_for(cut, spare - len(cut.tail))
+    tail_first_line = stats.newline_count - cut.tail.count(b"\n") + 1
     parts: list[str] = []
     head_text = cut.head.decode("utf-8", "replace")
     if cut.tail_start <= cut.head_end and not cut.tail:

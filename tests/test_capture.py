@@ -1,0 +1,269 @@
+"""Streaming capture: temporary file, statistics, head/tail, failure lines, publishing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from toolswap.capture import TMP_PREFIX, CaptureStats, StreamCapture, detect_media_type
+
+
+@pytest.fixture
+def dir_fd(tmp_path: Path) -> Iterator[int]:
+    results = tmp_path / "tool-results"
+    results.mkdir(mode=0o700)
+    fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
+    yield fd
+    os.close(fd)
+
+
+def _capture(
+    dir_fd: int,
+    chunks: list[bytes],
+    *,
+    head_keep: int = 6144,
+    head_shown: int | None = None,
+    tail_keep: int = 24576,
+    scan_limit: int = 1 << 30,
+) -> tuple[StreamCapture, CaptureStats]:
+    capture = StreamCapture(
+        dir_fd,
+        head_keep=head_keep,
+        head_shown=head_shown,
+        tail_keep=tail_keep,
+        scan_limit=scan_limit,
+    )
+    for chunk in chunks:
+        capture.write(chunk)
+    return capture, capture.finish()
+
+
+def _split(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+def test_capture_writes_a_private_temporary_file_and_publishing_removes_it(
+    dir_fd: int,
+) -> None:
+    capture = StreamCapture(dir_fd, head_keep=10, tail_keep=10, scan_limit=1 << 20)
+    capture.write(b"hello\n")
+
+    st = os.stat(capture.tmp_name, dir_fd=dir_fd, follow_symlinks=False)
+    assert capture.tmp_name.startswith(TMP_PREFIX)
+    assert stat.S_IMODE(st.st_mode) == 0o600
+    capture.finish()
+    assert capture.link_as("tool_result_001.txt")
+    capture.discard()
+
+    assert os.listdir(dir_fd) == ["tool_result_001.txt"]
+    with open(f"/proc/self/fd/{dir_fd}/tool_result_001.txt", "rb") as f:
+        assert f.read() == b"hello\n"
+
+
+def test_linking_never_overwrites_an_existing_name(dir_fd: int) -> None:
+    fd = os.open("tool_result_001.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=dir_fd)
+    os.write(fd, b"earlier evidence")
+    os.close(fd)
+    capture, _ = _capture(dir_fd, [b"new output"])
+
+    assert not capture.link_as("tool_result_001.txt")
+    assert capture.link_as("tool_result_002.txt")
+    capture.discard()
+
+    with open(f"/proc/self/fd/{dir_fd}/tool_result_001.txt", "rb") as f:
+        assert f.read() == b"earlier evidence"
+
+
+def test_linking_does_not_follow_a_dangling_symlink_at_the_final_name(
+    dir_fd: int, tmp_path: Path
+) -> None:
+    target = tmp_path / "elsewhere.txt"
+    os.symlink(target, "tool_result_001.txt", dir_fd=dir_fd)
+    capture, _ = _capture(dir_fd, [b"output"])
+
+    assert not capture.link_as("tool_result_001.txt")
+    capture.discard()
+
+    assert not target.exists()
+
+
+def test_discarding_an_unfinished_capture_leaves_no_file(dir_fd: int) -> None:
+    capture = StreamCapture(dir_fd, head_keep=10, tail_keep=10, scan_limit=1 << 20)
+    capture.write(b"x" * 200_000)  # starts the worker thread
+
+    capture.discard()
+
+    assert os.listdir(dir_fd) == []
+
+
+def test_statistics_match_the_bytes_whatever_the_chunking(dir_fd: int) -> None:
+    data = ("première ligne\nzweite Zeile 🎉\n" * 5000 + "no newline at the end").encode()
+    for size in (1, 7, 4096, 65536, 300_000, len(data)):
+        capture, stats = _capture(dir_fd, _split(data, size), head_keep=100, tail_keep=100)
+        capture.discard()
+
+        assert stats.byte_size == len(data)
+        assert stats.sha256 == hashlib.sha256(data).hexdigest()
+        assert stats.newline_count == data.count(b"\n")
+        assert stats.line_count == data.count(b"\n") + 1
+        assert stats.char_count == len(data.decode())
+        assert stats.head == data[:100]
+        assert stats.tail == data[-100:]
+        assert stats.tail_offset == len(data) - 100
+        assert not stats.binary
+
+
+def test_temporary_file_holds_exactly_the_bytes_written_through_the_worker(
+    dir_fd: int,
+) -> None:
+    data = os.urandom(3 << 20)
+    chunks = [data[:100], data[100:70_000], data[70_000:2_000_000], data[2_000_000:]]
+    capture, stats = _capture(dir_fd, chunks)
+
+    with open(f"/proc/self/fd/{dir_fd}/{capture.tmp_name}", "rb") as f:
+        assert f.read() == data
+    capture.discard()
+    assert stats.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_a_trailing_newline_does_not_count_as_an_extra_line(dir_fd: int) -> None:
+    for data, lines in ((b"", 0), (b"a", 1), (b"a\n", 1), (b"a\nb", 2), (b"\n\n", 2)):
+        capture, stats = _capture(dir_fd, [data])
+        capture.discard()
+        assert stats.line_count == lines, data
+
+
+def test_a_nul_byte_in_the_first_8_kib_makes_the_output_binary(dir_fd: int) -> None:
+    capture, stats = _capture(dir_fd, [b"text\n" * 1000, b"\x00" + b"more"])
+    capture.discard()
+
+    assert stats.binary
+    assert stats.char_count == stats.byte_size
+    assert stats.salient == ()
+
+
+def test_invalid_utf8_anywhere_makes_the_output_binary(dir_fd: int) -> None:
+    data = b"error: fine so far\n" * 200_000 + b"\xff\xfe" + b"error: after\n"
+    capture, stats = _capture(dir_fd, _split(data, 1 << 20))
+    capture.discard()
+
+    assert stats.binary
+    assert stats.salient == ()
+
+
+def test_a_utf8_sequence_split_across_chunks_is_still_text(dir_fd: int) -> None:
+    data = "日本語のテキスト\n".encode() * 10
+    chunks = [data[:1], data[1:2], data[2:5], data[5:]]
+    capture, stats = _capture(dir_fd, chunks)
+    capture.discard()
+
+    assert not stats.binary
+    assert stats.char_count == len(data.decode())
+
+
+def test_an_output_ending_inside_a_utf8_sequence_is_binary(dir_fd: int) -> None:
+    capture, stats = _capture(dir_fd, ["abc é".encode()[:-1]])
+    capture.discard()
+
+    assert stats.binary
+
+
+@pytest.mark.parametrize(
+    ("head", "binary", "media_type"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00", True, "image/png"),
+        (b"\xff\xd8\xff\xe0", True, "image/jpeg"),
+        (b"GIF89a...", True, "image/gif"),
+        (b"%PDF-1.7", True, "application/pdf"),
+        (b"\x1f\x8b\x08", True, "application/gzip"),
+        (b"PK\x03\x04", True, "application/zip"),
+        (b"\x7fELF\x02", True, "application/x-elf"),
+        (b"\x00\x01\x02", True, "application/octet-stream"),
+        (b"plain text", False, "text/plain"),
+    ],
+)
+def test_media_type_comes_from_magic_numbers(head: bytes, binary: bool, media_type: str) -> None:
+    assert detect_media_type(head, binary=binary) == media_type
+
+
+def test_failure_lines_are_found_with_line_numbers_across_chunks(dir_fd: int) -> None:
+    lines = [f"step {i} ok" for i in range(200_000)]
+    lines[100] = "Traceback (most recent call last):"
+    lines[150_000] = "AssertionError: expected 1"
+    lines[199_000] = "FATAL: out of memory"
+    data = "\n".join(lines).encode()
+    capture, stats = _capture(dir_fd, _split(data, 1 << 16))
+    capture.discard()
+
+    assert [(s.line_no, s.text) for s in stats.salient] == [
+        (101, "Traceback (most recent call last):"),
+        (150_001, "AssertionError: expected 1"),
+        (199_001, "FATAL: out of memory"),
+    ]
+
+
+def test_failure_keywords_match_any_case(dir_fd: int) -> None:
+    words = ["error", "Exception", "TRACEBACK", "failed", "Fatal", "panic", "assertion"]
+    data = "".join(f"line {w} here\nok\n" for w in words).encode()
+    capture, stats = _capture(dir_fd, [data])
+    capture.discard()
+
+    assert [s.text for s in stats.salient] == [f"line {w} here" for w in words]
+
+
+def test_failure_lines_shown_whole_by_the_head_are_skipped(dir_fd: int) -> None:
+    line = b"a" * 99 + b"\n"
+    data = b"error: inside the head\n" + line * 60
+    data += b"error: crosses the head boundary " + b"b" * 100 + b"\n" + line * 5000
+    capture, stats = _capture(dir_fd, [data], head_keep=6152, head_shown=6144)
+    capture.discard()
+
+    assert [s.text[:32] for s in stats.salient] == ["error: crosses the head boundary"]
+
+
+def test_a_middle_failure_survives_noisy_head_and_tail(dir_fd: int) -> None:
+    lines = ["ok"] * 400_000
+    for i in range(50):
+        lines[i] = f"error: noise at the start {i}"
+    lines[200_000] = "panic: the failure that matters"
+    for i in range(399_900, 400_000):
+        lines[i] = f"error: noise at the end {i}"
+    data = "\n".join(lines).encode()
+    capture, stats = _capture(dir_fd, _split(data, 1 << 20), head_keep=6144, head_shown=6144)
+    capture.discard()
+
+    assert "panic: the failure that matters" in [s.text for s in stats.salient]
+
+
+def test_failure_lines_are_clipped_to_240_characters(dir_fd: int) -> None:
+    data = b"ok\nerror: " + b"x" * 5000 + b"\nok\n"
+    capture, stats = _capture(dir_fd, [data])
+    capture.discard()
+
+    (line,) = stats.salient
+    assert line.line_no == 2
+    assert len(line.text) == 240
+    assert line.text.endswith("…")
+
+
+def test_the_failure_scan_stops_at_its_limit_and_says_how_far_it_read(dir_fd: int) -> None:
+    data = b"ok\n" * 100_000 + b"error: past the scan limit\n"
+    capture, stats = _capture(dir_fd, _split(data, 4096), scan_limit=8192)
+    capture.discard()
+
+    assert stats.salient == ()
+    assert 8192 <= stats.scanned_bytes < len(data)
+
+
+def test_memory_kept_for_the_preview_is_bounded_by_head_and_tail(dir_fd: int) -> None:
+    data = os.urandom(1 << 20).hex().encode()  # 2 MiB of text, no newlines
+    capture, stats = _capture(dir_fd, _split(data, 1000), head_keep=50, tail_keep=70)
+    capture.discard()
+
+    assert stats.head == data[:50]
+    assert stats.tail == data[-70:]
