@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,11 +34,11 @@ from .cleanup import (
     CleanupClaim,
     JournalLike,
 )
-from .errors import CleanupError
+from .errors import CleanupError, ConfigurationError
 from .manifest import Manifest
 from .pointer import ReadHint, default_summary, make_pointer, validate_summary
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
-from .session import Session
+from .session import Session, toolswap_home
 from .settings import ExternalizerSettings, ToolThreshold
 
 __all__ = ["Output", "ToolResultExternalizer"]
@@ -341,7 +342,19 @@ class ToolResultExternalizer:
             tail_bytes=s.tail_bytes,
             salient_bytes=s.salient_bytes,
             hint=self.read_hint,
+            scope=self._cli_scope() if self.read_hint == "cli" else "",
         )
+
+    def _cli_scope(self) -> str:
+        """What ``toolswap read`` needs beside the source ID to find this session."""
+        root = self.session.root
+        try:
+            projects = (toolswap_home() / "projects").absolute()
+        except ConfigurationError:
+            projects = None
+        if root.parent.parent == projects:
+            return ""  # found from the source ID under $TOOLSWAP_HOME
+        return f" --session-dir {shlex.quote(str(root))}"
 
     # -- page faults -----------------------------------------------------------------
 

@@ -1,0 +1,349 @@
+"""The context pointer: template, bounds, cuts, failure lines, binary output, summaries."""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from toolswap import (
+    POINTER_TEMPLATE,
+    ExternalizedToolResult,
+    ExternalizerSettings,
+    ToolResultExternalizer,
+)
+from toolswap.capture import CaptureStats
+from toolswap.pointer import default_summary, human_size
+
+POINTER_MAX = 32 * 1024
+FIXED_NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def _pytest_output() -> str:
+    lines = [f"tests/test_mod.py::test_{i:03d} PASSED" for i in range(1, 201)]
+    lines[99] = "tests/test_mod.py::test_100 FAILED - AssertionError: assert 1 == 2"
+    lines[149] = "E   Traceback: ValueError raised in helper"
+    lines.append("==== 1 failed, 199 passed in 0.50s ====")
+    return "\n".join(lines) + "\n"
+
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+def _snapshot(name: str, actual: str) -> str:
+    """The stored snapshot; ``TOOLSWAP_UPDATE_SNAPSHOTS=1`` rewrites it from ``actual``."""
+    path = SNAPSHOTS / name
+    if os.environ.get("TOOLSWAP_UPDATE_SNAPSHOTS") == "1":
+        path.write_text(actual + "\n", encoding="utf-8")
+    return path.read_text(encoding="utf-8").removesuffix("\n")
+
+
+def _small(read_hint: str = "cli") -> ToolResultExternalizer:
+    """A session under $TOOLSWAP_HOME (so the source ID alone finds it), small previews."""
+    ext = ToolResultExternalizer.open(
+        "s1",
+        settings=ExternalizerSettings(head_bytes=120, tail_bytes=240),
+        read_hint=read_hint,  # type: ignore[arg-type]
+    )
+    ext._now = lambda: FIXED_NOW
+    return ext
+
+
+def _anonymize(ext: ToolResultExternalizer, text: str) -> str:
+    return text.replace(str(ext.session_dir), "<session>")
+
+
+def _sections(pointer: str) -> tuple[str, str]:
+    """(head text, tail text) of a text pointer that omits a middle."""
+    head = re.search(r"--- head: lines [\d,-]+ ---\n(.*?)--- omitted", pointer, re.S)
+    tail = re.search(r"--- tail: lines [\d,-]+ ---\n(.*)\n\[full output at: ", pointer, re.S)
+    assert head is not None and tail is not None, pointer[:2000]
+    return head.group(1), tail.group(1)
+
+
+def test_pointer_text_matches_the_snapshot() -> None:
+    ext = _small()
+
+    result = ext.externalize(_pytest_output(), "pytest", exit_code=1)
+
+    actual = _anonymize(ext, result.context_text)
+    assert actual == _snapshot("pointer_text.txt", actual)
+
+
+def test_binary_pointer_matches_the_snapshot_and_shows_no_bytes() -> None:
+    ext = _small()
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
+
+    result = ext.externalize(png, "screenshot")
+
+    actual = _anonymize(ext, result.context_text)
+    assert actual == _snapshot("pointer_binary.txt", actual)
+    assert "\ufffd" not in actual
+
+
+def test_pointer_template_has_the_spec_header_fields() -> None:
+    for field in ("[Artifact: {source_id}]", "Summary: {summary}", "{tool}; SHA-256: {sha256}"):
+        assert field in POINTER_TEMPLATE
+    assert "Full output: {path}" in POINTER_TEMPLATE
+    assert "[full output at: {path}]" in POINTER_TEMPLATE
+
+
+@pytest.mark.parametrize(
+    ("hint", "expected"),
+    [
+        ("mcp", 'Read more: read_artifact(source_id="{sid}", offset=3, limit=200)'),
+        ("python", 'Read more: externalizer.read_artifact("{sid}", offset=3, limit=200)'),
+    ],
+)
+def test_pointer_names_the_read_call_for_its_audience(hint: str, expected: str) -> None:
+    ext = _small(hint)
+
+    result = ext.externalize(_pytest_output(), "pytest")
+
+    last = result.context_text.splitlines()[-1]
+    assert last.startswith(expected.format(sid=result.artifact.source_id))
+
+
+def test_cli_pointer_names_the_session_directory_when_the_id_alone_cannot_find_it(
+    session_dir: Path,
+) -> None:
+    ext = ToolResultExternalizer(session_dir)
+
+    result = ext.externalize("x\n" * 40_000, "bash")
+
+    sid = result.artifact.source_id
+    assert f"toolswap read {sid} --session-dir {session_dir} --offset" in result.context_text
+    assert f"toolswap grep {sid} --session-dir {session_dir} 'PATTERN'" in result.context_text
+
+
+def test_read_more_offset_is_the_first_omitted_line() -> None:
+    ext = _small()
+    result = ext.externalize(_pytest_output(), "pytest")
+    offset = int(re.findall(r"--offset (\d+)", result.context_text)[0])
+
+    first_omitted = ext.read_artifact(result.artifact, offset, 1)
+
+    assert first_omitted == "tests/test_mod.py::test_004 PASSED"
+
+
+def test_a_small_artifact_is_shown_whole() -> None:
+    ext = _small()
+
+    result = ext.externalize("one\ntwo\n", "t")
+
+    assert "--- full output (2 lines) ---\none\ntwo\n" in result.context_text
+    assert "omitted" not in result.context_text
+
+
+def test_head_and_tail_prefer_line_boundaries(externalizer: ToolResultExternalizer) -> None:
+    text = "".join(f"line {i:05d} of the output\n" for i in range(10_000))
+
+    result = externalizer.externalize(text, "t")
+
+    head, tail = _sections(result.context_text)
+    assert head.endswith("\n")
+    assert text.startswith(head)
+    assert re.fullmatch(r"(line \d{5} of the output\n)+", tail)
+    assert text.endswith(tail)
+
+
+def test_cuts_never_split_a_utf8_sequence(externalizer: ToolResultExternalizer) -> None:
+    text = "😀" * 100_000  # one line, 4 bytes per character
+
+    result = externalizer.externalize(text, "t")
+
+    head, tail = (part.rstrip("\n") for part in _sections(result.context_text))
+    assert "\ufffd" not in result.context_text
+    assert head == "😀" * len(head)
+    assert tail == "😀" * len(tail)
+    assert len(head) > 1000 and len(tail) > 1000
+
+
+def test_head_and_tail_never_overlap(externalizer: ToolResultExternalizer) -> None:
+    text = "".join(f"{i}\n" for i in range(8_000))  # a little over 30 KiB
+
+    result = externalizer.externalize(text, "t")
+
+    head, tail = _sections(result.context_text)
+    head_lines = head.splitlines()
+    tail_lines = tail.splitlines()
+    assert int(head_lines[-1]) < int(tail_lines[0])
+    assert len(head.encode()) + len(tail.encode()) < len(text)
+
+
+def test_pointer_is_at_most_32_kib_for_hostile_outputs(tmp_path: Path) -> None:
+    deep = tmp_path.joinpath(*(["d" * 100] * 20)) / "s1"
+    ext = ToolResultExternalizer(deep, settings=ExternalizerSettings(salient_bytes=1 << 20))
+    summary = "汇总" * 120  # 240 characters, 720 bytes
+    outputs: list[str | bytes] = [
+        "x" * 5_000_000,
+        "error: something\n" * 200_000,
+        "".join(f"line {i}: 🎉 error {'é' * (i % 300)}\n" for i in range(20_000)),
+        os.urandom(1 << 20),
+        "\n" * 1_000_000,
+        "日本語" * 500_000,
+    ]
+    for output in outputs:
+        result = ext.externalize(output, "tool", summary=summary)
+        assert len(result.context_text.encode()) <= POINTER_MAX
+
+
+def test_pointer_is_at_most_32_kib_with_the_largest_allowed_previews(session_dir: Path) -> None:
+    text = "".join(f"error at step {i}: {'x' * 180}\n" for i in range(20_000))
+    for head, tail in ((30 * 1024, 1024), (1024, 30 * 1024), (15 * 1024, 16 * 1024)):
+        ext = ToolResultExternalizer(
+            session_dir, settings=ExternalizerSettings(head_bytes=head, tail_bytes=tail)
+        )
+        result = ext.externalize(text, "t")
+        assert len(result.context_text.encode()) <= POINTER_MAX
+
+
+def test_failure_lines_from_the_middle_are_listed_with_line_numbers(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = ["ok"] * 100_000
+    lines[1] = "error: in the head, shown there"
+    lines[40_000] = "Traceback (most recent call last):"
+    lines[40_001] = "    x = 1 / 0"  # no keyword: not listed
+    lines[70_000] = "panic: runtime error: index out of range"
+    lines[99_999] = "FAILED in the tail, shown there"
+
+    result = externalizer.externalize("\n".join(lines), "t")
+
+    section = result.context_text.split("look like failures (line number: text) ---\n")[1]
+    listed = section.split("--- tail")[0].splitlines()
+    assert listed == [
+        "40001: Traceback (most recent call last):",
+        "70001: panic: runtime error: index out of range",
+    ]
+    assert result.context_text.count("error: in the head, shown there") == 1
+    assert result.context_text.count("FAILED in the tail, shown there") == 1
+
+
+def test_listed_line_numbers_match_what_the_reader_returns(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"row {i}" for i in range(50_000)]
+    lines[12_345] = "AssertionError: mismatch in row 12345"
+    result = externalizer.externalize("\n".join(lines), "t")
+
+    (number,) = re.findall(r"^(\d+): AssertionError", result.context_text, re.M)
+
+    assert externalizer.read_artifact(result.artifact, int(number) - 1, 1) == lines[12_345]
+
+
+def test_too_many_failure_lines_keep_the_first_and_the_last_within_budget(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"ok {i}" + "." * 100 for i in range(4_000)]
+    for i in range(1_000, 1_200):
+        lines[i] = f"error: middle failure {i} " + "y" * 60
+    lines[3_700] = "FATAL: the last failure before the tail"
+
+    result = externalizer.externalize("\n".join(lines) + "\n", "t")
+
+    text = result.context_text
+    assert "1001: error: middle failure 1000" in text
+    assert "3701: FATAL: the last failure before the tail" in text
+    assert re.search(r"\(\+\d+ more in between; grep the artifact to see them all\)", text)
+    assert len(text.encode()) <= POINTER_MAX
+
+
+def test_pointer_says_when_the_failure_scan_stopped_early(session_dir: Path) -> None:
+    ext = ToolResultExternalizer(
+        session_dir, settings=ExternalizerSettings(salient_scan_bytes=64 * 1024)
+    )
+
+    result = ext.externalize("ok\n" * 500_000, "t")
+
+    assert "; the failure-line scan covered only the first " in result.context_text
+
+
+def test_binary_output_is_never_decoded_into_the_pointer(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    data = b"looks like text\n" * 100 + b"\x00\xff" + os.urandom(200_000)
+
+    result = externalizer.externalize(data, "t")
+
+    assert result.artifact.binary
+    assert result.artifact.media_type == "application/octet-stream"
+    assert "looks like text" not in result.context_text
+    assert "\ufffd" not in result.context_text
+    assert "binary application/octet-stream" in result.context_text
+    assert human_size(len(data)) in result.context_text
+    assert "--byte-start 0" in result.context_text
+
+
+def test_pointer_says_plainly_that_the_output_is_saved(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    result = externalizer.externalize("x\n" * 40_000, "bash")
+
+    assert "The full output is saved; page through it instead of running the tool again." in (
+        result.context_text
+    )
+    assert result.context_text.splitlines()[-1].startswith("Read more: toolswap read ")
+
+
+# -- summaries -----------------------------------------------------------------------
+
+
+def _stats(head: bytes, *, size: int | None = None, binary: bool = False) -> CaptureStats:
+    return CaptureStats(
+        byte_size=len(head) if size is None else size,
+        newline_count=head.count(b"\n"),
+        char_count=len(head),
+        sha256="0" * 64,
+        binary=binary,
+        head=head,
+        tail=head[-100:],
+        salient=(),
+        scanned_bytes=len(head),
+    )
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"y" * 10_000,
+        "漢".encode() * 3000,
+        b"\n\n\n   \n",
+        b"",
+        b"\t first\tline  with   spaces \r\nsecond",
+        b"x" * 6144 + b"\xe6",
+    ],
+)
+def test_default_summary_is_at_most_240_characters_and_one_line(head: bytes) -> None:
+    summary = default_summary(_stats(head), "bash", "text/plain", exit_code=2)
+
+    assert 0 < len(summary) <= 240
+    assert "\n" not in summary and "\r" not in summary
+    assert summary == default_summary(_stats(head), "bash", "text/plain", exit_code=2)
+
+
+def test_default_summary_collapses_whitespace_in_the_first_line() -> None:
+    summary = default_summary(_stats(b"\n\t first\tline  here \r\nsecond\n"), "t", "text/plain")
+
+    assert summary == "t output: 3 lines, 29 bytes; first line: first line here"
+
+
+def test_default_summary_of_a_tool_with_a_very_long_name_is_still_bounded() -> None:
+    summary = default_summary(_stats(b"abc"), "t" * 200, "text/plain", exit_code=1)
+
+    assert len(summary) == 240
+    assert summary.endswith("…")
+
+
+def test_externalized_result_pointer_and_artifact_agree(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    result = externalizer.externalize("x\n" * 40_000, "bash")
+
+    assert isinstance(result, ExternalizedToolResult)
+    assert result.context_text.startswith(f"[Artifact: {result.artifact.source_id}]\n")
+    assert f"SHA-256: {result.artifact.content_sha256}" in result.context_text
+    assert f"Full output: {result.artifact.path}" in result.context_text
