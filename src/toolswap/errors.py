@@ -16,6 +16,9 @@ callers can catch either::
     ├── ArtifactRetentionError (ValueError)    a claim or lease operation was refused
     │   └── ArtifactPublicationRejected        a publisher proved the reference was not written
     ├── ArtifactReferenceOwnerError (RuntimeError) the memory owner failed or refused
+    │   ├── ArtifactReferenceTombstonedError   the publication ID is sealed; it can never be written
+    │   ├── ArtifactPublicationConflictError   the publication ID already names another reference
+    │   └── ArtifactFenceStaleError            the owner's generation moved before the seal
     └── CleanupError (ValueError)              a cleanup plan or apply was refused
 """
 
@@ -24,12 +27,15 @@ from __future__ import annotations
 __all__ = [
     "ArtifactAccessError",
     "ArtifactCollectedError",
+    "ArtifactFenceStaleError",
     "ArtifactIntegrityError",
     "ArtifactLeaseJournalError",
     "ArtifactNotFoundError",
+    "ArtifactPublicationConflictError",
     "ArtifactPublicationRejected",
     "ArtifactReadError",
     "ArtifactReferenceOwnerError",
+    "ArtifactReferenceTombstonedError",
     "ArtifactRetentionError",
     "ChainLogError",
     "CleanupError",
@@ -89,6 +95,18 @@ class ArtifactPublicationRejected(ArtifactRetentionError):
 
 class ArtifactReferenceOwnerError(ToolswapError, RuntimeError):
     """The memory owner failed, or refused an operation (for example a tombstoned ID)."""
+
+
+class ArtifactReferenceTombstonedError(ArtifactReferenceOwnerError):
+    """The owner sealed this publication ID (tombstone); no write under it will ever land."""
+
+
+class ArtifactPublicationConflictError(ArtifactReferenceOwnerError):
+    """The publication ID already names a different reference in the owner."""
+
+
+class ArtifactFenceStaleError(ArtifactReferenceOwnerError):
+    """The owner's generation changed between the observation and the seal; observe again."""
 
 
 class CleanupError(ToolswapError, ValueError):

@@ -1,0 +1,593 @@
+"""SqliteMemoryOwner: the embedded default memory owner, on one SQLite file (WAL).
+
+It stores :class:`~toolswap.ArtifactMemoryReference` records (never a body) under their
+publication ID, which is the journal's transaction ID::
+
+    owner = SqliteMemoryOwner(session_dir / "memory.sqlite3")
+    journal.publish_reference(
+        claim, lambda: owner.publish(tx_id, memory_reference), transaction_id=tx_id
+    )
+    journal.remove_reference(tx_id, lambda: owner.remove(tx_id))
+    journal.reconcile_pending(owner)
+
+Several processes may share the file. Every write is one ``BEGIN IMMEDIATE`` transaction
+with ``synchronous=FULL``, so it is durable when it returns.
+
+**Fence.** :meth:`SqliteMemoryOwner.inspect_fenced` opens a ``BEGIN IMMEDIATE``
+transaction, observes the publication inside it, and holds it until the fence closes: no
+publish, remove or seal of any ID can commit meanwhile (writers wait up to the busy
+timeout). ``fence="optimistic"`` observes in a read transaction and holds nothing; its
+seal is then a compare-and-swap on the generation inside its own write transaction, so a
+change in between makes the seal fail (``pending_stale``) instead of waiting. That is the
+shape of owners that cannot hold a lock (object stores with generations, ETags).
+
+**Generation.** Each publication ID has a counter, advanced by every publish, remove and
+seal; the seal advances it by compare-and-swap from the observed value.
+
+**Tombstones.** Sealing an absence and removing a reference both write a tombstone, and a
+tombstone is never deleted: a publish under that ID is refused forever, whether it is a
+late write of the original attempt or a replay. The refusal is
+:class:`~toolswap.errors.ArtifactReferenceTombstonedError`, an owner error, deliberately
+*not* :class:`~toolswap.errors.ArtifactPublicationRejected`: after a remove the ID *was*
+written once, so "the reference was not written" would be false, and it is not this
+call's job to settle the lease. ``publish_reference`` lets it propagate, the lease stays
+PREPARED, and reconciliation observes the sealed absence and aborts it. For the same
+reason a publish under an ID that already holds a *different* reference raises
+:class:`~toolswap.errors.ArtifactPublicationConflictError` and reconciliation reports
+``pending_conflict``. ``ArtifactPublicationRejected`` is raised only by validation that
+runs before any write (a malformed reference or ID).
+
+**Journal heads.** ``journal_heads`` keeps the last head each journal acknowledged
+(see :mod:`toolswap.retention.owner`), only ever moving forward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from ...artifact import SHA256_RE, ArtifactMemoryReference, parse_artifact_source_id
+from ...chainlog import canonical_json
+from ...crashpoints import crash_point
+from ...errors import (
+    ArtifactFenceStaleError,
+    ArtifactPublicationConflictError,
+    ArtifactPublicationRejected,
+    ArtifactReferenceOwnerError,
+    ArtifactReferenceTombstonedError,
+    ArtifactRetentionError,
+    SourceIdError,
+)
+from ..journal import ArtifactLeaseTransaction, validate_transaction_id
+from ..owner import (
+    ArtifactObservationState,
+    ArtifactReferenceFence,
+    ArtifactReferenceObservation,
+    ArtifactReferenceOwner,
+    JournalHead,
+)
+
+__all__ = ["DEFAULT_OWNER_FILENAME", "SqliteMemoryOwner", "StoredMemoryReference"]
+
+DEFAULT_OWNER_FILENAME = "memory.sqlite3"
+"""Name of the default owner database inside a session directory."""
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS owner_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS memory_references (
+    transaction_id TEXT PRIMARY KEY,
+    session TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    content_sha256 TEXT NOT NULL,
+    reference TEXT NOT NULL,
+    published_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memory_references_by_source
+    ON memory_references (session, source_id);
+CREATE TABLE IF NOT EXISTS generations (
+    transaction_id TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tombstones (
+    transaction_id TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    sealed_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS journal_heads (
+    journal_key TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    acknowledged_at TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMemoryReference:
+    """A reference as the owner stores it."""
+
+    transaction_id: str
+    """The publication ID (the journal's transaction ID)."""
+    reference: ArtifactMemoryReference
+    published_at: datetime
+    generation: int
+    """The ID's generation after the publish."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "transaction_id": self.transaction_id,
+            "reference": self.reference.to_dict(),
+            "published_at": self.published_at.isoformat(),
+            "generation": self.generation,
+        }
+
+
+def _owner_error(action: str, exc: sqlite3.Error) -> ArtifactReferenceOwnerError:
+    return ArtifactReferenceOwnerError(
+        f"memory owner: {action} failed ({type(exc).__name__}: {exc}); retry, or check the "
+        "database with `sqlite3 <file> 'PRAGMA integrity_check'`"
+    )
+
+
+class SqliteMemoryOwner(ArtifactReferenceOwner):
+    """A memory store of artifact references in SQLite, and the owner side of reconciliation.
+
+    Args:
+        path: the database file (created 0600 unless ``create=False``; never a symlink).
+        create: create the database if it does not exist.
+        busy_timeout: seconds a writer waits for another's transaction (or fence).
+        fence: ``"immediate"`` (a write transaction held for the fence's lifetime) or
+            ``"optimistic"`` (observe without a lock; the seal is a CAS that may go stale).
+        now: clock for timestamps (timezone-aware UTC).
+
+    Raises:
+        ArtifactReferenceOwnerError: the file is a symlink, not a regular file, owned by
+            another user, missing with ``create=False``, or from a newer schema.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        create: bool = True,
+        busy_timeout: float = 30.0,
+        fence: Literal["immediate", "optimistic"] = "immediate",
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        if fence not in ("immediate", "optimistic"):
+            raise ValueError("fence must be 'immediate' or 'optimistic'")
+        if not busy_timeout >= 0:
+            raise ValueError("busy_timeout must be a non-negative number of seconds")
+        self.path = Path(path).expanduser().absolute()
+        self.busy_timeout = float(busy_timeout)
+        self.fence_mode: Literal["immediate", "optimistic"] = fence
+        self._now = now or (lambda: datetime.now(UTC))
+        self._check_file(create)
+        self._init_schema()
+
+    def __repr__(self) -> str:
+        return f"SqliteMemoryOwner({str(self.path)!r}, fence={self.fence_mode!r})"
+
+    # -- the database ----------------------------------------------------------------
+
+    def _check_file(self, create: bool) -> None:
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            if not create:
+                raise ArtifactReferenceOwnerError(
+                    f"no memory owner database at {self.path}; pass the owner's database "
+                    "(--owner-db) or create it by publishing through it"
+                ) from None
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                os.close(fd)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise ArtifactReferenceOwnerError(
+                    f"cannot create the memory owner database {self.path}: {exc.strerror}"
+                ) from exc
+            st = os.lstat(self.path)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            raise ArtifactReferenceOwnerError(
+                f"memory owner database {self.path} must be a regular file, not a symlink"
+            )
+        if st.st_uid != os.geteuid():
+            raise ArtifactReferenceOwnerError(
+                f"memory owner database {self.path} is owned by uid {st.st_uid}, not by this user"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA synchronous = FULL")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextmanager
+    def _connection(self, action: str) -> Iterator[sqlite3.Connection]:
+        try:
+            conn = self._connect()
+        except sqlite3.Error as exc:
+            raise _owner_error(action, exc) from exc
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise _owner_error(action, exc) from exc
+        finally:
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            conn.close()
+
+    def _init_schema(self) -> None:
+        with self._connection("opening the database") as conn:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if not mode or str(mode[0]).lower() != "wal":
+                raise ArtifactReferenceOwnerError(
+                    f"memory owner database {self.path} cannot use WAL mode"
+                )
+            row = None
+            try:
+                row = conn.execute(
+                    "SELECT value FROM owner_meta WHERE key = 'schema_version'"
+                ).fetchone()
+            except sqlite3.OperationalError:
+                row = None
+            if row is None:
+                # One transaction: concurrent first opens create the schema exactly once.
+                conn.executescript(
+                    "BEGIN IMMEDIATE;"
+                    + _SCHEMA
+                    + "INSERT OR IGNORE INTO owner_meta (key, value) "
+                    + f"VALUES ('schema_version', '{SCHEMA_VERSION}');"
+                    + "COMMIT;"
+                )
+                row = conn.execute(
+                    "SELECT value FROM owner_meta WHERE key = 'schema_version'"
+                ).fetchone()
+            if row is None or row[0] != str(SCHEMA_VERSION):
+                raise ArtifactReferenceOwnerError(
+                    f"memory owner database {self.path} has schema version "
+                    f"{row[0] if row else None!r}; this toolswap reads version {SCHEMA_VERSION}"
+                )
+
+    def _stamp(self) -> str:
+        when = self._now()
+        if when.tzinfo is None:
+            raise ArtifactReferenceOwnerError("the clock must give timezone-aware datetimes")
+        return when.astimezone(UTC).isoformat()
+
+    @staticmethod
+    def _generation(conn: sqlite3.Connection, transaction_id: str) -> int:
+        row = conn.execute(
+            "SELECT generation FROM generations WHERE transaction_id = ?", (transaction_id,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    @staticmethod
+    def _advance(conn: sqlite3.Connection, transaction_id: str, expected: int) -> int:
+        """Compare-and-swap the generation from ``expected`` to ``expected + 1``."""
+        if expected == 0:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO generations (transaction_id, generation) VALUES (?, 1)",
+                (transaction_id,),
+            )
+        else:
+            cur = conn.execute(
+                "UPDATE generations SET generation = ? WHERE transaction_id = ? AND generation = ?",
+                (expected + 1, transaction_id, expected),
+            )
+        if cur.rowcount != 1:
+            raise ArtifactFenceStaleError(
+                f"the generation of {transaction_id!r} moved from {expected}; observe again"
+            )
+        return expected + 1
+
+    @staticmethod
+    def _tombstoned(conn: sqlite3.Connection, transaction_id: str) -> bool:
+        row = conn.execute(
+            "SELECT 1 FROM tombstones WHERE transaction_id = ?", (transaction_id,)
+        ).fetchone()
+        return row is not None
+
+    # -- memory operations -----------------------------------------------------------
+
+    def publish(
+        self, transaction_id: str, memory_reference: ArtifactMemoryReference
+    ) -> StoredMemoryReference:
+        """Store ``memory_reference`` under ``transaction_id`` (durable when this returns).
+
+        Publishing the same reference again under the same ID returns the stored record.
+
+        Raises:
+            ArtifactPublicationRejected: the ID or the reference is malformed; checked
+                before any write, so nothing was or will be written.
+            ArtifactReferenceTombstonedError: the ID is sealed; nothing was written.
+            ArtifactPublicationConflictError: the ID holds a different reference.
+            ArtifactReferenceOwnerError: the database failed; the write may or may not have
+                committed (reconcile to find out).
+        """
+        try:
+            validate_transaction_id(transaction_id)
+            if not isinstance(memory_reference, ArtifactMemoryReference):
+                raise ArtifactRetentionError("publish takes an ArtifactMemoryReference")
+            checked = ArtifactMemoryReference.from_dict(memory_reference.to_dict())
+            session = parse_artifact_source_id(checked.source.source_id).session
+        except (ArtifactRetentionError, SourceIdError, KeyError, ValueError) as exc:
+            raise ArtifactPublicationRejected(f"reference rejected before write: {exc}") from exc
+        body = canonical_json(memory_reference.to_dict()).decode()
+        with self._connection("publish") as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            if self._tombstoned(conn, transaction_id):
+                raise ArtifactReferenceTombstonedError(
+                    f"publication ID {transaction_id!r} is tombstoned: it was aborted or "
+                    "removed and can never be published again; use a new transaction ID"
+                )
+            row = conn.execute(
+                "SELECT reference, published_at FROM memory_references WHERE transaction_id = ?",
+                (transaction_id,),
+            ).fetchone()
+            generation = self._generation(conn, transaction_id)
+            if row is not None:
+                if row[0] != body:
+                    raise ArtifactPublicationConflictError(
+                        f"publication ID {transaction_id!r} already holds a different reference"
+                    )
+                conn.execute("COMMIT")
+                return StoredMemoryReference(
+                    transaction_id, checked, datetime.fromisoformat(row[1]), generation
+                )
+            generation = self._advance(conn, transaction_id, generation)
+            published_at = self._stamp()
+            conn.execute(
+                "INSERT INTO memory_references (transaction_id, session, source_id, "
+                "content_sha256, reference, published_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    transaction_id,
+                    session,
+                    checked.source.source_id,
+                    checked.content_sha256,
+                    body,
+                    published_at,
+                ),
+            )
+            crash_point("owner.publishing")
+            conn.execute("COMMIT")
+        crash_point("owner.published")
+        return StoredMemoryReference(
+            transaction_id, checked, datetime.fromisoformat(published_at), generation
+        )
+
+    def remove(self, transaction_id: str) -> bool:
+        """Delete the reference and tombstone its ID (idempotent; durable on return).
+
+        Returns:
+            True if a reference was deleted, False if there was none.
+        """
+        validate_transaction_id(transaction_id)
+        with self._connection("remove") as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            deleted = conn.execute(
+                "DELETE FROM memory_references WHERE transaction_id = ?", (transaction_id,)
+            ).rowcount
+            if deleted == 0 and self._tombstoned(conn, transaction_id):
+                conn.execute("ROLLBACK")
+                return False
+            generation = self._advance(conn, transaction_id, self._generation(conn, transaction_id))
+            conn.execute(
+                "INSERT OR IGNORE INTO tombstones (transaction_id, generation, reason, sealed_at) "
+                "VALUES (?, ?, 'removed', ?)",
+                (transaction_id, generation, self._stamp()),
+            )
+            crash_point("owner.removing")
+            conn.execute("COMMIT")
+        crash_point("owner.removed")
+        return deleted > 0
+
+    def get(self, transaction_id: str) -> StoredMemoryReference | None:
+        """The reference stored under ``transaction_id``, or None."""
+        with self._connection("read") as conn:
+            conn.execute("BEGIN")
+            row = conn.execute(
+                "SELECT reference, published_at FROM memory_references WHERE transaction_id = ?",
+                (transaction_id,),
+            ).fetchone()
+            generation = self._generation(conn, transaction_id)
+        if row is None:
+            return None
+        return self._stored(transaction_id, row[0], row[1], generation)
+
+    def list_references(
+        self, *, session: str | None = None, source_id: str | None = None
+    ) -> list[StoredMemoryReference]:
+        """Stored references, oldest first, optionally of one session or one artifact."""
+        query = (
+            "SELECT m.transaction_id, m.reference, m.published_at, COALESCE(g.generation, 0) "
+            "FROM memory_references m LEFT JOIN generations g USING (transaction_id)"
+        )
+        where: list[str] = []
+        args: list[str] = []
+        if session is not None:
+            where.append("m.session = ?")
+            args.append(session)
+        if source_id is not None:
+            where.append("m.source_id = ?")
+            args.append(source_id)
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        query += " ORDER BY m.published_at, m.transaction_id"
+        with self._connection("list") as conn:
+            rows = conn.execute(query, args).fetchall()
+        return [self._stored(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+    def is_tombstoned(self, transaction_id: str) -> bool:
+        """True when publishing under ``transaction_id`` is refused forever."""
+        with self._connection("read") as conn:
+            return self._tombstoned(conn, transaction_id)
+
+    def _stored(
+        self, transaction_id: str, body: str, published_at: str, generation: int
+    ) -> StoredMemoryReference:
+        try:
+            reference = ArtifactMemoryReference.from_dict(json.loads(body))
+        except (ValueError, KeyError, TypeError, SourceIdError) as exc:
+            raise ArtifactReferenceOwnerError(
+                f"memory owner: the reference stored under {transaction_id!r} is unreadable"
+            ) from exc
+        return StoredMemoryReference(
+            transaction_id, reference, datetime.fromisoformat(published_at), generation
+        )
+
+    # -- reconciliation --------------------------------------------------------------
+
+    @staticmethod
+    def _observe(conn: sqlite3.Connection, transaction_id: str) -> ArtifactReferenceObservation:
+        generation = SqliteMemoryOwner._generation(conn, transaction_id)
+        row = conn.execute(
+            "SELECT source_id, content_sha256, reference FROM memory_references "
+            "WHERE transaction_id = ?",
+            (transaction_id,),
+        ).fetchone()
+        sealed = SqliteMemoryOwner._tombstoned(conn, transaction_id)
+        if row is None:
+            return ArtifactReferenceObservation(
+                ArtifactObservationState.ABSENT, generation, sealed=sealed
+            )
+        source_id, sha, body = row
+        try:
+            stored = ArtifactMemoryReference.from_dict(json.loads(body))
+            consistent = (
+                not sealed
+                and isinstance(sha, str)
+                and SHA256_RE.fullmatch(sha) is not None
+                and stored.source.source_id == source_id
+                and stored.content_sha256 == sha
+            )
+        except (ValueError, KeyError, TypeError, SourceIdError):
+            consistent = False
+        if not consistent:
+            # A row we cannot read, or a row beside a tombstone: do not guess.
+            return ArtifactReferenceObservation(ArtifactObservationState.UNKNOWN, generation)
+        return ArtifactReferenceObservation(
+            ArtifactObservationState.PUBLISHED,
+            generation,
+            source_id=source_id,
+            content_sha256=sha,
+        )
+
+    @contextmanager
+    def inspect_fenced(
+        self, transaction: ArtifactLeaseTransaction
+    ) -> Iterator[ArtifactReferenceFence]:
+        """Observe ``transaction.transaction_id`` inside a fence (see the module docstring).
+
+        Raises:
+            ArtifactReferenceOwnerError: the fence could not be taken within the busy
+                timeout, or the database failed.
+        """
+        tx = validate_transaction_id(transaction.transaction_id)
+        with self._connection("fence") as conn:
+            conn.execute("BEGIN IMMEDIATE" if self.fence_mode == "immediate" else "BEGIN")
+            observation = self._observe(conn, tx)
+            if self.fence_mode == "optimistic":
+                conn.execute("COMMIT")
+            yield _SqliteFence(self, conn, tx, observation)
+
+    # -- journal heads ---------------------------------------------------------------
+
+    def journal_head(self, journal_key: str) -> JournalHead | None:
+        with self._connection("read journal head") as conn:
+            row = conn.execute(
+                "SELECT seq, hash FROM journal_heads WHERE journal_key = ?", (journal_key,)
+            ).fetchone()
+        return JournalHead(int(row[0]), str(row[1])) if row else None
+
+    def acknowledge_journal_head(self, journal_key: str, head: JournalHead) -> None:
+        if head.seq < 1 or not SHA256_RE.fullmatch(head.hash):
+            raise ValueError("a journal head has a positive sequence and a SHA-256")
+        with self._connection("acknowledge journal head") as conn:
+            conn.execute(
+                "INSERT INTO journal_heads (journal_key, seq, hash, acknowledged_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (journal_key) DO UPDATE SET "
+                "seq = excluded.seq, hash = excluded.hash, "
+                "acknowledged_at = excluded.acknowledged_at "
+                "WHERE excluded.seq > journal_heads.seq",
+                (journal_key, head.seq, head.hash, self._stamp()),
+            )
+
+
+class _SqliteFence(ArtifactReferenceFence):
+    def __init__(
+        self,
+        owner: SqliteMemoryOwner,
+        conn: sqlite3.Connection,
+        transaction_id: str,
+        observation: ArtifactReferenceObservation,
+    ) -> None:
+        self._owner = owner
+        self._conn = conn
+        self._tx = transaction_id
+        self._observation = observation
+        self._sealed: ArtifactReferenceObservation | None = None
+
+    @property
+    def observation(self) -> ArtifactReferenceObservation:
+        return self._observation
+
+    def seal_absent(self) -> ArtifactReferenceObservation:
+        obs = self._observation
+        if self._sealed is not None:
+            return self._sealed
+        if obs.state is not ArtifactObservationState.ABSENT or obs.sealed:
+            raise ArtifactReferenceOwnerError("only an unsealed absence can be sealed")
+        conn, tx = self._conn, self._tx
+        expected = obs.generation or 0
+        try:
+            if not conn.in_transaction:
+                conn.execute("BEGIN IMMEDIATE")  # optimistic fence: the CAS decides
+            published = conn.execute(
+                "SELECT 1 FROM memory_references WHERE transaction_id = ?", (tx,)
+            ).fetchone()
+            if published is not None or SqliteMemoryOwner._tombstoned(conn, tx):
+                raise ArtifactFenceStaleError(f"{tx!r} changed since it was observed")
+            generation = SqliteMemoryOwner._advance(conn, tx, expected)
+            conn.execute(
+                "INSERT INTO tombstones (transaction_id, generation, reason, sealed_at) "
+                "VALUES (?, ?, 'absent', ?)",
+                (tx, generation, self._owner._stamp()),
+            )
+            crash_point("owner.tombstoning")
+            conn.execute("COMMIT")
+        except ArtifactFenceStaleError:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        except sqlite3.Error as exc:
+            raise _owner_error("seal", exc) from exc
+        crash_point("owner.tombstoned")
+        self._sealed = ArtifactReferenceObservation(
+            ArtifactObservationState.ABSENT, generation, sealed=True
+        )
+        return self._sealed
