@@ -125,7 +125,13 @@ class ChainLog:
                     "records; refusing to trust it"
                 )
             self._identity = identity
-            records = self._read_from(fd, st.st_size)
+            try:
+                records = self._read_from(fd, st.st_size)
+            except ChainLogError:
+                # _verify advanced the sequence and hash record by record; forget them so
+                # the next refresh re-verifies from the start and reports the same defect.
+                self.reset()
+                raise
             return reset, records
         finally:
             os.close(fd)
@@ -250,6 +256,7 @@ class ChainLog:
             os.fsync(kfd)
         finally:
             os.close(kfd)
+        fsync_dir(self.path.parent)  # the kept bytes are durable before the cut
         os.ftruncate(fd, offset)
         os.fsync(fd)
         self._torn = None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import core, gc  # noqa: F401  (registers commands)
+from . import core, gc, retention  # noqa: F401  (registers commands)
+from . import mcp_cmd  # noqa: F401
 from ._group import main
 
 __all__ = ["main"]

@@ -1,0 +1,184 @@
+"""Retention commands: ``leases``, ``reconcile`` and ``journal verify``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import ArtifactReferenceOwnerError
+from ..retention import (
+    DEFAULT_OWNER_FILENAME,
+    ArtifactReconcileStatus,
+    ArtifactRetentionJournal,
+    SqliteMemoryOwner,
+)
+from ..session import Session
+from ._common import echo_json, handle_errors, resolve_session, session_options
+from ._group import main
+
+__all__: list[str] = []
+
+_OWNER_HELP = (
+    "The memory owner's SQLite database (default: <session>/" + DEFAULT_OWNER_FILENAME + ")."
+)
+
+
+def _owner(session: Session, owner_db: Path | None, *, required: bool) -> SqliteMemoryOwner | None:
+    path = owner_db if owner_db is not None else session.root / DEFAULT_OWNER_FILENAME
+    if owner_db is None and not required and not (path.exists() or path.is_symlink()):
+        return None
+    if not (path.exists() or path.is_symlink()):
+        raise ArtifactReferenceOwnerError(
+            f"no memory owner database at {path}; pass --owner-db with the database the "
+            "references were published to (reconcile never creates one: an empty owner "
+            "would seal every pending lease as absent)"
+        )
+    return SqliteMemoryOwner(path, create=False)
+
+
+def _deadline(value: object) -> str:
+    return "unbounded" if value is None else str(value)
+
+
+@main.command()
+@session_options
+@click.option(
+    "--owner-db", type=click.Path(dir_okay=False, path_type=Path), default=None, help=_OWNER_HELP
+)
+@click.option("--all", "show_all", is_flag=True, help="Also list every lease with its phase.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@handle_errors
+def leases(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    owner_db: Path | None,
+    show_all: bool,
+    as_json: bool,
+) -> None:
+    """Show the artifacts the lease journal protects, and the pending transactions.
+
+    The journal is verified (only its torn final record is ignored) and, when the memory
+    owner's database exists, checked against the journal head the owner acknowledged.
+    A pending (PREPARED) transaction protects its artifact with no deadline until
+    `toolswap reconcile` settles it. Exits 1 if the journal cannot be trusted.
+    """
+    session = resolve_session(session_id, workspace, session_dir, create=False)
+    journal = ArtifactRetentionJournal(session, owner=_owner(session, owner_db, required=False))
+    view = journal.recover()
+    transactions = journal.transactions() if show_all else []
+    if as_json:
+        data = view.to_dict()
+        data["session"] = session.session_id
+        if show_all:
+            data["leases"] = [t.to_dict() for t in transactions]
+        echo_json(data)
+        return
+    for claim in sorted(view.claims.values(), key=lambda c: c.source_id):
+        click.echo(
+            f"{claim.source_id}\t{claim.reference_count}\t{_deadline(claim.retain_until)}"
+        )
+    for tx in view.pending_transaction_ids:
+        click.echo(f"pending\t{tx}")
+    for t in transactions:
+        click.echo(
+            f"lease\t{t.transaction_id}\t{t.phase.value}\t{t.claim.source_id}\t"
+            f"{t.claim.reference_count}\t{_deadline(t.claim.retain_until)}"
+        )
+    click.echo(
+        f"{len(view.claims)} protected artifact(s), {len(view.pending_transaction_ids)} pending "
+        f"transaction(s); journal at record {view.journal_seq}",
+        err=True,
+    )
+
+
+@main.command()
+@session_options
+@click.option(
+    "--owner-db", type=click.Path(dir_okay=False, path_type=Path), default=None, help=_OWNER_HELP
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of reports.")
+@handle_errors
+def reconcile(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    owner_db: Path | None,
+    as_json: bool,
+) -> None:
+    """Settle pending leases with the memory owner (a SqliteMemoryOwner database).
+
+    The owner is <session>/memory.sqlite3 unless --owner-db names another; it must exist.
+    Each pending lease is observed under the owner's fence: a matching reference commits
+    it, a sealed absence (tombstone) aborts it, anything uncertain keeps it pending and
+    protecting its artifact. Reports carry the transaction ID, status, reason and
+    generation only. Exits 0 when every lease settled, 3 when some stay pending.
+    """
+    session = resolve_session(session_id, workspace, session_dir, create=False)
+    owner = _owner(session, owner_db, required=True)
+    assert owner is not None
+    journal = ArtifactRetentionJournal(session, owner=owner)
+    reports = journal.reconcile_pending(owner)
+    if as_json:
+        echo_json([r.to_dict() for r in reports])
+    else:
+        for r in reports:
+            generation = "-" if r.generation is None else str(r.generation)
+            click.echo(f"{r.transaction_id}\t{r.status.value}\t{generation}\t{r.reason}")
+    pending = [r for r in reports if r.status.is_pending]
+    if not as_json:
+        settled = sum(
+            r.status in (ArtifactReconcileStatus.COMMITTED, ArtifactReconcileStatus.ABORTED)
+            for r in reports
+        )
+        click.echo(
+            f"{len(reports)} pending lease(s) reconciled: {settled} settled now, "
+            f"{len(pending)} still pending",
+            err=True,
+        )
+    if pending:
+        sys.exit(3)
+
+
+@main.group()
+def journal() -> None:
+    """Inspect the session's retention lease journal."""
+
+
+@journal.command(name="verify")
+@session_options
+@click.option(
+    "--owner-db", type=click.Path(dir_okay=False, path_type=Path), default=None, help=_OWNER_HELP
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@handle_errors
+def journal_verify(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    owner_db: Path | None,
+    as_json: bool,
+) -> None:
+    """Verify the whole lease journal: hash chain, sequence, phases, owner's head.
+
+    Every record is checked from the first byte (the cache is ignored). A final record
+    without its newline (a torn append) is reported and ignored; any other defect, or a
+    journal behind the head the memory owner acknowledged, exits 1.
+    """
+    session = resolve_session(session_id, workspace, session_dir, create=False)
+    owner = _owner(session, owner_db, required=owner_db is not None)
+    summary = ArtifactRetentionJournal(session, owner=owner).verify()
+    if as_json:
+        echo_json({"ok": True, **summary.to_dict()})
+        return
+    phases = ", ".join(f"{n} {p}" for p, n in summary.phases.items())
+    click.echo(f"journal ok: {summary.records} record(s), head {summary.head.hash[:16]}; {phases}")
+    if summary.owner_head is not None:
+        click.echo(f"owner acknowledged record {summary.owner_head.seq}")
+    if summary.torn_tail_bytes:
+        click.echo(
+            f"torn final record: {summary.torn_tail_bytes} byte(s) ignored (the next append "
+            "cuts them off and keeps them beside the journal)"
+        )
