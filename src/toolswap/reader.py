@@ -194,10 +194,18 @@ def _clip_line(text: str, width: int) -> list[str]:
 class _OpenArtifact:
     """A verified, open artifact file."""
 
-    def __init__(self, fd: int, source_id: str, info: _Verified) -> None:
+    def __init__(self, fd: int, source_id: str, info: _Verified, identity: _Identity) -> None:
         self.fd = fd
         self.source_id = source_id
         self.info = info
+        self.identity = identity
+
+    def check_unchanged(self) -> None:
+        """Raise if the file changed after it was verified (bytes read may not be the output)."""
+        if _identity(os.fstat(self.fd)) != self.identity:
+            raise ArtifactIntegrityError(
+                f"{self.source_id}: the file changed while it was being read; nothing was returned"
+            )
 
     def pread(self, length: int, offset: int) -> bytes:
         return os.pread(self.fd, length, offset)
@@ -267,7 +275,7 @@ class ArtifactReader:
             )
         return ref
 
-    def _open(self, ref: ArtifactReference) -> _OpenArtifact:
+    def _open(self, ref: ArtifactReference, *, fresh: bool = False) -> _OpenArtifact:
         dir_fd = open_dir_nofollow(self.session.tool_results_dir)
         try:
             fd = os.open(
@@ -292,11 +300,14 @@ class ArtifactReader:
                 raise ArtifactAccessError(f"{ref.source_id}: the artifact is not a regular file")
             if st.st_uid != os.geteuid():
                 raise ArtifactAccessError(f"{ref.source_id}: the artifact is owned by another user")
+            if fresh:
+                with _VERIFIED_GUARD:
+                    _VERIFIED.pop(_identity(st), None)
             info = self._verified(fd, st, ref)
         except BaseException:
             os.close(fd)
             raise
-        return _OpenArtifact(fd, ref.source_id, info)
+        return _OpenArtifact(fd, ref.source_id, info, _identity(st))
 
     def _verified(self, fd: int, st: os.stat_result, ref: ArtifactReference) -> _Verified:
         key = _identity(st)
@@ -340,14 +351,8 @@ class ArtifactReader:
     def verify(self, source: str | ArtifactReference) -> ArtifactReference:
         """Verify the artifact's full digest now, ignoring the cache."""
         ref = self.reference(source)
-        art = self._open(ref)
-        try:
-            st = os.fstat(art.fd)
-            with _VERIFIED_GUARD:
-                _VERIFIED.pop(_identity(st), None)
-            self._verified(art.fd, st, ref)
-        finally:
-            os.close(art.fd)
+        art = self._open(ref, fresh=True)
+        os.close(art.fd)
         return ref
 
     # -- reads -----------------------------------------------------------------------
@@ -412,6 +417,7 @@ class ArtifactReader:
             next_offset = index if index < total and continue_byte is None else None
             if continue_byte is not None:
                 next_offset = index + 1 if index + 1 < total else None
+            art.check_unchanged()
             return LinePage(
                 source_id=ref.source_id,
                 offset=offset,
@@ -472,6 +478,7 @@ class ArtifactReader:
                     f"start {start} is past the end: {ref.source_id} has {art.info.size} bytes"
                 )
             data = art.pread(length, start)
+            art.check_unchanged()
             return ByteRange(source_id=ref.source_id, start=start, data=data, size=art.info.size)
         finally:
             os.close(art.fd)
@@ -505,6 +512,7 @@ class ArtifactReader:
         art = self._open(ref)
         try:
             matches, truncated = self._grep(art, regex, context, max_matches, width)
+            art.check_unchanged()
         finally:
             os.close(art.fd)
         return GrepResult(ref.source_id, pattern, tuple(matches), truncated)
@@ -561,19 +569,33 @@ class ArtifactReader:
         line_base = 1
         last_shown = 0
         blocks = self._blocks(art)
+
+        def has_match(data: bytes, pos: int) -> bool:
+            found = regex.search(data, pos)
+            # An empty match after a block's last newline is not on any line.
+            return found is not None and not (found.start() == len(data) and data.endswith(b"\n"))
+
+        def continue_after(data: bytes, first_no: int) -> int:
+            """Extend after-context that ran past the previous block; the last line shown."""
+            shown = 0
+            for entry in reversed(found):
+                tail_after = entry[3]
+                if len(tail_after) >= context:
+                    break
+                tail_after.extend(numbered(data, first_no, 0, context - len(tail_after)))
+                if tail_after:
+                    shown = max(shown, tail_after[-1][0])
+            return shown
+
         for data in blocks:
             if context and found and len(found[-1][3]) < context:
-                # After-context that ran past the previous block continues here.
-                for entry in reversed(found):
-                    tail_after = entry[3]
-                    if len(tail_after) >= context:
-                        break
-                    tail_after.extend(numbered(data, line_base, 0, context - len(tail_after)))
-                    if tail_after:
-                        last_shown = max(last_shown, tail_after[-1][0])
+                last_shown = max(last_shown, continue_after(data, line_base))
             counted_to = 0
             line_no = line_base
+            ends_at_newline = data.endswith(b"\n")
             for match in regex.finditer(data):
+                if ends_at_newline and match.start() == len(data):
+                    break  # an empty match after the last newline: no line is there
                 start = data.rfind(b"\n", 0, match.start()) + 1
                 if start < counted_to:
                     continue  # a second match on a line already reported
@@ -599,9 +621,16 @@ class ArtifactReader:
                 counted_to = min(end + 1, len(data))
                 line_no += 1
                 if len(found) >= max_matches:
-                    truncated = regex.search(data, counted_to) is not None or any(
-                        regex.search(rest) is not None for rest in blocks
-                    )
+                    truncated = has_match(data, counted_to)
+                    next_no = line_base + data.count(b"\n")
+                    for rest in blocks:
+                        # Finish the last match's after-context, and look for one more match.
+                        if context and len(found[-1][3]) < context:
+                            continue_after(rest, next_no)
+                        truncated = truncated or has_match(rest, 0)
+                        if truncated and not (context and len(found[-1][3]) < context):
+                            break
+                        next_no += rest.count(b"\n")
                     return self._build(found), truncated
             newlines = data.count(b"\n")
             if context:
