@@ -58,6 +58,7 @@ from .retention import (
 )
 from .session import Session
 from .settings import ExternalizerSettings, ToolThreshold
+from .wrap import externalize_tool
 
 try:
     __version__ = version("toolswap")
@@ -115,5 +116,6 @@ __all__ = [
     "ToolThreshold",
     "ToolswapError",
     "__version__",
+    "externalize_tool",
     "parse_artifact_source_id",
 ]

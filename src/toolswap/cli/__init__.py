@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from . import core, gc, retention  # noqa: F401  (registers commands)
-from . import mcp_cmd  # noqa: F401
+from . import core, gc, mcp_cmd, retention  # noqa: F401  (registers commands)
 from ._group import main
 
 __all__ = ["main"]

@@ -1,0 +1,137 @@
+"""MCP commands: ``toolswap mcp serve`` and ``toolswap mcp proxy`` (the ``toolswap[mcp]`` extra).
+
+The SDK is imported inside the commands, so the rest of the CLI works without it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import click
+
+from ..settings import ToolThreshold
+from ._common import handle_errors, open_externalizer, session_options
+from ._group import main
+
+__all__: list[str] = []
+
+_THRESHOLD = re.compile(
+    r"(?i)^\s*(?:(never)|(\d+)\s*(b|bytes|k|kb|kib|m|mb|mib|c|chars|characters)?)\s*$"
+)
+_SCALE = {"k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20}
+
+
+def parse_threshold(text: str) -> ToolThreshold:
+    """``20000`` (bytes), ``50kb``, ``1mb``, ``30000chars`` or ``never``.
+
+    Raises:
+        ValueError: the text is none of those forms.
+    """
+    match = _THRESHOLD.match(text)
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not a threshold: use bytes (20000), KiB (50kb), MiB (1mb), "
+            "characters (30000chars) or never"
+        )
+    if match.group(1):
+        return ToolThreshold(never=True)
+    amount = int(match.group(2))
+    unit = (match.group(3) or "b").lower()
+    if unit in ("c", "chars", "characters"):
+        return ToolThreshold(max_chars=amount)
+    return ToolThreshold(max_bytes=amount * _SCALE.get(unit, 1))
+
+
+def _threshold_option(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> ToolThreshold | None:
+    if value is None:
+        return None
+    try:
+        return parse_threshold(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _import_mcp() -> ModuleType:
+    """``toolswap.mcp``, or exit 1 telling the user how to install the extra."""
+    try:
+        import mcp.server  # noqa: F401  (the SDK itself)
+
+        from .. import mcp as toolswap_mcp
+    except ImportError as exc:
+        click.echo(
+            f"toolswap: the MCP commands need the MCP SDK ({exc}); install it with: "
+            "pip install 'toolswap[mcp]'",
+            err=True,
+        )
+        sys.exit(1)
+    return toolswap_mcp
+
+
+@main.group(name="mcp")
+def mcp_group() -> None:
+    """Serve artifacts to MCP hosts, or proxy an MCP server (needs toolswap[mcp]).
+
+    `serve` offers read_artifact, read_artifact_bytes, grep_artifact and list_artifacts
+    over stdio. `proxy` wraps another stdio MCP server: its tools are offered unchanged,
+    plus those four, and its large results come back as pointers.
+    """
+
+
+@mcp_group.command()
+@session_options
+@handle_errors
+def serve(session_id: str, workspace: str | None, session_dir: Path | None) -> None:
+    """Run an MCP server (stdio) with the artifact read and grep tools.
+
+    Example MCP host entry: {"command": "toolswap", "args": ["mcp", "serve"]}
+    """
+    toolswap_mcp = _import_mcp()
+    import anyio
+
+    ext = open_externalizer(session_id, workspace, session_dir, read_hint="mcp")
+    anyio.run(toolswap_mcp.run_server, ext)
+
+
+@mcp_group.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@session_options
+@click.option(
+    "--threshold",
+    default=None,
+    callback=_threshold_option,
+    metavar="SIZE",
+    help=(
+        "Externalize results over SIZE: bytes (20000), 50kb, 1mb, 30000chars or never "
+        "(default: 50kb, or $TOOLSWAP_THRESHOLD_KB; TOOLSWAP_TOOL_THRESHOLDS rules still apply "
+        "per tool)."
+    ),
+)
+@click.argument("upstream", nargs=-1, required=True, type=click.UNPROCESSED)
+@handle_errors
+def proxy(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    threshold: ToolThreshold | None,
+    upstream: tuple[str, ...],
+) -> None:
+    """Run UPSTREAM (a stdio MCP server) behind a proxy that externalizes large results.
+
+    The host sees the upstream's tools unchanged plus read_artifact, read_artifact_bytes,
+    grep_artifact and list_artifacts. Small results pass through byte for byte; large
+    text, structured content and images are saved as artifacts and replaced by pointers.
+
+    Example: toolswap mcp proxy --threshold 20kb -- npx -y @modelcontextprotocol/server-everything
+    """
+    toolswap_mcp = _import_mcp()
+    import anyio
+
+    ext = open_externalizer(session_id, workspace, session_dir, read_hint="mcp")
+    status = anyio.run(lambda: toolswap_mcp.run_proxy(list(upstream), ext, threshold=threshold))
+    sys.exit(status)

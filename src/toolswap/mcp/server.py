@@ -1,0 +1,146 @@
+"""The toolswap MCP server: ``read_artifact``, ``read_artifact_bytes``, ``grep_artifact`` and
+``list_artifacts`` over one session, built on the SDK's :class:`MCPServer`.
+
+``toolswap mcp serve`` runs it over stdio; the proxy answers the same tools in-process.
+Every failure (unknown, collected or tampered artifact, bad pattern, offset past the end)
+comes back as a tool error (``isError: true``) whose text says what to do next; the server
+itself never stops because of one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import anyio.to_thread
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
+from pydantic import Field
+
+from .. import __version__
+from ..errors import ToolswapError
+from ..externalizer import ToolResultExternalizer
+from ..tools import (
+    GREP_ARTIFACT_DESCRIPTION,
+    LIST_ARTIFACTS_DESCRIPTION,
+    MAX_BYTES_LENGTH,
+    MAX_LIMIT,
+    MAX_MATCHES,
+    PARAMETER_DESCRIPTIONS,
+    READ_ARTIFACT_BYTES_DESCRIPTION,
+    READ_ARTIFACT_DESCRIPTION,
+    ArtifactTools,
+)
+
+__all__ = ["INSTRUCTIONS", "create_server", "run_server"]
+
+_T = TypeVar("_T")
+
+INSTRUCTIONS = """\
+Large tool results are saved whole as artifacts; the conversation gets a pointer instead: \
+[Artifact: artifact:<session>:tool_result_NNN.txt:<hash>], a summary, the head and tail, \
+lines from the middle that look like failures, and the exact call that reads more. When a \
+result shows such a pointer, page the saved output with read_artifact or search it with \
+grep_artifact; do not run the original tool again to see what was cut."""
+
+_READ_ONLY = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+SourceId = Annotated[str, Field(description=PARAMETER_DESCRIPTIONS["source_id"])]
+
+
+async def _call(fn: Callable[..., _T], *args: Any) -> _T:
+    """Run a blocking artifact read on a worker thread; turn its failures into tool errors."""
+    try:
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+    except ToolswapError as exc:
+        raise ToolError(str(exc)) from None
+    except OSError as exc:
+        raise ToolError(
+            f"cannot read the artifact ({exc.strerror or exc}); check the session directory's "
+            "permissions, or run the tool again"
+        ) from None
+
+
+def create_server(
+    externalizer: ToolResultExternalizer, *, name: str = "toolswap"
+) -> MCPServer[Any]:
+    """An :class:`MCPServer` with the four artifact tools over ``externalizer``'s session."""
+    tools = ArtifactTools(externalizer)
+    server: MCPServer[Any] = MCPServer(
+        name, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
+    )
+
+    async def read_artifact(
+        source_id: SourceId,
+        offset: Annotated[int, Field(ge=0, description=PARAMETER_DESCRIPTIONS["offset"])] = 0,
+        limit: Annotated[
+            int, Field(ge=1, le=MAX_LIMIT, description=PARAMETER_DESCRIPTIONS["limit"])
+        ] = 200,
+    ) -> str:
+        return await _call(tools.read_artifact, source_id, offset, limit)
+
+    async def read_artifact_bytes(
+        source_id: SourceId,
+        start: Annotated[int, Field(ge=0, description=PARAMETER_DESCRIPTIONS["start"])] = 0,
+        length: Annotated[
+            int, Field(ge=1, le=MAX_BYTES_LENGTH, description=PARAMETER_DESCRIPTIONS["length"])
+        ] = 65536,
+    ) -> CallToolResult:
+        chunk = await _call(tools.read_artifact_bytes, source_id, start, length)
+        ref = chunk.artifact
+        if chunk.whole and ref.binary and ref.media_type.startswith("image/"):
+            # The model asked for the whole image: show it as an image, not as base64 text.
+            import base64
+
+            return CallToolResult(
+                content=[
+                    TextContent(
+                        text=f"[{ref.source_id}: the whole image, {ref.media_type}, "
+                        f"{ref.byte_size:,} bytes]"
+                    ),
+                    ImageContent(
+                        data=base64.b64encode(chunk.data).decode("ascii"),
+                        mime_type=ref.media_type,
+                    ),
+                ]
+            )
+        return CallToolResult(content=[TextContent(text=chunk.text)])
+
+    async def grep_artifact(
+        source_id: SourceId,
+        pattern: Annotated[str, Field(min_length=1, description=PARAMETER_DESCRIPTIONS["pattern"])],
+        context: Annotated[
+            int, Field(ge=0, le=50, description=PARAMETER_DESCRIPTIONS["context"])
+        ] = 0,
+        max_matches: Annotated[
+            int, Field(ge=1, le=MAX_MATCHES, description=PARAMETER_DESCRIPTIONS["max_matches"])
+        ] = 50,
+    ) -> str:
+        return await _call(tools.grep_artifact, source_id, pattern, context, max_matches)
+
+    async def list_artifacts() -> str:
+        return await _call(tools.list_artifacts)
+
+    for fn, description in (
+        (read_artifact, READ_ARTIFACT_DESCRIPTION),
+        (read_artifact_bytes, READ_ARTIFACT_BYTES_DESCRIPTION),
+        (grep_artifact, GREP_ARTIFACT_DESCRIPTION),
+        (list_artifacts, LIST_ARTIFACTS_DESCRIPTION),
+    ):
+        server.add_tool(
+            fn,
+            name=fn.__name__,
+            description=description,
+            annotations=_READ_ONLY,
+            structured_output=False,
+        )
+    return server
+
+
+async def run_server(externalizer: ToolResultExternalizer) -> None:
+    """Serve the artifact tools over stdio until the client closes the connection."""
+    await create_server(externalizer).run_stdio_async()

@@ -1,0 +1,425 @@
+"""The artifact tools an agent calls to page a saved output: read, read bytes, grep, list.
+
+One implementation, two front ends: the MCP server (``toolswap mcp serve`` and the proxy)
+registers these as MCP tools, and a Python harness registers :func:`artifact_tools` with its
+agent framework. The descriptions are written for a model: what each tool returns, and that
+the saved output should be paged rather than the original command run again.
+
+Every method returns text bounded to about 64 KiB, so a page never becomes the oversized
+tool result it replaces, and raises a :class:`~toolswap.errors.ToolswapError` whose message
+tells the model what to do next.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from .artifact import ArtifactReference, parse_artifact_source_id
+from .errors import (
+    ArtifactAccessError,
+    ArtifactCollectedError,
+    ArtifactIntegrityError,
+    ArtifactNotFoundError,
+    ArtifactReadError,
+    SourceIdError,
+    ToolswapError,
+)
+from .externalizer import ToolResultExternalizer
+from .pointer import human_size
+from .reader import CONTINUATION_MARKER, ArtifactReader
+from .session import Session
+
+__all__ = [
+    "GREP_ARTIFACT_DESCRIPTION",
+    "LIST_ARTIFACTS_DESCRIPTION",
+    "PARAMETER_DESCRIPTIONS",
+    "READ_ARTIFACT_BYTES_DESCRIPTION",
+    "READ_ARTIFACT_DESCRIPTION",
+    "TOOL_NAMES",
+    "ArtifactBytes",
+    "ArtifactTools",
+    "artifact_tools",
+]
+
+_T = TypeVar("_T")
+
+TOOL_NAMES = ("read_artifact", "read_artifact_bytes", "grep_artifact", "list_artifacts")
+"""The tool names the ``mcp`` pointer hint refers to."""
+
+MAX_OUTPUT_BYTES = 64 * 1024
+"""Upper bound on one tool answer (well under the ~25,000-token cap MCP hosts apply)."""
+MAX_BYTES_LENGTH = 1 << 20
+"""Upper bound on ``length`` for one byte read."""
+MAX_LIMIT = 2000
+MAX_MATCHES = 500
+_GREP_WIDTH = 1000
+
+READ_ARTIFACT_DESCRIPTION = """\
+Read lines of a saved tool output (an artifact). Large tool results are not put in the \
+conversation: they are saved whole, and you get a pointer that starts with \
+[Artifact: artifact:...] and shows the head, the tail and failure-looking lines. Use this \
+tool to read the omitted part instead of running the original command again (the full \
+output is already saved, and running it again may be slow or have side effects).
+
+Returns lines `offset` to `offset + limit - 1` (offset is 0-based: the line numbered N in \
+the pointer or in grep_artifact results has offset N-1), each prefixed with its 1-based \
+line number, then a note with the offset of the next page. At most about 64 KB are \
+returned per call; a very long line is split into pieces marked ⟨line continues⟩. \
+The artifact's SHA-256 is checked before anything is returned."""
+
+READ_ARTIFACT_BYTES_DESCRIPTION = """\
+Read a byte range of a saved tool output (an artifact), for binary artifacts (images, \
+archives) and for single huge lines such as minified JSON. Returns bytes `start` to \
+`start + length - 1`: text artifacts as text, binary ones base64-encoded (an image that \
+fits in the range is returned as an image). At most 1 MiB per call; the note at the end \
+gives the next `start`. The artifact's SHA-256 is checked first."""
+
+GREP_ARTIFACT_DESCRIPTION = """\
+Search a saved tool output (an artifact) for a regular expression (Python syntax), like \
+grep -n. Returns each matching line with its 1-based line number, plus `context` lines \
+before and after; read around a match with read_artifact(offset=line_number-1). Use this \
+to find the error, test name or record you need in a large output instead of reading it \
+all or running the command again. Stops after `max_matches` matches and says so."""
+
+LIST_ARTIFACTS_DESCRIPTION = """\
+List the saved tool outputs (artifacts) of this session, newest last: source ID, the tool \
+that produced it, size, line count and a one-line summary. Use it to find an artifact's \
+source ID when you no longer have its pointer."""
+
+PARAMETER_DESCRIPTIONS: dict[str, str] = {
+    "source_id": (
+        "The artifact's source ID, exactly as in the pointer's [Artifact: ...] line "
+        "(artifact:<session>:tool_result_NNN.txt:<12 hex digits>)."
+    ),
+    "offset": "First line to return, 0-based (the line numbered N has offset N-1).",
+    "limit": f"Number of lines to return (1-{MAX_LIMIT}).",
+    "start": "First byte to return, 0-based.",
+    "length": f"Number of bytes to return (1-{MAX_BYTES_LENGTH}).",
+    "pattern": "Regular expression (Python syntax) to search for, e.g. 'ERROR|Traceback'.",
+    "context": "Lines to show before and after each match (0-50).",
+    "max_matches": f"Stop after this many matching lines (1-{MAX_MATCHES}).",
+}
+"""What each tool parameter means, for tool schemas and docstrings."""
+
+
+def _docstring(description: str, *params: str) -> str:
+    """A Google-style docstring (frameworks read parameter descriptions from it)."""
+    if not params:
+        return description
+    args = "\n".join(f"    {name}: {PARAMETER_DESCRIPTIONS[name]}" for name in params)
+    return f"{description}\n\nArgs:\n{args}"
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactBytes:
+    """A byte range read for a model: the text to show, and the raw bytes for an image."""
+
+    text: str
+    """Header, body (text or base64) and the note on how to continue."""
+    data: bytes
+    artifact: ArtifactReference
+    start: int
+    whole: bool
+    """True when the range is the whole artifact (an image can then be shown as one)."""
+
+
+def _hint(exc: ToolswapError) -> ToolswapError:
+    """The same error, with what a model should do next appended."""
+    if isinstance(exc, ArtifactCollectedError):
+        return exc
+    if isinstance(exc, ArtifactNotFoundError):
+        return ArtifactNotFoundError(
+            f"{exc}. Call list_artifacts() to see the saved outputs of this session; if the "
+            "one you need is gone, run the tool again."
+        )
+    if isinstance(exc, ArtifactIntegrityError):
+        return ArtifactIntegrityError(
+            f"{exc}. Do not rely on this artifact; run the tool again for a fresh copy."
+        )
+    return exc
+
+
+class ArtifactTools:
+    """The four artifact tools over one session, returning bounded text for a model.
+
+    Args:
+        externalizer: the session whose artifacts are listed; source IDs of sibling
+            sessions (same workspace directory) are read from those sessions.
+        max_output_bytes: upper bound on one answer.
+    """
+
+    def __init__(
+        self, externalizer: ToolResultExternalizer, *, max_output_bytes: int = MAX_OUTPUT_BYTES
+    ) -> None:
+        self.externalizer = externalizer
+        self.max_output_bytes = max_output_bytes
+        # Readers of our own: a Manifest is not safe to share between threads, and the
+        # externalizer may be appending to its own while a tool reads.
+        self._own = ArtifactReader(externalizer.session)
+        self._readers: dict[str, ArtifactReader] = {externalizer.session.session_id: self._own}
+        self._lock = threading.Lock()
+
+    # -- resolving -------------------------------------------------------------------
+
+    def _reader(self, source_id: str) -> ArtifactReader:
+        if not isinstance(source_id, str):
+            raise ArtifactAccessError("source_id must be a string such as 'artifact:<session>:...'")
+        try:
+            parsed = parse_artifact_source_id(source_id.strip())
+        except SourceIdError as exc:
+            raise ArtifactAccessError(
+                f"{exc}. Copy the source ID exactly from the [Artifact: ...] line of the pointer, "
+                "or call list_artifacts()"
+            ) from None
+        reader = self._readers.get(parsed.session)
+        if reader is not None:
+            return reader
+        sibling = self.externalizer.session.root.parent / parsed.session
+        if not sibling.is_dir() or sibling.is_symlink():
+            raise ArtifactNotFoundError(
+                f"no session {parsed.session!r} beside this one ({self.externalizer.session.root})"
+                "; the artifact may belong to another workspace"
+            )
+        reader = ArtifactReader(Session.at(sibling, create=False))
+        self._readers[parsed.session] = reader
+        return reader
+
+    def _call(self, source_id: str, fn: Callable[[ArtifactReader, str], _T]) -> _T:
+        try:
+            with self._lock:
+                return fn(self._reader(source_id), source_id.strip())
+        except ToolswapError as exc:
+            raise _hint(exc) from None
+
+    # -- tools -----------------------------------------------------------------------
+
+    def read_artifact(self, source_id: str, offset: int = 0, limit: int = 200) -> str:
+        """Lines ``offset`` .. ``offset + limit - 1`` with 1-based numbers and a next-page note."""
+        if isinstance(limit, int) and limit > MAX_LIMIT:
+            limit = MAX_LIMIT
+
+        def run(reader: ArtifactReader, sid: str) -> str:
+            ref = reader.reference(sid)
+            if ref.binary:
+                raise ArtifactReadError(
+                    f"{ref.source_id} is binary ({ref.media_type}, {human_size(ref.byte_size)}); "
+                    f'read it with read_artifact_bytes(source_id="{ref.source_id}", start=0, '
+                    "length=65536)"
+                )
+            page = reader.read_lines(ref, offset, limit, max_bytes=self.max_output_bytes - 1024)
+            out: list[str] = []
+            number = offset + 1
+            for line in page.lines:
+                out.append(f"{number:>6}\t{line}")
+                if not line.endswith(CONTINUATION_MARKER):
+                    number += 1
+            shown_last = offset + sum(1 for x in page.lines if not x.endswith(CONTINUATION_MARKER))
+            head = (
+                f"[{ref.source_id}: lines {offset + 1:,}-{max(shown_last, offset + 1):,} of "
+                f"{page.total_lines:,}; {ref.source_tool} output, {human_size(ref.byte_size)}]"
+            )
+            if page.continue_byte is not None:
+                tail = (
+                    f"[line {number:,} is longer than one page; read the rest of it with "
+                    f'read_artifact_bytes(source_id="{ref.source_id}", start={page.continue_byte}, '
+                    "length=65536)"
+                )
+                if page.next_offset is not None:
+                    tail += f", or skip to the next line with offset={page.next_offset}"
+                tail += "]"
+            elif page.next_offset is not None:
+                tail = (
+                    f'[more: read_artifact(source_id="{ref.source_id}", '
+                    f"offset={page.next_offset}, limit={limit})]"
+                )
+            else:
+                tail = "[end of artifact]"
+            return "\n".join([head, *out, tail])
+
+        return self._call(source_id, run)
+
+    def read_artifact_bytes(
+        self, source_id: str, start: int = 0, length: int = 65536
+    ) -> ArtifactBytes:
+        """Bytes ``start`` .. ``start + length - 1``: text as text, binary as base64."""
+        if isinstance(length, int) and length > MAX_BYTES_LENGTH:
+            raise ArtifactReadError(
+                f"length may be at most {MAX_BYTES_LENGTH} (1 MiB) per call; read in steps"
+            )
+
+        def run(reader: ArtifactReader, sid: str) -> ArtifactBytes:
+            ref = reader.reference(sid)
+            # Base64 grows by a third: keep the answer under the output bound.
+            cap = self.max_output_bytes * 3 // 4 - 1024 if ref.binary else None
+            chunk = reader.read_bytes(ref, start, length)
+            data = chunk.data
+            whole = start == 0 and len(data) == chunk.size
+            end = start + len(data)
+            head = (
+                f"[{ref.source_id}: bytes {start:,}-{max(end - 1, start):,} of {chunk.size:,}; "
+                f"{ref.media_type}{', base64' if ref.binary else ''}]"
+            )
+            if chunk.next_offset is not None:
+                tail = (
+                    f'[more: read_artifact_bytes(source_id="{ref.source_id}", '
+                    f"start={chunk.next_offset}, length={length})]"
+                )
+            else:
+                tail = "[end of artifact]"
+            if ref.binary:
+                if (
+                    cap is not None
+                    and len(data) > cap
+                    and not (whole and ref.media_type.startswith("image/"))
+                ):
+                    data = data[:cap]
+                    end = start + len(data)
+                    head = (
+                        f"[{ref.source_id}: bytes {start:,}-{end - 1:,} of {chunk.size:,}; "
+                        f"{ref.media_type}, base64; cut to fit one answer]"
+                    )
+                    tail = (
+                        f'[more: read_artifact_bytes(source_id="{ref.source_id}", start={end}, '
+                        f"length={len(data)})]"
+                    )
+                body = base64.b64encode(data).decode("ascii")
+            else:
+                body = chunk.text()
+            return ArtifactBytes(
+                text=f"{head}\n{body}\n{tail}", data=data, artifact=ref, start=start, whole=whole
+            )
+
+        return self._call(source_id, run)
+
+    def grep_artifact(
+        self, source_id: str, pattern: str, context: int = 0, max_matches: int = 50
+    ) -> str:
+        """Matching lines (1-based numbers) with context, bounded to one answer."""
+        if isinstance(max_matches, int) and max_matches > MAX_MATCHES:
+            max_matches = MAX_MATCHES
+
+        def run(reader: ArtifactReader, sid: str) -> str:
+            ref = reader.reference(sid)
+            if ref.binary:
+                raise ArtifactReadError(
+                    f"{ref.source_id} is binary ({ref.media_type}); grep reads text artifacts. "
+                    "Use read_artifact_bytes to read it."
+                )
+            result = reader.grep(
+                ref, pattern, context=context, max_matches=max_matches, width=_GREP_WIDTH
+            )
+            if not result.matches:
+                return f"[{ref.source_id}: no line matches {pattern!r} in {ref.line_count:,} lines]"
+            rendered = result.render()
+            budget = self.max_output_bytes - 1024
+            cut = False
+            if len(rendered.encode()) > budget:
+                rendered = rendered.encode()[:budget].decode("utf-8", "ignore")
+                rendered = rendered[: rendered.rfind("\n")] if "\n" in rendered else rendered
+                cut = True
+            count = len(result.matches)
+            head = (
+                f"[{ref.source_id}: {count} matching line{'s' if count != 1 else ''} for "
+                f"{pattern!r} (1-based line numbers; read around one with "
+                "read_artifact(offset=line_number-1))]"
+            )
+            notes = []
+            if result.truncated:
+                notes.append(
+                    f"[stopped after {count} matches; raise max_matches or narrow the pattern]"
+                )
+            if cut:
+                notes.append(
+                    "[output cut at 64 KB; lower context or max_matches, or narrow the pattern]"
+                )
+            return "\n".join([head, rendered, *notes])
+
+        return self._call(source_id, run)
+
+    def list_artifacts(self, limit: int = 100) -> str:
+        """One line per artifact of the session, newest last (at most ``limit``)."""
+        try:
+            with self._lock:
+                manifest = self._own.manifest
+                artifacts = [manifest.reference(r) for r in manifest.records()]
+        except ToolswapError as exc:
+            raise _hint(exc) from None
+        session = self.externalizer.session.session_id
+        if not artifacts:
+            return f"[session {session!r} has no saved tool outputs]"
+        shown = artifacts[-limit:]
+        out = [
+            f"[session {session!r}: {len(artifacts)} saved tool output"
+            f"{'s' if len(artifacts) != 1 else ''}"
+            + (f"; the newest {len(shown)} are listed" if len(shown) < len(artifacts) else "")
+            + "]"
+        ]
+        used = len(out[0])
+        for a in shown:
+            when = (
+                a.source.captured_at.isoformat(timespec="seconds") if a.source.captured_at else ""
+            )
+            kind = f"binary {a.media_type}" if a.binary else f"{a.line_count:,} lines"
+            row = (
+                f"{a.source_id} | {a.source_tool} | {human_size(a.byte_size)}, {kind} | "
+                f"{when} | {a.summary}"
+            )
+            if used + len(row.encode()) + 1 > self.max_output_bytes - 256:
+                out.append("[more artifacts not shown]")
+                break
+            out.append(row)
+            used += len(row.encode()) + 1
+        return "\n".join(out)
+
+
+def artifact_tools(
+    externalizer: ToolResultExternalizer | Path | str | None = None,
+) -> list[Callable[..., str]]:
+    """Plain functions ``read_artifact``, ``read_artifact_bytes``, ``grep_artifact`` and
+    ``list_artifacts`` for an agent framework to register as tools.
+
+    They carry the model-facing descriptions as docstrings and typed parameters, so
+    frameworks that build a tool schema from a function (OpenAI Agents SDK
+    ``function_tool``, LangChain ``@tool``, ...) can take them as they are. Errors are
+    raised as :class:`~toolswap.errors.ToolswapError` with an actionable message.
+
+    Args:
+        externalizer: the session to read; a session directory; or None for the session
+            :func:`~toolswap.wrap.externalize_tool` uses by default.
+    """
+    if isinstance(externalizer, ToolResultExternalizer):
+        ext = externalizer
+    elif externalizer is not None:
+        ext = ToolResultExternalizer(externalizer, read_hint="mcp")
+    else:
+        from .wrap import default_externalizer
+
+        ext = default_externalizer()
+    tools = ArtifactTools(ext)
+
+    def read_artifact(source_id: str, offset: int = 0, limit: int = 200) -> str:
+        return tools.read_artifact(source_id, offset, limit)
+
+    def read_artifact_bytes(source_id: str, start: int = 0, length: int = 65536) -> str:
+        return tools.read_artifact_bytes(source_id, start, length).text
+
+    def grep_artifact(source_id: str, pattern: str, context: int = 0, max_matches: int = 50) -> str:
+        return tools.grep_artifact(source_id, pattern, context, max_matches)
+
+    def list_artifacts() -> str:
+        return tools.list_artifacts()
+
+    read_artifact.__doc__ = _docstring(READ_ARTIFACT_DESCRIPTION, "source_id", "offset", "limit")
+    read_artifact_bytes.__doc__ = _docstring(
+        READ_ARTIFACT_BYTES_DESCRIPTION, "source_id", "start", "length"
+    )
+    grep_artifact.__doc__ = _docstring(
+        GREP_ARTIFACT_DESCRIPTION, "source_id", "pattern", "context", "max_matches"
+    )
+    list_artifacts.__doc__ = _docstring(LIST_ARTIFACTS_DESCRIPTION)
+    return [read_artifact, read_artifact_bytes, grep_artifact, list_artifacts]

@@ -1,0 +1,110 @@
+"""A real MCP server, run as a subprocess by the MCP tests and the MCP benchmark.
+
+Its tools cover what the proxy must handle: a large text result, a large structured
+result, a large image, a tool that fails (with a small or a large message), a slow tool
+that reports progress and waits to be cancelled, a tool that kills the process, and a
+small echo that must pass through byte for byte. It also serves one resource, to show
+that methods other than tools pass through untouched.
+
+Usage: python upstream_server.py
+"""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel
+from upstream_data import big_lines, inventory, png
+
+server = MCPServer("toolswap-test-upstream", version="1.0", log_level="WARNING")
+
+# Set by `slow` when its call is cancelled; `was_cancelled` waits for it.
+_cancelled = anyio.Event()
+
+
+class Record(BaseModel):
+    id: int
+    name: str
+    status: str
+
+
+class Inventory(BaseModel):
+    count: int
+    records: list[Record]
+
+
+@server.tool(structured_output=False)
+def big_text(lines: int = 20000) -> str:
+    """Return `lines` numbered lines of text (about 40 bytes each)."""
+    return big_lines(lines)
+
+
+@server.tool()
+def big_structured(count: int = 3000) -> Inventory:
+    """Return an inventory of `count` records as structured content."""
+    return Inventory.model_validate(inventory(count))
+
+
+@server.tool()
+def image(width: int = 256, height: int = 256) -> Image:
+    """Return a PNG image of the given size."""
+    return Image(data=png(width, height), format="png")
+
+
+@server.tool(structured_output=False)
+def fail(lines: int = 0) -> str:
+    """Always fail; with `lines` > 0 the error message is that many lines long."""
+    detail = big_lines(lines) if lines else "the widget is broken"
+    raise ToolError(f"tool failed: {detail}")
+
+
+@server.tool(structured_output=False)
+async def slow(ctx: Context) -> str:
+    """Report progress, then wait (practically forever) until the call is cancelled."""
+    await ctx.report_progress(1, 100, "started")
+    try:
+        await anyio.sleep(3600)
+    except anyio.get_cancelled_exc_class():
+        _cancelled.set()
+        raise
+    return "finished"
+
+
+@server.tool(structured_output=False)
+async def was_cancelled() -> str:
+    """Wait until a `slow` call has been cancelled (at most 30 s), then say so."""
+    with anyio.fail_after(30):
+        await _cancelled.wait()
+    return "cancelled"
+
+
+@server.tool(structured_output=False)
+def echo(text: str) -> str:
+    """Return `text` unchanged."""
+    return text
+
+
+@server.tool(structured_output=False)
+def blob(size: int) -> str:
+    """Return `size` bytes of text (for the benchmark)."""
+    line = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-+\n"
+    return (line * (size // len(line) + 1))[:size]
+
+
+@server.tool(structured_output=False)
+def die(code: int = 3) -> str:
+    """Exit the server process at once, without answering."""
+    os._exit(code)
+
+
+@server.resource("test://greeting", mime_type="text/plain")
+def greeting() -> str:
+    """A small resource."""
+    return "hello from upstream"
+
+
+if __name__ == "__main__":
+    server.run("stdio")
