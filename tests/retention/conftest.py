@@ -1,0 +1,163 @@
+"""Fixtures for the retention tests: a session with artifacts, its owner, worker processes.
+
+Workers are real processes (``worker.py``) killed at named crash points or stopped at
+them through the crash-point FIFOs; nothing waits on a timer to order two processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolswap import (
+    ArtifactMemoryReference,
+    ArtifactRetentionClaim,
+    ArtifactRetentionJournal,
+    SqliteMemoryOwner,
+    ToolResultExternalizer,
+)
+
+WORKER = Path(__file__).with_name("worker.py")
+TIMEOUT = 60
+
+
+@dataclass
+class Result:
+    code: int
+    out: Any
+    err: str
+
+    @property
+    def killed(self) -> bool:
+        return self.code == -signal.SIGKILL
+
+
+@dataclass
+class Env:
+    """One session with three artifacts and its SQLite memory owner."""
+
+    tmp: Path
+    session_dir: Path
+    owner_db: Path
+    ext: ToolResultExternalizer
+    source_ids: list[str]
+    _sync_count: list[int] = field(default_factory=lambda: [0])
+
+    def reference(self, index: int = 0) -> ArtifactMemoryReference:
+        return self.ext.get_artifact(self.source_ids[index]).for_memory()
+
+    def claim(self, index: int = 0, **kw: Any) -> ArtifactRetentionClaim:
+        return ArtifactRetentionClaim.from_memory_reference(self.reference(index), **kw)
+
+    def owner(self, **kw: Any) -> SqliteMemoryOwner:
+        return SqliteMemoryOwner(self.owner_db, **kw)
+
+    def journal(self, **kw: Any) -> ArtifactRetentionJournal:
+        kw.setdefault("owner", self.owner())
+        return ArtifactRetentionJournal(self.session_dir, **kw)
+
+    def publish(self, tx: str, index: int = 0) -> None:
+        """A complete, successful publication in this process."""
+        owner = self.owner()
+        ref = self.reference(index)
+        self.journal(owner=owner).publish_reference(
+            self.claim(index), lambda: owner.publish(tx, ref), transaction_id=tx
+        )
+
+    # -- worker processes -------------------------------------------------------------
+
+    def _env(self, crash: str | None, sync: tuple[Path, str] | None) -> dict[str, str]:
+        env = dict(os.environ)
+        for name in ("TOOLSWAP_CRASH_POINT", "TOOLSWAP_SYNC_POINT", "TOOLSWAP_SYNC_DIR"):
+            env.pop(name, None)
+        if crash is not None:
+            env["TOOLSWAP_CRASH_POINT"] = crash
+        if sync is not None:
+            env["TOOLSWAP_SYNC_DIR"] = str(sync[0])
+            env["TOOLSWAP_SYNC_POINT"] = sync[1]
+        return env
+
+    def spawn(
+        self, *args: str, crash: str | None = None, sync: tuple[Path, str] | None = None
+    ) -> subprocess.Popen[str]:
+        action, *rest = args
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), action, str(self.session_dir), str(self.owner_db), *rest],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self._env(crash, sync),
+        )
+
+    @staticmethod
+    def finish(proc: subprocess.Popen[str]) -> Result:
+        out, err = proc.communicate(timeout=TIMEOUT)
+        parsed = json.loads(out) if out.strip() else None
+        return Result(proc.returncode, parsed, err)
+
+    def run(self, *args: str, crash: str | None = None) -> Result:
+        return self.finish(self.spawn(*args, crash=crash))
+
+    @contextmanager
+    def stopped_at(self, point: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+        """Run a worker until it reaches ``point``; the body runs while it waits there."""
+        self._sync_count[0] += 1
+        sync = self.tmp / f"sync-{self._sync_count[0]}"
+        sync.mkdir()
+        reached, go = sync / f"{point}.reached", sync / f"{point}.go"
+        os.mkfifo(reached)
+        os.mkfifo(go)
+        proc = self.spawn(*args, sync=(sync, point))
+        got: list[str] = []
+
+        def wait() -> None:
+            with open(reached, encoding="utf-8") as f:
+                got.append(f.read().strip())
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        while waiter.is_alive():
+            waiter.join(0.05)
+            if waiter.is_alive() and proc.poll() is not None:
+                # The worker ended without reaching the point: unblock our reader, report.
+                try:
+                    os.close(os.open(reached, os.O_WRONLY | os.O_NONBLOCK))
+                except OSError:
+                    continue  # our reader is not in open() yet
+                waiter.join()
+                _, err = proc.communicate()
+                raise AssertionError(f"worker exited before {point}: {err}")
+        assert got == [point]
+        try:
+            yield proc
+        finally:
+            with open(go, "w", encoding="utf-8") as f:
+                f.write("go")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    session_dir = tmp_path / "sessions" / "s1"
+    ext = ToolResultExternalizer(session_dir)
+    source_ids = [
+        ext.externalize(f"{tag} line\n" * 20_000, "grep").artifact.source_id
+        for tag in ("alpha", "beta", "gamma")
+    ]
+    return Env(
+        tmp=tmp_path,
+        session_dir=session_dir,
+        owner_db=session_dir / "memory.sqlite3",
+        ext=ext,
+        source_ids=source_ids,
+    )
