@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..artifact import ExternalizedToolResult, InlineToolResult
-from ..pointer import human_size
+from ..pointer import human_size, validate_summary
 from ..reader import ArtifactReader
 from ..verify import verify_session
 from ._common import (
@@ -24,6 +24,26 @@ from ._common import (
 from ._group import main
 
 __all__: list[str] = []
+
+
+def _check_summary(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse a blank, over-long or multi-line summary before the command runs (exit 2)."""
+    try:
+        return validate_summary(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def _check_tool(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and (
+        not value.strip() or len(value) > 200 or any(c in value for c in "\r\n\x00")
+    ):
+        raise click.BadParameter(
+            "the tool name must be a single non-blank line of at most 200 characters",
+            ctx=ctx,
+            param=param,
+        )
+    return value
 
 
 def _emit_result(
@@ -49,8 +69,19 @@ def _emit_result(
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @session_options
-@click.option("--tool", default="bash", show_default=True, help="Tool name recorded as provenance.")
-@click.option("--summary", default=None, help="Summary for the pointer (default: generated).")
+@click.option(
+    "--tool",
+    default="bash",
+    show_default=True,
+    callback=_check_tool,
+    help="Tool name recorded as provenance.",
+)
+@click.option(
+    "--summary",
+    default=None,
+    callback=_check_summary,
+    help="Summary for the pointer, one line of at most 240 characters (default: generated).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
@@ -90,8 +121,15 @@ def run(
 
 @main.command()
 @session_options
-@click.option("--tool", required=True, help="Tool name recorded as provenance.")
-@click.option("--summary", default=None, help="Summary for the pointer (default: generated).")
+@click.option(
+    "--tool", required=True, callback=_check_tool, help="Tool name recorded as provenance."
+)
+@click.option(
+    "--summary",
+    default=None,
+    callback=_check_summary,
+    help="Summary for the pointer, one line of at most 240 characters (default: generated).",
+)
 @click.option("--exit-code", type=int, default=None, help="Exit status to record, if any.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
 @handle_errors
