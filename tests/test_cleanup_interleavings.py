@@ -25,10 +25,10 @@ LATER = (datetime.now(UTC) + timedelta(days=2)).isoformat()
 PUBLISH = """
 import sys
 from pathlib import Path
-from toolswap import ArtifactRetentionClaim, ArtifactRetentionJournal, ToolResultExternalizer
+from toolswap import ArtifactRetentionClaim, ArtifactRetentionJournal
 session_dir, source_id, marker = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-ext = ToolResultExternalizer(session_dir)
-claim = ArtifactRetentionClaim.from_memory_reference(ext.get_artifact(source_id).for_memory())
+# The claim comes from what memory kept (source ID + digest), not from the disk.
+claim = ArtifactRetentionClaim(source_id=source_id, content_sha256=sys.argv[4])
 journal = ArtifactRetentionJournal(session_dir)
 def publisher():
     marker.write_text("published", encoding="utf-8")
@@ -97,7 +97,7 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-def _setup(tmp_path: Path) -> tuple[Path, str, Path]:
+def _setup(tmp_path: Path) -> tuple[Path, str, Path, str]:
     session_dir = tmp_path / "sessions" / "s1"
     ext = ToolResultExternalizer(session_dir)
     art = ext.externalize("x" * 100_000, "grep").artifact
@@ -118,16 +118,16 @@ def _setup(tmp_path: Path) -> tuple[Path, str, Path]:
     assert [e.name for e in plan.planned] == [art.filename]
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan.to_dict()), encoding="utf-8")
-    return session_dir, art.source_id, plan_file
+    return session_dir, art.source_id, plan_file, art.content_sha256
 
 
 def test_lease_that_wins_the_lock_keeps_its_file_although_the_plan_said_delete(
     tmp_path: Path,
 ) -> None:
-    session_dir, source_id, plan_file = _setup(tmp_path)
+    session_dir, source_id, plan_file, sha = _setup(tmp_path)
     marker = tmp_path / "published"
     with _stopped_at(
-        tmp_path, "journal.publisher.before", PUBLISH, str(session_dir), source_id, str(marker)
+        tmp_path, "journal.publisher.before", PUBLISH, str(session_dir), source_id, str(marker), sha
     ) as publisher:
         # PREPARED is durable; the publisher has not run yet. Cleanup applies now.
         code, out, err = _finish(_spawn(APPLY, str(session_dir), str(plan_file), LATER))
@@ -145,13 +145,13 @@ def test_lease_that_wins_the_lock_keeps_its_file_although_the_plan_said_delete(
 def test_cleanup_that_wins_the_lock_makes_the_later_prepare_fail_without_publishing(
     tmp_path: Path,
 ) -> None:
-    session_dir, source_id, plan_file = _setup(tmp_path)
+    session_dir, source_id, plan_file, sha = _setup(tmp_path)
     marker = tmp_path / "published"
     with _stopped_at(
         tmp_path, "cleanup.unlinked", APPLY, str(session_dir), str(plan_file), LATER
     ) as cleaner:
         # The file is unlinked and cleanup still holds the session lock.
-        publisher = _spawn(PUBLISH, str(session_dir), source_id, str(marker))
+        publisher = _spawn(PUBLISH, str(session_dir), source_id, str(marker), sha)
     code, out, err = _finish(cleaner)
     assert code == 0, err
     [entry] = [e for e in json.loads(out)["entries"] if e["source_id"] == source_id]
@@ -166,10 +166,16 @@ def test_cleanup_that_wins_the_lock_makes_the_later_prepare_fail_without_publish
 
 
 def test_apply_waits_for_a_prepare_in_progress_and_then_keeps_the_file(tmp_path: Path) -> None:
-    session_dir, source_id, plan_file = _setup(tmp_path)
+    session_dir, source_id, plan_file, sha = _setup(tmp_path)
     marker = tmp_path / "published"
     with _stopped_at(
-        tmp_path, "journal.prepared.appended", PUBLISH, str(session_dir), source_id, str(marker)
+        tmp_path,
+        "journal.prepared.appended",
+        PUBLISH,
+        str(session_dir),
+        source_id,
+        str(marker),
+        sha,
     ) as publisher:
         # PREPARED is written but not yet fsynced, and the session lock is held.
         cleaner = _spawn(APPLY, str(session_dir), str(plan_file), LATER)
@@ -197,9 +203,9 @@ def test_capture_in_progress_survives_a_zero_ttl_cleanup(tmp_path: Path) -> None
 
 
 def test_released_lease_no_longer_protects_and_committed_one_does(tmp_path: Path) -> None:
-    session_dir, source_id, _ = _setup(tmp_path)
+    session_dir, source_id, _, sha = _setup(tmp_path)
     marker = tmp_path / "published"
-    code, out, err = _finish(_spawn(PUBLISH, str(session_dir), source_id, str(marker)))
+    code, out, err = _finish(_spawn(PUBLISH, str(session_dir), source_id, str(marker), sha))
     assert (code, out.strip()) == (0, "committed"), err
     ext = ToolResultExternalizer(session_dir)
     journal = ArtifactRetentionJournal(session_dir)
@@ -215,6 +221,6 @@ def test_released_lease_no_longer_protects_and_committed_one_does(tmp_path: Path
 
 
 def test_saved_plan_survives_the_round_trip_used_by_the_subprocess(tmp_path: Path) -> None:
-    _, _, plan_file = _setup(tmp_path)
+    _, _, plan_file, _ = _setup(tmp_path)
     plan = ArtifactCleanupPlan.from_dict(json.loads(plan_file.read_text(encoding="utf-8")))
     assert plan.planned
