@@ -212,16 +212,32 @@ class ArtifactTools:
                     "length=65536)"
                 )
             page = reader.read_lines(ref, offset, limit, max_bytes=self.max_output_bytes - 1024)
+            lines = list(page.lines)
+            if (
+                page.next_offset is None
+                and lines
+                and lines[-1] == ""
+                and ref.line_count < (page.total_lines)
+            ):
+                # The empty "line" after a final newline is not a line of the output.
+                lines.pop()
             out: list[str] = []
             number = offset + 1
-            for line in page.lines:
+            for line in lines:
                 out.append(f"{number:>6}\t{line}")
                 if not line.endswith(CONTINUATION_MARKER):
                     number += 1
-            shown_last = offset + sum(1 for x in page.lines if not x.endswith(CONTINUATION_MARKER))
+            shown_last = offset + sum(1 for x in lines if not x.endswith(CONTINUATION_MARKER))
+            span = (
+                f"lines {offset + 1:,}-{shown_last:,}"
+                if shown_last > offset
+                else f"line {offset + 1:,}"
+                if lines
+                else "no lines"
+            )
             head = (
-                f"[{ref.source_id}: lines {offset + 1:,}-{max(shown_last, offset + 1):,} of "
-                f"{page.total_lines:,}; {ref.source_tool} output, {human_size(ref.byte_size)}]"
+                f"[{ref.source_id}: {span} of {ref.line_count:,}; {ref.source_tool} output, "
+                f"{human_size(ref.byte_size)}]"
             )
             if page.continue_byte is not None:
                 tail = (
@@ -328,11 +344,7 @@ class ArtifactTools:
                 f"{pattern!r} (1-based line numbers; read around one with "
                 "read_artifact(offset=line_number-1))]"
             )
-            notes = []
-            if result.truncated:
-                notes.append(
-                    f"[stopped after {count} matches; raise max_matches or narrow the pattern]"
-                )
+            notes = []  # render() already says when max_matches stopped the search
             if cut:
                 notes.append(
                     "[output cut at 64 KB; lower context or max_matches, or narrow the pattern]"
