@@ -6,7 +6,12 @@
 4. Memory receives the thin reference: no body, no preview.
 5. A fresh process (a restart) reads the artifact by its source ID alone.
 
-Later steps (retention, cleanup, MCP) are added by the modules that provide them.
+6. Memory publishes the reference through the durable lease protocol; a publisher killed
+   after the owner's write leaves a PREPARED lease that reconciliation settles.
+7. Cleanup keeps what memory references and collects an expired orphan, and a read of
+   the collected artifact says when and why.
+8. The MCP path (when the ``mcp`` extra is installed): an MCP client calls a tool through
+   ``toolswap mcp proxy``, gets a pointer, and pages the artifact with the read tool.
 """
 
 from __future__ import annotations
@@ -93,4 +98,91 @@ def run_demo(home: Path | None = None) -> None:
     if done.returncode != 0:
         raise SystemExit(f"restart read failed: {done.stderr.strip()}")
 
+    _retention_and_cleanup(ext, art.source_id)
+    _mcp_step(home)
     print(f"\nDemo data kept under {home}")
+
+
+_CRASHING_PUBLISHER = """
+import sys
+from toolswap import ArtifactRetentionClaim, ArtifactRetentionJournal, SqliteMemoryOwner
+from toolswap import ToolResultExternalizer
+session_dir, source_id = sys.argv[1], sys.argv[2]
+ref = ToolResultExternalizer(session_dir).get_artifact(source_id).for_memory()
+owner = SqliteMemoryOwner(session_dir + "/memory.sqlite3")
+journal = ArtifactRetentionJournal(session_dir, owner=owner)
+journal.publish_reference(
+    ArtifactRetentionClaim.from_memory_reference(ref),
+    lambda: owner.publish("demo-tx-2", ref),
+    transaction_id="demo-tx-2",
+)
+"""
+
+
+def _retention_and_cleanup(ext: ToolResultExternalizer, source_id: str) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from .cleanup import ArtifactCleanupPolicy
+    from .errors import ArtifactCollectedError
+    from .retention import ArtifactRetentionClaim, ArtifactRetentionJournal, SqliteMemoryOwner
+
+    _say("6. Memory publishes the reference; the lease journal protects the artifact")
+    owner = SqliteMemoryOwner(ext.session_dir / "memory.sqlite3")
+    journal = ArtifactRetentionJournal(ext.session_dir, owner=owner)
+    ref = ext.get_artifact(source_id).for_memory()
+    journal.publish_reference(
+        ArtifactRetentionClaim.from_memory_reference(ref),
+        lambda: owner.publish("demo-tx-1", ref),
+        transaction_id="demo-tx-1",
+    )
+    print("publish_reference(): PREPARED (fsync) -> owner.publish() -> COMMITTED (fsync)")
+
+    second = ext.externalize(
+        "\n".join(f"pytest line {i}: ok" for i in range(20_000)), "pytest"
+    ).artifact
+    env = dict(os.environ, TOOLSWAP_CRASH_POINT="owner.published")
+    crashed = subprocess.run(
+        [sys.executable, "-c", _CRASHING_PUBLISHER, str(ext.session_dir), second.source_id],
+        env=env,
+        capture_output=True,
+        check=False,
+    )
+    print(
+        f"a second publisher was killed (signal {-crashed.returncode}) right after the owner's "
+        "write, before COMMITTED"
+    )
+    view = ArtifactRetentionJournal(ext.session_dir, owner=owner).recover()
+    print(
+        f"after the restart: pending leases {list(view.pending_transaction_ids)} still protect "
+        f"{len(view.claims)} artifacts"
+    )
+    for outcome in ArtifactRetentionJournal(ext.session_dir, owner=owner).reconcile_pending(owner):
+        data = outcome.to_dict()
+        print(
+            f"reconcile_pending(): {data['transaction_id']} -> {data['status']} ({data['reason']})"
+        )
+
+    _say("7. Cleanup: referenced artifacts stay, an expired orphan goes")
+    orphan = ext.externalize("scratch output\n" * 10_000, "scratch").artifact
+    later = datetime.now(UTC) + timedelta(days=2)
+    policy = ArtifactCleanupPolicy(dry_run=False)
+    journal = ArtifactRetentionJournal(ext.session_dir, owner=owner)
+    plan = ext.plan_cleanup_from_journal(journal, policy=policy, now=later)
+    for entry in plan.entries:
+        print(f"  plan: {entry.name:<22} {entry.status.value:<20} {entry.reason}")
+    report = ext.apply_cleanup_from_journal(plan, journal, now=later)
+    print(f"apply: {report.counts()}, freed {human_size(report.freed_bytes)}")
+    try:
+        ext.read_artifact(orphan.source_id)
+    except ArtifactCollectedError as exc:
+        print(f"reading the collected orphan: {exc}")
+
+
+def _mcp_step(home: Path) -> None:
+    try:
+        from .mcp.demo import run_mcp_demo
+    except ImportError:
+        _say("8. MCP: skipped (install the extra: pip install 'toolswap[mcp]')")
+        return
+    _say("8. MCP: a client calls a large tool through `toolswap mcp proxy`")
+    run_mcp_demo(home)
