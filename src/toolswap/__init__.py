@@ -17,6 +17,16 @@ from .artifact import (
     ParsedSourceId,
     parse_artifact_source_id,
 )
+from .cleanup import (
+    ArtifactCleanupPlan,
+    ArtifactCleanupPolicy,
+    ArtifactCleanupReport,
+    ArtifactCleanupStatus,
+    apply_cleanup,
+    apply_cleanup_from_journal,
+    plan_cleanup,
+    plan_cleanup_from_journal,
+)
 from .crashpoints import CRASH_POINTS
 from .errors import (
     ArtifactAccessError,
@@ -70,6 +80,10 @@ __all__ = [
     "POINTER_TEMPLATE",
     "ArtifactAccessError",
     "ArtifactClaimView",
+    "ArtifactCleanupPlan",
+    "ArtifactCleanupPolicy",
+    "ArtifactCleanupReport",
+    "ArtifactCleanupStatus",
     "ArtifactCollectedError",
     "ArtifactFenceStaleError",
     "ArtifactIntegrityError",
@@ -116,6 +130,10 @@ __all__ = [
     "ToolThreshold",
     "ToolswapError",
     "__version__",
+    "apply_cleanup",
+    "apply_cleanup_from_journal",
     "externalize_tool",
     "parse_artifact_source_id",
+    "plan_cleanup",
+    "plan_cleanup_from_journal",
 ]
