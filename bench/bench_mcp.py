@@ -1,0 +1,145 @@
+"""MCP proxy overhead: the SDK's stdio client calling an upstream directly vs through
+``toolswap mcp proxy``.
+
+Two calls: a small result (passed through byte for byte) and a 10 MB result (saved as an
+artifact; the client receives a ~32 KiB pointer instead). The floor for the large call is
+what externalizing must do at least: write the 10 MB, fsync it and hash it once.
+Medians of N calls after a warm-up; client, proxy and upstream are separate processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.types import TextContent
+
+from toolswap import ToolResultExternalizer
+
+QUICK = os.environ.get("TOOLSWAP_BENCH_QUICK") == "1"
+SMALL_CALLS = 50 if QUICK else 300
+LARGE_CALLS = 3 if QUICK else 15
+LARGE = 10 * 1000 * 1000
+HERE = Path(__file__).resolve().parent
+UPSTREAM = [sys.executable, str(HERE / "_mcp_upstream.py")]
+
+
+async def timed(argv: list[str], env: dict[str, str]) -> tuple[list[float], list[float], int]:
+    """Per-call seconds for the small and the large call, and the large answer's size."""
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        await session.list_tools()  # call_tool would list once to find output schemas
+        await session.call_tool("echo", {"text": "warm-up"})
+        await session.call_tool("blob", {"size": LARGE})
+        small: list[float] = []
+        for i in range(SMALL_CALLS):
+            start = time.perf_counter()
+            await session.call_tool("echo", {"text": f"ping {i}"})
+            small.append(time.perf_counter() - start)
+        large: list[float] = []
+        answer = 0
+        for _ in range(LARGE_CALLS):
+            start = time.perf_counter()
+            result = await session.call_tool("blob", {"size": LARGE})
+            large.append(time.perf_counter() - start)
+            block = result.content[0]
+            answer = len(block.text.encode()) if isinstance(block, TextContent) else 0
+        return small, large, answer
+
+
+def floor(directory: Path) -> float:
+    """Write, fsync and hash 10 MB once (what any externalization must do)."""
+    data = os.urandom(LARGE)
+    runs = []
+    for i in range(max(LARGE_CALLS, 3)):
+        path = directory / f"floor-{i}"
+        start = time.perf_counter()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        hashlib.sha256(data).hexdigest()
+        runs.append(time.perf_counter() - start)
+        path.unlink()
+    return statistics.median(runs)
+
+
+def proxy_work(directory: Path) -> tuple[float, float]:
+    """In-process medians of the proxy's own steps on a 10 MB frame: parse, externalize."""
+    sys.path.insert(0, str(HERE))
+    from _mcp_upstream import _blob
+
+    text = _blob(LARGE)
+    frame = json.dumps(
+        {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": text}]}}
+    ).encode()
+    ext = ToolResultExternalizer(directory / "in-process", read_hint="mcp")
+    parse, save = [], []
+    for _ in range(max(LARGE_CALLS, 3)):
+        start = time.perf_counter()
+        message = json.loads(frame)
+        parse.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        ext.externalize(message["result"]["content"][0]["text"], "blob")
+        save.append(time.perf_counter() - start)
+    return statistics.median(parse), statistics.median(save)
+
+
+def main() -> None:
+    data = HERE / ".data" / "mcp"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=data))
+    env = {"TOOLSWAP_HOME": str(home), "TOOLSWAP_WORKSPACE": "bench"}
+    proxy = [sys.executable, "-m", "toolswap", "mcp", "proxy", "--session", "bench"]
+    proxy += ["--", *UPSTREAM]
+
+    direct_small, direct_large, direct_size = anyio.run(timed, UPSTREAM, env)
+    proxy_small, proxy_large, pointer_size = anyio.run(timed, proxy, env)
+    floor_large = floor(data)
+    parse, save = proxy_work(data)
+
+    ds, ps = statistics.median(direct_small), statistics.median(proxy_small)
+    dl, pl = statistics.median(direct_large), statistics.median(proxy_large)
+    print(
+        f"MCP proxy overhead (SDK stdio client; medians of {SMALL_CALLS} small and "
+        f"{LARGE_CALLS} large calls)"
+    )
+    print(
+        f"  small result (passed through): direct {ds * 1e3:7.2f} ms   via proxy "
+        f"{ps * 1e3:7.2f} ms   added {(ps - ds) * 1e3:+6.2f} ms   ratio {ps / ds:.2f}x"
+    )
+    print(
+        f"  10 MB result:                  direct {dl * 1e3:7.1f} ms   via proxy "
+        f"{pl * 1e3:7.1f} ms   added {(pl - dl) * 1e3:+6.1f} ms   ratio {pl / dl:.2f}x"
+    )
+    print(
+        f"    the client received {direct_size / 1e6:.1f} MB directly, a pointer of "
+        f"{pointer_size / 1024:.1f} KiB through the proxy"
+    )
+    print(
+        f"    the proxy's own work on that frame (in-process): parse {parse * 1e3:.1f} ms + "
+        f"externalize {save * 1e3:.1f} ms"
+    )
+    print(
+        f"    floor (write + fsync + sha256 of 10 MB): {floor_large * 1e3:.1f} ms; "
+        f"externalize / floor: {save / floor_large:.1f}x"
+    )
+    shutil.rmtree(data, ignore_errors=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
