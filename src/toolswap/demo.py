@@ -90,8 +90,9 @@ def run_demo(home: Path | None = None) -> None:
     print(json.dumps(art.for_memory().to_dict(), indent=2))
 
     _say("5. Restart: a fresh process reads the artifact by its source ID alone")
-    cmd = [sys.executable, "-m", "toolswap", "read", art.source_id, "--offset", "0", "--limit", "2"]
-    print("$ toolswap read " + art.source_id + " --offset 0 --limit 2")
+    cmd = [sys.executable, "-m", "toolswap", "read", art.source_id, "--workspace", "demo"]
+    cmd += ["--offset", "0", "--limit", "2"]
+    print("$ toolswap read " + art.source_id + " --workspace demo --offset 0 --limit 2")
     done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), check=False)
     for line in done.stdout.splitlines():
         print("  " + line[:150])
