@@ -267,7 +267,8 @@ class ToolResultExternalizer:
         try:
             capture = StreamCapture(
                 dir_fd,
-                head_keep=s.head_bytes + _HEAD_SLACK,
+                # Enough head for the default summary's first line whatever head_bytes is.
+                head_keep=max(s.head_bytes, 1024) + _HEAD_SLACK,
                 head_shown=s.head_bytes,
                 tail_keep=s.tail_bytes,
                 scan_limit=s.salient_scan_bytes,

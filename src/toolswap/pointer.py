@@ -85,6 +85,10 @@ def validate_summary(summary: str | None) -> str | None:
     return summary
 
 
+def _lines(count: int) -> str:
+    return "1 line" if count == 1 else f"{count:,} lines"
+
+
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -100,11 +104,12 @@ def default_summary(
         )
     first = ""
     for raw in stats.head.split(b"\n"):
-        candidate = raw.decode("utf-8", "replace").strip()
+        # Text output is valid UTF-8; only the cut at the end of the kept head can be partial.
+        candidate = raw.decode("utf-8", "ignore").strip()
         if candidate:
             first = " ".join(candidate.split())
             break
-    lead = f"{what}: {stats.line_count:,} lines, {human_size(stats.byte_size)}"
+    lead = f"{what}: {_lines(stats.line_count)}, {human_size(stats.byte_size)}"
     text = f"{lead}; first line: {first}" if first else f"{lead}; starts with blank lines"
     return _clip(text, SUMMARY_MAX_CHARS)
 
@@ -227,7 +232,7 @@ def make_pointer(
             **fields, size_text=size_text, body=body, read_more="Use the byte reader above."
         )
         return text
-    size_text = f"{human_size(stats.byte_size)}, {stats.line_count:,} lines"
+    size_text = f"{human_size(stats.byte_size)}, {_lines(stats.line_count)}"
     # Measure the frame first, then give the tail what is left of the 32 KiB.
     probe_read_more = _READ_MORE[hint].format(offset=stats.line_count, **fields)
     frame = POINTER_TEMPLATE.format(
@@ -257,7 +262,7 @@ def make_pointer(
     parts: list[str] = []
     head_text = cut.head.decode("utf-8", "replace")
     if cut.tail_start <= cut.head_end and not cut.tail:
-        parts.append(f"--- full output ({stats.line_count:,} lines) ---\n{head_text}")
+        parts.append(f"--- full output ({_lines(stats.line_count)}) ---\n{head_text}")
         offset = 0
     else:
         omitted = cut.tail_start - cut.head_end
