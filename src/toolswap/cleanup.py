@@ -21,6 +21,7 @@ import hashlib
 import os
 import re
 import stat
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -221,10 +222,8 @@ class ArtifactCleanupPlan:
         return tuple(e for e in self.entries if e.status is S.PLANNED_DELETE)
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for entry in self.entries:
-            out[entry.status.value] = out.get(entry.status.value, 0) + 1
-        return out
+        """How many entries have each status."""
+        return dict(Counter(entry.status.value for entry in self.entries))
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -289,10 +288,8 @@ class ArtifactCleanupReport:
         return tuple(e for e in self.entries if e.status is S.DELETED)
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for entry in self.entries:
-            out[entry.status.value] = out.get(entry.status.value, 0) + 1
-        return out
+        """How many entries have each status."""
+        return dict(Counter(entry.status.value for entry in self.entries))
 
     def to_dict(self) -> dict[str, object]:
         return {
