@@ -284,16 +284,17 @@ class McpProxy:
                 tg.start_soon(self._pump_client, stdin)
                 await self._pump_upstream()
                 code = await self._reap()
+                message = (
+                    f"the upstream MCP server ({shlex.join(self.upstream)[:300]}) exited "
+                    f"{_describe_exit(code)}"
+                )
+                # Also after the host closed our stdin: it may still be reading answers.
+                await self._fail_pending(
+                    f"{message} before answering this request; the toolswap proxy is "
+                    "shutting down. Restart the MCP server to continue."
+                )
                 if not self._client_closed and not self._client_gone:
                     status = 1
-                    message = (
-                        f"the upstream MCP server ({shlex.join(self.upstream)[:300]}) exited "
-                        f"{_describe_exit(code)}"
-                    )
-                    await self._fail_pending(
-                        f"{message} before answering this request; the toolswap proxy is "
-                        "shutting down. Restart the MCP server to continue."
-                    )
                     _say(f"{message}; exiting")
                 tg.cancel_scope.cancel()
         finally:
