@@ -64,7 +64,8 @@ class Env:
         return SqliteMemoryOwner(self.owner_db, **kw)
 
     def journal(self, **kw: Any) -> ArtifactRetentionJournal:
-        kw.setdefault("owner", self.owner())
+        if "owner" not in kw:
+            kw["owner"] = self.owner()
         return ArtifactRetentionJournal(self.session_dir, **kw)
 
     def publish(self, tx: str, index: int = 0) -> None:

@@ -10,12 +10,15 @@ Actions:
     remove TX                                        remove_reference through the owner
     reconcile [optimistic]                           reconcile_pending, print the reports
     publish-many PREFIX COUNT SOURCE_ID...           COUNT publishes, round-robin on artifacts
+    prepare-many PREFIX COUNT GATE SOURCE_ID...      wait for a shared lock on GATE, then
+                                                     COUNT prepares, round-robin on artifacts
     recover                                          fresh recovery, reconcile, finish
                                                      removals; print the whole state
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import sys
 from typing import Literal
@@ -31,14 +34,16 @@ from toolswap import (
 
 def _state(journal: ArtifactRetentionJournal, owner: SqliteMemoryOwner) -> dict[str, object]:
     view = journal.recover()
+    leases = journal.transactions()
     return {
         "view": view.to_dict(),
-        "leases": {t.transaction_id: t.phase.value for t in journal.transactions()},
-        "sources": {t.transaction_id: t.claim.source_id for t in journal.transactions()},
+        "leases": {t.transaction_id: t.phase.value for t in leases},
+        "sources": {t.transaction_id: t.claim.source_id for t in leases},
         "owner": {
             r.transaction_id: [r.reference.source.source_id, r.reference.content_sha256]
             for r in owner.list_references()
         },
+        "tombstoned": {t.transaction_id: owner.is_tombstoned(t.transaction_id) for t in leases},
         "protected": sorted(
             r.reference.source.source_id
             for r in owner.list_references()
@@ -105,6 +110,14 @@ def main(argv: list[str]) -> None:
                 lambda tx=tx, ref=ref: owner.publish(tx, ref),  # type: ignore[misc]
                 transaction_id=tx,
             )
+        out = int(count)
+    elif action == "prepare-many":
+        prefix, count, gate, *sources = rest
+        claims = [claim_for(s) for s in sources]
+        with open(gate, "rb") as f:
+            fcntl.flock(f, fcntl.LOCK_SH)  # the test holds it exclusively until all are ready
+        for i in range(int(count)):
+            journal.prepare(claims[i % len(claims)], transaction_id=f"{prefix}-{i}")
         out = int(count)
     elif action == "recover":
         # A fresh process: recover (full verification), reconcile, then finish removals
