@@ -134,11 +134,14 @@ def _as_text(value: Any) -> tuple[str | bytes, str | None] | None:
         return str(value), None
 
 
-def _shrink_sync(value: Any, tool: str, ext: ToolResultExternalizer, summary: str | None) -> Any:
+def _shrink_sync(
+    value: Any, tool: str, resolve: Callable[[], ToolResultExternalizer], summary: str | None
+) -> Any:
     rendered = _as_text(value)
     if rendered is None:
         return value
     text, media_type = rendered
+    ext = resolve()
     if not ext.should_externalize(text, tool):
         return value
     return ext.externalize(text, tool, summary=summary, media_type=media_type).context_text
@@ -200,7 +203,7 @@ def _decorate(
             if inspect.isawaitable(value):
                 # A sync callable that hands back an awaitable (some frameworks do).
                 return _await_then_shrink(value, tool, resolve, summary)
-            return _shrink_sync(value, tool, resolve(), summary)
+            return _shrink_sync(value, tool, resolve, summary)
 
         wrapper = sync_wrapper
     # A callable object's __dict__ (a framework's tool model, say) is not copied onto the

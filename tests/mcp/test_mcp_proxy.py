@@ -201,6 +201,27 @@ async def test_large_image_is_saved_as_a_binary_artifact_not_inlined_as_base64(
     assert "read_artifact_bytes" in _text(as_lines)
 
 
+async def test_embedded_resources_are_saved_text_and_binary_alike(
+    errlog: IO[str], session_path: Path
+) -> None:
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(proxy_argv(), errlog) as session:
+            result = await session.call_tool("mixed", {"size": 100_000})
+
+    assert [_text(result, i).splitlines()[0] for i in range(3)] == [
+        "two attachments follow",
+        "Embedded resource file:///tmp/logs.zip:",
+        "Embedded resource file:///tmp/report.txt:",
+    ]
+    archive_id = _source_id(_text(result, 1).split("\n", 2)[2])
+    report_id = _source_id(_text(result, 2).split("\n", 1)[1])
+    assert _artifact_bytes(session_path, archive_id) == (
+        bytes(range(256)) * (100_000 // 256),
+        "application/zip",
+    )
+    assert _artifact_bytes(session_path, report_id) == (big_lines(3000).encode(), "text/plain")
+
+
 async def test_failing_tool_keeps_is_error_small_or_large(
     errlog: IO[str], session_path: Path
 ) -> None:

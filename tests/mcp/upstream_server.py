@@ -11,11 +11,19 @@ Usage: python upstream_server.py
 
 from __future__ import annotations
 
+import base64
 import os
 
 import anyio
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import (
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    TextContent,
+    TextResourceContents,
+)
 from pydantic import BaseModel
 from upstream_data import big_lines, inventory, png
 
@@ -52,6 +60,29 @@ def big_structured(count: int = 3000) -> Inventory:
 def image(width: int = 256, height: int = 256) -> Image:
     """Return a PNG image of the given size."""
     return Image(data=png(width, height), format="png")
+
+
+@server.tool()
+def mixed(size: int = 100_000) -> CallToolResult:
+    """A short note, a large embedded archive and a large embedded text resource."""
+    archive = bytes(range(256)) * (size // 256)
+    return CallToolResult(
+        content=[
+            TextContent(text="two attachments follow"),
+            EmbeddedResource(
+                resource=BlobResourceContents(
+                    uri="file:///tmp/logs.zip",
+                    mime_type="application/zip",
+                    blob=base64.b64encode(archive).decode(),
+                )
+            ),
+            EmbeddedResource(
+                resource=TextResourceContents(
+                    uri="file:///tmp/report.txt", mime_type="text/plain", text=big_lines(3000)
+                )
+            ),
+        ]
+    )
 
 
 @server.tool(structured_output=False)
