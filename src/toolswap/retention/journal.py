@@ -31,7 +31,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -79,8 +79,9 @@ T = TypeVar("T")
 TRANSACTION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=/-]{0,199}")
 _RECORD_KEYS = frozenset(
     {"v", "seq", "session", "prev", "hash", "transaction_id", "phase", "recorded_at"}
-    | {"intent_hash"}
+    | {"intent_hash", "intent"}
 )
+_INTENT_CACHE = 4096
 _Status = ArtifactReconcileStatus
 
 
@@ -236,6 +237,8 @@ class ArtifactRetentionJournal:
         """PREPARED and COMMITTED leases, in the order they were prepared."""
         self._hashes = bytearray()
         """The 32-byte hash of every record, by sequence: checks an owner's head in O(1)."""
+        self._intents: dict[str, tuple[dict[str, Any], ArtifactRetentionClaim]] = {}
+        """Intents already validated, by intent hash (many leases repeat an intent)."""
 
     # -- identity and owner ----------------------------------------------------------
 
@@ -311,9 +314,9 @@ class ArtifactRetentionJournal:
     def _fold(self, record: dict[str, Any]) -> None:
         seq = record["seq"]
         where = f"record {seq}"
-        extra = record.keys() - _RECORD_KEYS - {"intent"}
-        if extra:
-            raise self._fail(f"{where} has unknown fields {sorted(extra)}")
+        if not record.keys() <= _RECORD_KEYS:
+            extra = sorted(record.keys() - _RECORD_KEYS)
+            raise self._fail(f"{where} has unknown fields {extra}")
         tx = record.get("transaction_id")
         if not isinstance(tx, str) or not TRANSACTION_ID_RE.fullmatch(tx):
             raise self._fail(f"{where} has an invalid transaction ID")
@@ -336,16 +339,7 @@ class ArtifactRetentionJournal:
                 raise self._fail(f"{where} is PREPARED without an intent")
             if tx in self._leases:
                 raise self._fail(f"{where} prepares transaction {tx!r} a second time")
-            if hashlib.sha256(canonical_json(intent)).hexdigest() != digest:
-                raise self._fail(f"{where}: the intent does not match its intent_hash")
-            try:
-                claim = ArtifactRetentionClaim.from_dict(intent)
-            except (ArtifactRetentionError, SourceIdError) as exc:
-                raise self._fail(f"{where} has an invalid intent: {exc}") from None
-            if claim.to_dict() != intent:
-                raise self._fail(f"{where} has an intent that is not in canonical form")
-            if claim.session != self.session.session_id:
-                raise self._fail(f"{where} claims an artifact of another session")
+            claim = self._intent_claim(where, intent, digest)
             lease = ArtifactLeaseTransaction(tx, claim, phase, digest, when, when, seq, seq)
             self._live[tx] = lease
         else:
@@ -360,13 +354,37 @@ class ArtifactRetentionJournal:
                 )
             if digest != prev.intent_hash:
                 raise self._fail(f"{where} rewrites the intent of {tx!r}")
-            lease = replace(prev, phase=phase, updated_at=when, last_seq=seq)
+            lease = ArtifactLeaseTransaction(
+                tx, prev.claim, phase, digest, prev.prepared_at, when, prev.prepared_seq, seq
+            )
             if phase is P.COMMITTED:
                 self._live[tx] = lease
             else:
                 self._live.pop(tx, None)
         self._leases[tx] = lease
         self._hashes += bytes.fromhex(record["hash"])
+
+    def _intent_claim(
+        self, where: str, intent: dict[str, Any], digest: str
+    ) -> ArtifactRetentionClaim:
+        """The validated claim of a PREPARED intent (identical intents are checked once)."""
+        cached = self._intents.get(digest)
+        if cached is not None and cached[0] == intent:
+            return cached[1]
+        if hashlib.sha256(canonical_json(intent)).hexdigest() != digest:
+            raise self._fail(f"{where}: the intent does not match its intent_hash")
+        try:
+            claim = ArtifactRetentionClaim.from_dict(intent)
+        except (ArtifactRetentionError, SourceIdError) as exc:
+            raise self._fail(f"{where} has an invalid intent: {exc}") from None
+        if claim.to_dict() != intent:
+            raise self._fail(f"{where} has an intent that is not in canonical form")
+        if claim.session != self.session.session_id:
+            raise self._fail(f"{where} claims an artifact of another session")
+        if len(self._intents) >= _INTENT_CACHE:
+            self._intents.clear()
+        self._intents[digest] = (intent, claim)
+        return claim
 
     def _check_owner_head(self, head: JournalHead | None) -> None:
         if head is None or head.seq <= 0:

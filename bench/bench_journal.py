@@ -1,0 +1,155 @@
+"""The lease journal: cold recovery of a large journal, and the cost of one publish.
+
+1. Recovering a 100,000-record journal (verify every hash, fold every lease) against the
+   floor of one SHA-256 pass over the same file.
+2. One publish_reference (prepare: artifact verification + PREPARED fsync; publisher;
+   COMMITTED fsync) on a journal of 100 records and on one of 100,000, each journal
+   object warm. The folded view is cached and only appended records are verified, so
+   the two should cost the same. Target: within 1.2x.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import statistics
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from toolswap import (
+    ArtifactRetentionClaim,
+    ArtifactRetentionJournal,
+    SqliteMemoryOwner,
+    ToolResultExternalizer,
+)
+from toolswap.chainlog import GENESIS_HASH, SCHEMA_VERSION, canonical_json
+
+QUICK = os.environ.get("TOOLSWAP_BENCH_QUICK") == "1"
+LARGE = 2_000 if QUICK else 100_000
+SMALL = 100
+PUBLISHES = 10 if QUICK else 40
+
+
+def write_journal(path: Path, session: str, claims: list[ArtifactRetentionClaim], n: int) -> None:
+    """Write ``n`` valid records (PREPARED, COMMITTED, every third lease RELEASED) at once.
+
+    Same encoding as toolswap.chainlog (canonical JSON, then the hash member); recovery
+    verifies every record, so a drift in the format fails loudly.
+    """
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    out = bytearray()
+    prev = GENESIS_HASH
+    seq = 0
+    lease = 0
+
+    def emit(body: dict[str, Any]) -> None:
+        nonlocal prev, seq
+        seq += 1
+        record = {**body, "v": SCHEMA_VERSION, "seq": seq, "session": session, "prev": prev}
+        encoded = canonical_json(record)
+        prev = hashlib.sha256(encoded).hexdigest()
+        out.extend(encoded[:-1] + b',"hash":"' + prev.encode() + b'"}\n')
+
+    while seq < n:
+        lease += 1
+        claim = claims[lease % len(claims)]
+        if lease % 5 == 0:
+            claim = ArtifactRetentionClaim(
+                claim.source_id, claim.content_sha256, 2, when + timedelta(days=lease % 30)
+            )
+        intent = claim.to_dict()
+        digest = hashlib.sha256(canonical_json(intent)).hexdigest()
+        base = {"transaction_id": f"bulk-{lease}", "intent_hash": digest}
+        stamp = (when + timedelta(seconds=seq)).isoformat()
+        emit({**base, "phase": "PREPARED", "recorded_at": stamp, "intent": intent})
+        for phase in ("COMMITTED", "RELEASED") if lease % 3 == 0 else ("COMMITTED",):
+            if seq < n:
+                emit({**base, "phase": phase, "recorded_at": stamp})
+    path.write_bytes(bytes(out))
+
+
+def sha_floor(path: Path) -> float:
+    start = time.perf_counter()
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            sha.update(block)
+    return time.perf_counter() - start
+
+
+def make_session(root: Path, name: str, records: int) -> tuple[ToolResultExternalizer, list[Any]]:
+    ext = ToolResultExternalizer(root / name)
+    refs = [
+        ext.externalize(f"{tag} {i}\n" * 4_000, "bench").artifact.for_memory()
+        for i, tag in enumerate(("alpha", "beta", "gamma"))
+    ]
+    claims = [ArtifactRetentionClaim.from_memory_reference(r) for r in refs]
+    write_journal(ext.session.journal_path, ext.session.session_id, claims, records)
+    return ext, refs
+
+
+def main() -> None:
+    root = Path(__file__).resolve().parent / ".data" / "journal"
+    shutil.rmtree(root, ignore_errors=True)
+    large_ext, large_refs = make_session(root, "large", LARGE)
+    small_ext, small_refs = make_session(root, "small", SMALL)
+    path = large_ext.session.journal_path
+    size_mb = path.stat().st_size / 1e6
+
+    floor = min(sha_floor(path) for _ in range(3))
+    cold = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        view = ArtifactRetentionJournal(large_ext.session, owner=None).recover()
+        cold = min(cold, time.perf_counter() - start)
+    assert view.journal_seq == LARGE
+    print(f"recover a {LARGE:,}-record journal ({size_mb:.1f} MB, page cache warm)")
+    print(f"  floor (one sha256 pass): {floor * 1e3:8.1f} ms")
+    print(f"  cold recover (verify + fold): {cold * 1e3:8.1f} ms  ({cold / floor:.1f}x the floor)")
+
+    journals = {
+        SMALL: (ArtifactRetentionJournal(small_ext.session, owner=None), small_refs),
+        LARGE: (ArtifactRetentionJournal(large_ext.session, owner=None), large_refs),
+    }
+    for journal, _ in journals.values():
+        journal.recover()  # warm: the one full verification happens here
+    times: dict[int, list[float]] = {SMALL: [], LARGE: []}
+    for i in range(PUBLISHES):  # alternate, so drift in fsync cost hits both alike
+        for size, (journal, refs) in journals.items():
+            claim = ArtifactRetentionClaim.from_memory_reference(refs[i % len(refs)])
+            start = time.perf_counter()
+            journal.publish_reference(claim, lambda: None, transaction_id=f"bench-{i}")
+            times[size].append(time.perf_counter() - start)
+    small_t, large_t = (statistics.median(times[s]) for s in (SMALL, LARGE))
+    print(f"one publish_reference (median of {PUBLISHES}; two fsynced appends + verification)")
+    print(f"  at {SMALL:>7,} records: {small_t * 1e3:7.2f} ms")
+    print(f"  at {LARGE:>7,} records: {large_t * 1e3:7.2f} ms")
+    print(f"  ratio large / small:  {large_t / small_t:.2f}x  (target <= 1.2x)")
+
+    owner = SqliteMemoryOwner(root / "memory.sqlite3")
+    journal = ArtifactRetentionJournal(large_ext.session, owner=owner)
+    journal.recover()
+    owned: list[float] = []
+    for i in range(PUBLISHES):
+        ref = large_refs[i % len(large_refs)]
+        claim = ArtifactRetentionClaim.from_memory_reference(ref)
+        tx = f"owned-{i}"
+        start = time.perf_counter()
+        journal.publish_reference(
+            claim, lambda tx=tx, ref=ref: owner.publish(tx, ref), transaction_id=tx
+        )  # type: ignore[misc]
+        owned.append(time.perf_counter() - start)
+    print(
+        f"  through SqliteMemoryOwner at {LARGE:,} records (publish + head acks): "
+        f"{statistics.median(owned) * 1e3:.2f} ms"
+    )
+    shutil.rmtree(root, ignore_errors=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
