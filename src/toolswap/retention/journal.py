@@ -22,6 +22,13 @@ memory owner. Removing runs the remover first and appends RELEASED only after it
 The folded view is cached: later operations verify and fold only the records appended
 since (the chain log keeps its verified position), so one operation costs the same on a
 journal of a hundred records as on one of a hundred thousand.
+
+A journal bound to a memory owner acknowledges its head (sequence, hash) to the owner
+after each append and checks it before each operation, so a journal that lost whole
+trailing records fails closed (see :mod:`toolswap.retention.owner`). Lock order: the
+owner's fence may be held while the session lock is taken, never the reverse: the journal
+writes to the owner only outside the session lock, and the head it reads under a caller's
+lock (cleanup) is a read that a fence does not block (SQLite WAL).
 """
 
 from __future__ import annotations
@@ -584,6 +591,8 @@ class ArtifactRetentionJournal:
             ArtifactPublicationRejected: the publisher proved nothing was written; the
                 lease is ABORTED.
             ArtifactRetentionError: refused before the publisher ran (see :meth:`prepare`).
+            ArtifactReferenceOwnerError: the bound owner could not acknowledge the PREPARED
+                head; the publisher was not called and the lease stays PREPARED.
             Exception: anything else the publisher raised, unchanged; the lease stays
                 PREPARED until reconciled.
         """
