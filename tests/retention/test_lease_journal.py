@@ -21,6 +21,7 @@ from toolswap import (
     ToolResultExternalizer,
 )
 from toolswap.chainlog import canonical_json
+from toolswap.cleanup import ArtifactCleanupPolicy
 
 from .conftest import Env
 
@@ -152,8 +153,7 @@ def test_prepare_of_a_collected_artifact_fails_with_missing_artifact(
     env: Env, clock: Clock
 ) -> None:
     claim = env.claim()
-    policy_cls = __import__("toolswap.cleanup", fromlist=["ArtifactCleanupPolicy"])
-    policy = policy_cls.ArtifactCleanupPolicy(orphan_ttl_seconds=0, dry_run=False)
+    policy = ArtifactCleanupPolicy(orphan_ttl_seconds=0, dry_run=False)
     later = datetime.now(UTC) + timedelta(days=2)
     plan = env.ext.plan_cleanup([], policy=policy, now=later)
     env.ext.apply_cleanup(plan, [], now=later)

@@ -77,9 +77,7 @@ def leases(
         echo_json(data)
         return
     for claim in sorted(view.claims.values(), key=lambda c: c.source_id):
-        click.echo(
-            f"{claim.source_id}\t{claim.reference_count}\t{_deadline(claim.retain_until)}"
-        )
+        click.echo(f"{claim.source_id}\t{claim.reference_count}\t{_deadline(claim.retain_until)}")
     for tx in view.pending_transaction_ids:
         click.echo(f"pending\t{tx}")
     for t in transactions:
