@@ -363,3 +363,33 @@ def test_verify_reports_the_whole_journal_and_a_torn_tail(env: Env) -> None:
     assert summary.torn_tail_bytes == 10
     assert summary.phases == {"PREPARED": 1, "COMMITTED": 1, "ABORTED": 0, "RELEASED": 0}
     assert summary.owner_head is not None and summary.owner_head.seq == 3
+
+
+def test_bound_owner_is_told_the_head_after_every_append(env: Env) -> None:
+    owner = env.owner()
+    journal = env.journal(owner=owner)
+    ref = env.reference()
+
+    def acknowledged() -> object:
+        return owner.journal_head(journal.journal_key)
+
+    journal.publish_reference(env.claim(), lambda: owner.publish("a", ref), transaction_id="a")
+    assert acknowledged() == journal.head and journal.head.seq == 2
+    journal.prepare(env.claim(), transaction_id="b")
+    assert acknowledged() == journal.head and journal.head.seq == 3
+    journal.reconcile_reference("b", owner)
+    assert acknowledged() == journal.head and journal.head.seq == 4
+    journal.remove_reference("a", lambda: owner.remove("a"))
+    assert acknowledged() == journal.head and journal.head.seq == 5
+
+
+def test_default_owner_is_bound_once_its_database_exists(env: Env) -> None:
+    journal = ArtifactRetentionJournal(env.session_dir)
+    assert journal.owner is None
+    journal.prepare(env.claim(), transaction_id="a")
+    env.owner()
+    assert journal.owner is not None
+    assert journal.owner.path == env.owner_db  # type: ignore[attr-defined]
+    journal.commit("a")
+    assert env.owner().journal_head(journal.journal_key) == journal.head
+    assert ArtifactRetentionJournal(env.session_dir, owner=None).owner is None
