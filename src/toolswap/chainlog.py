@@ -249,8 +249,16 @@ class ChainLog:
             cut = os.pread(rfd, length, offset)
         finally:
             os.close(rfd)
-        keep = self.path.with_name(f"{self.path.name}.torn-{offset}")
-        kfd = os.open(keep, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        # Never overwrite bytes kept from an earlier torn tail at the same offset.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        attempt = 0
+        while True:
+            suffix = f".torn-{offset}" + (f".{attempt}" if attempt else "")
+            try:
+                kfd = os.open(self.path.with_name(self.path.name + suffix), flags, 0o600)
+                break
+            except FileExistsError:
+                attempt += 1
         try:
             write_all(kfd, cut)
             os.fsync(kfd)
