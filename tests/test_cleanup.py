@@ -433,3 +433,33 @@ def test_temporary_file_of_a_live_capture_is_never_collected(
     entry = _status(plan, name)
     assert entry.status is S.RETAINED_RECENT
     assert "in progress" in entry.reason
+
+
+def test_raw_claims_are_refused_next_to_a_memory_owner_database(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    from toolswap import SqliteMemoryOwner
+
+    externalizer.externalize(_big("a"), "t")
+    SqliteMemoryOwner(externalizer.session_dir / "memory.sqlite3")
+    with pytest.raises(CleanupError, match="memory owner database"):
+        externalizer.plan_cleanup([], policy=LIVE, now=_future(2))
+
+
+def test_cleanup_fails_closed_when_the_journal_is_deleted_behind_its_owner(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    from toolswap import ArtifactLeaseJournalError, SqliteMemoryOwner
+
+    art = externalizer.externalize(_big("a"), "t").artifact
+    owner = SqliteMemoryOwner(externalizer.session_dir / "memory.sqlite3")
+    journal = ArtifactRetentionJournal(externalizer.session_dir, owner=owner)
+    ref = art.for_memory()
+    claim = ArtifactRetentionClaim.from_memory_reference(ref)
+    journal.publish_reference(claim, lambda: owner.publish("tx-1", ref), transaction_id="tx-1")
+    os.unlink(externalizer.session.journal_path)
+    with pytest.raises(ArtifactLeaseJournalError):
+        externalizer.plan_cleanup_from_journal(
+            ArtifactRetentionJournal(externalizer.session_dir), policy=LIVE, now=_future(2)
+        )
+    assert (externalizer.tool_results_dir / art.filename).exists()

@@ -42,10 +42,18 @@ def ensure_private_dir(path: Path) -> None:
     Parents that already exist are left as they are; the last component must be a real
     directory owned by this user.
     """
+    missing = []
+    probe = path
+    while not os.path.lexists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
     except FileExistsError as exc:
         raise ArtifactAccessError(f"{path} exists and is not a directory") from exc
+    # New directory entries are durable only once their parents are fsynced.
+    for created in reversed(missing):
+        fsync_dir(created.parent)
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise ArtifactAccessError(f"{path} must be a real directory, not a symlink")

@@ -579,16 +579,25 @@ def _capture_alive(tmp_name: str) -> bool:
     return True
 
 
+_OWNER_DB = "memory.sqlite3"  # the embedded SqliteMemoryOwner's default database
+
+
 def _refuse_raw_claims(session: Session) -> None:
-    try:
-        st = os.stat(session.journal_path, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(st.st_mode) or st.st_size > 0:
-        raise CleanupError(
-            "this session has a durable retention journal; use plan_cleanup_from_journal / "
-            "apply_cleanup_from_journal so cleanup sees the journal's claims"
-        )
+    """Caller-supplied claims are trusted only while no durable retention state exists.
+
+    A journal (even an empty file) or the default memory owner's database means the
+    session's real references live there; a missing journal next to an owner database is
+    a journal that was lost, never "no references".
+    """
+    for path, what in (
+        (session.journal_path, "a durable retention journal"),
+        (session.root / _OWNER_DB, "a memory owner database"),
+    ):
+        if os.path.lexists(path):
+            raise CleanupError(
+                f"this session has {what} ({path.name}); use plan_cleanup_from_journal / "
+                "apply_cleanup_from_journal so cleanup sees the journal's claims"
+            )
 
 
 def plan_cleanup(
@@ -634,7 +643,14 @@ def apply_cleanup(
         raise CleanupError("apply_cleanup needs the current claims; pass an empty list if none")
     _refuse_raw_claims(session)
     current = _claims_of(claims)
-    return _apply(session, plan, lambda when: (current, ()), _utc_now(now), progress)
+
+    def raw(when: datetime) -> tuple[list[CleanupClaim], tuple[str, ...]]:
+        # Checked again under the session lock: a prepare() that won the lock may have
+        # created the journal since the check above.
+        _refuse_raw_claims(session)
+        return current, ()
+
+    return _apply(session, plan, raw, _utc_now(now), progress)
 
 
 def apply_cleanup_from_journal(
@@ -756,8 +772,14 @@ def _apply_one(
         if _hash_fd(fd) != entry.sha256:
             return replace(entry, status=S.RACE_DETECTED, reason="content changed since planning")
         crash_point("cleanup.verified")
-        number = parse_artifact_filename(name)
-        if number is not None:
+        # The name must still be the inode we verified, right before it goes.
+        again = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+            return replace(entry, status=S.RACE_DETECTED, reason="the name was replaced")
+        if parse_artifact_filename(name) is not None:
+            # Recorded first, so a crash before the unlink leaves a file the manifest calls
+            # collected (a later plan collects it as unrecorded), never an artifact that
+            # vanished without a word.
             manifest.append(
                 {
                     "event": "collected",
@@ -769,10 +791,6 @@ def _apply_one(
                 }
             )
             crash_point("cleanup.collect_recorded")
-        # The name must still be the inode we verified, right before it goes.
-        again = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
-            return replace(entry, status=S.RACE_DETECTED, reason="the name was replaced")
         os.unlink(name, dir_fd=dir_fd)
         crash_point("cleanup.unlinked")
     finally:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -77,8 +78,21 @@ class Session:
         if create:
             ensure_private_dir(root)
             ensure_private_dir(session.tool_results_dir)
-        elif not root.is_dir():
-            raise ArtifactAccessError(f"session {session_id!r} does not exist at {root}")
+        else:
+            try:
+                st = os.lstat(root)
+            except FileNotFoundError:
+                raise ArtifactAccessError(
+                    f"session {session_id!r} does not exist at {root}"
+                ) from None
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+                raise ArtifactAccessError(
+                    f"session root {root} must be a real directory, not a symlink or a file"
+                )
+            if st.st_uid != os.geteuid():
+                raise ArtifactAccessError(
+                    f"session root {root} is owned by uid {st.st_uid}, not by this user"
+                )
         return session
 
     @classmethod

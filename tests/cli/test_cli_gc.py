@@ -97,3 +97,46 @@ def test_gc_budget_across_all_sessions(toolswap_home: Path) -> None:
 def test_gc_rejects_malformed_limits_as_usage_errors(toolswap_home: Path, bad: list[str]) -> None:
     done = toolswap("gc", "plan", "--session", "s1", *bad, check=False)
     assert done.returncode == 2
+
+
+def test_gc_refuses_to_collect_when_the_journal_was_deleted_behind_its_owner(
+    toolswap_home: Path,
+) -> None:
+    source_id = _make_artifact("s1")
+    session_dir = toolswap_home / "projects" / "ws" / "s1"
+    publish = (
+        "import sys\n"
+        "from toolswap import *\n"
+        "ext = ToolResultExternalizer(sys.argv[1])\n"
+        "ref = ext.get_artifact(sys.argv[2]).for_memory()\n"
+        "owner = SqliteMemoryOwner(sys.argv[1] + '/memory.sqlite3')\n"
+        "journal = ArtifactRetentionJournal(sys.argv[1], owner=owner)\n"
+        "claim = ArtifactRetentionClaim.from_memory_reference(ref)\n"
+        "journal.publish_reference(claim, lambda: owner.publish('tx', ref), transaction_id='tx')\n"
+    )
+    subprocess.run([sys.executable, "-c", publish, str(session_dir), source_id], check=True)
+    (session_dir / "retention-leases.jsonl").unlink()
+    plan = toolswap("gc", "plan", "--session", "s1", "--ttl", "0s", check=False)
+    assert plan.returncode == 1
+    assert "behind" in plan.stderr
+    applied = toolswap("gc", "apply", "--session", "s1", "--ttl", "0s", "--yes", check=False)
+    assert applied.returncode == 1
+    assert toolswap("read", source_id, "--limit", "1").stdout.startswith("xxx")
+
+
+def test_gc_apply_honours_session_dir_with_a_saved_plan(
+    toolswap_home: Path, tmp_path: Path
+) -> None:
+    session_dir = tmp_path / "elsewhere" / "s9"
+    toolswap(
+        "run", "--session-dir", str(session_dir), "--", sys.executable, "-c", "print('x' * 70000)"
+    )
+    plan_file = tmp_path / "plan.json"
+    toolswap(
+        "gc", "plan", "--session-dir", str(session_dir), "--ttl", "0s", "--save", str(plan_file)
+    )
+    done = toolswap(
+        "gc", "apply", "--plan", str(plan_file), "--session-dir", str(session_dir), "--yes"
+    )
+    assert "deleted 1" in done.stdout
+    assert not list((session_dir / "tool-results").glob("tool_result_*.txt"))

@@ -18,10 +18,9 @@ from ..cleanup import (
     ArtifactCleanupPlan,
     ArtifactCleanupPolicy,
     ArtifactCleanupReport,
-    apply_cleanup,
+    JournalLike,
     apply_cleanup_from_journal,
     limit_plans,
-    plan_cleanup,
     plan_cleanup_from_journal,
 )
 from ..errors import CleanupError
@@ -55,14 +54,16 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * 1024**power)
 
 
-def _journal(session: Session) -> Any:
+def _journal(session: Session) -> JournalLike:
+    """The session's lease journal, bound to its default memory owner when that exists.
+
+    Cleanup always goes through the journal, even when its file is missing: a journal
+    lost next to an owner that acknowledged its head fails closed instead of reading as
+    "no references".
+    """
     from ..retention import ArtifactRetentionJournal
 
-    return ArtifactRetentionJournal(session.root)
-
-
-def _has_journal(session: Session) -> bool:
-    return session.journal_path.exists() or session.journal_path.is_symlink()
+    return ArtifactRetentionJournal(session)
 
 
 @contextmanager
@@ -84,17 +85,13 @@ def _progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] 
 def _plan_session(
     session: Session, policy: ArtifactCleanupPolicy, progress: Callable[[int, int], None] | None
 ) -> ArtifactCleanupPlan:
-    if _has_journal(session):
-        return plan_cleanup_from_journal(_journal(session), policy=policy, progress=progress)
-    return plan_cleanup(session, [], policy=policy, progress=progress)
+    return plan_cleanup_from_journal(_journal(session), policy=policy, progress=progress)
 
 
 def _apply_session(
     session: Session, plan: ArtifactCleanupPlan, progress: Callable[[int, int], None] | None
 ) -> ArtifactCleanupReport:
-    if _has_journal(session):
-        return apply_cleanup_from_journal(plan, _journal(session), progress=progress)
-    return apply_cleanup(session, plan, [], progress=progress)
+    return apply_cleanup_from_journal(plan, _journal(session), progress=progress)
 
 
 def _all_sessions() -> list[tuple[str, Session]]:
@@ -305,10 +302,12 @@ def gc_apply(
         click.confirm("Delete the files marked planned_delete?", abort=True)
     reports = []
     for ws, plan in plans:
-        if plan_file is not None or session_dir is None:
-            session = Session.open(plan.session_id, workspace=ws, create=False)
-        else:
+        if session_dir is not None:
+            if len(plans) != 1:
+                raise CleanupError("--session-dir applies to a plan of one session only")
             session = Session.at(session_dir, create=False)
+        else:
+            session = Session.open(plan.session_id, workspace=ws, create=False)
         live = replace(plan, policy=replace(plan.policy, dry_run=False))
         with _progress("deleting", not as_json) as progress:
             reports.append((ws, _apply_session(session, live, progress)))
