@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,9 @@ class ChainLog:
         self._hash = GENESIS_HASH
         self._identity: tuple[int, int] | None = None
         self._torn: tuple[int, int] | None = None
+        self.lock = threading.RLock()
+        """Serializes this object's refreshes and appends between threads; callers that
+        fold records hold it across refresh and fold."""
 
     @property
     def head(self) -> tuple[int, str]:
@@ -107,6 +111,16 @@ class ChainLog:
             ChainLogError (or the class given at construction): the log is corrupt, was cut
             behind a record already read, or cannot be opened safely.
         """
+        with self.lock:
+            try:
+                return self._refresh()
+            except ChainLogError:
+                # Forget the position so the next refresh re-verifies from the start and
+                # reports the same defect (it never resumes from a half-read state).
+                self.reset()
+                raise
+
+    def _refresh(self) -> tuple[bool, list[dict[str, Any]]]:
         fd = self._open_read()
         if fd is None:
             if self._identity is not None:
@@ -125,14 +139,7 @@ class ChainLog:
                     "records; refusing to trust it"
                 )
             self._identity = identity
-            try:
-                records = self._read_from(fd, st.st_size)
-            except ChainLogError:
-                # _verify advanced the sequence and hash record by record; forget them so
-                # the next refresh re-verifies from the start and reports the same defect.
-                self.reset()
-                raise
-            return reset, records
+            return reset, self._read_from(fd, st.st_size)
         finally:
             os.close(fd)
 
@@ -205,6 +212,12 @@ class ChainLog:
         Returns:
             ``(new_records_before, record)``.
         """
+        with self.lock:
+            return self._append(body, crash_prefix)
+
+    def _append(
+        self, body: dict[str, Any], crash_prefix: str | None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         if _RESERVED & body.keys():
             raise ValueError(f"record body may not set {sorted(_RESERVED & body.keys())}")
         reset, before = self.refresh()

@@ -68,12 +68,23 @@ class Manifest:
                 raise ChainLogError(f"manifest record {record.get('seq')} has unknown event")
 
     def refresh(self) -> None:
-        reset, records = self._log.refresh()
-        if reset:
-            self._artifacts.clear()
-            self._collected.clear()
-            self._high_water = 0
-        self._fold(records)
+        with self._log.lock:
+            previous = self._log.head
+            reset, records = self._log.refresh()
+            if reset:
+                self._artifacts.clear()
+                self._collected.clear()
+                self._high_water = 0
+                # A replaced manifest must still hold every record this process read;
+                # otherwise names could be handed out twice.
+                seen = {r["seq"]: r["hash"] for r in records if r["seq"] == previous[0]}
+                if previous[0] and seen.get(previous[0]) != previous[1]:
+                    self._log.reset()
+                    raise ChainLogError(
+                        f"{self._log.path.name}: was replaced by a file without record "
+                        f"{previous[0]} that this process already read; refusing to trust it"
+                    )
+            self._fold(records)
 
     def high_water(self) -> int:
         self.refresh()
@@ -81,9 +92,10 @@ class Manifest:
 
     def append(self, body: dict[str, Any]) -> dict[str, Any]:
         """Append a record durably; the caller holds the session lock."""
-        before, record = self._log.append(body, crash_prefix="manifest")
-        self._fold([*before, record])
-        return record
+        with self._log.lock:
+            before, record = self._log.append(body, crash_prefix="manifest")
+            self._fold([*before, record])
+            return record
 
     def record_for(self, filename: str) -> dict[str, Any] | None:
         self.refresh()
