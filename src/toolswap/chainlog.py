@@ -202,12 +202,16 @@ class ChainLog:
         return record
 
     def append(
-        self, body: dict[str, Any], *, crash_prefix: str | None = None
+        self, body: dict[str, Any], *, crash_prefix: str
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Append one record durably (one O_APPEND write, fsync file, fsync directory).
 
         The caller must hold the session lock. Records appended by others since the last
         refresh are verified first and returned, so the caller can fold them before its own.
+
+        Args:
+            body: the record's own fields (the log adds v, seq, session, prev, hash).
+            crash_prefix: names the crash points ``<prefix>.appended`` / ``.fsynced``.
 
         Returns:
             ``(new_records_before, record)``.
@@ -216,7 +220,7 @@ class ChainLog:
             return self._append(body, crash_prefix)
 
     def _append(
-        self, body: dict[str, Any], crash_prefix: str | None
+        self, body: dict[str, Any], crash_prefix: str
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         if _RESERVED & body.keys():
             raise ValueError(f"record body may not set {sorted(_RESERVED & body.keys())}")
@@ -241,10 +245,10 @@ class ChainLog:
             digest = hashlib.sha256(encoded).hexdigest()
             line = encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
             write_all(fd, line)
-            crash_point(f"{crash_prefix}.appended" if crash_prefix else "chainlog.appended")
+            crash_point(f"{crash_prefix}.appended")
             os.fsync(fd)
             fsync_dir(self.path.parent)
-            crash_point(f"{crash_prefix}.fsynced" if crash_prefix else "chainlog.fsynced")
+            crash_point(f"{crash_prefix}.fsynced")
         finally:
             os.close(fd)
         self._identity = (st.st_dev, st.st_ino)

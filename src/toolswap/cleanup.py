@@ -376,6 +376,7 @@ def _plan(
     index = _index_claims(session, claims, now)
     manifest = Manifest(session.manifest_path, session.session_id, session.tool_results_dir)
     records = {r["filename"]: r for r in manifest.records()}
+    collected = {c.filename for c in manifest.collected_records()}
     ttl_ns = int(policy.orphan_ttl_seconds * 1_000_000_000)
     now_ns = int(now.timestamp() * 1_000_000_000)
     entries: list[CleanupEntry] = []
@@ -389,7 +390,7 @@ def _plan(
             if progress:
                 progress(done, len(names))
             seen.add(name)
-            entry = _plan_file(dir_fd, name, index, records, now_ns, ttl_ns)
+            entry = _plan_file(dir_fd, name, index, records, collected, now_ns, ttl_ns)
             if entry.size is not None and entry.status is not S.DENIED:
                 total += entry.size
             if entry.status is S.PLANNED_DELETE:
@@ -459,6 +460,7 @@ def _plan_file(
     name: str,
     index: _ClaimIndex,
     records: Mapping[str, Mapping[str, Any]],
+    collected: set[str],
     now_ns: int,
     ttl_ns: int,
 ) -> CleanupEntry:
@@ -556,6 +558,8 @@ def _plan_file(
         return replace(base, status=S.RETAINED_RECENT, reason=why)
     if is_tmp:
         why = "temporary file left by a crashed capture, older than the TTL"
+    elif record is None and name in collected:
+        why = "recorded as collected by a cleanup interrupted before the unlink"
     elif record is None:
         why = "no manifest record (a capture crashed before recording it), older than the TTL"
     elif name in index.expired:

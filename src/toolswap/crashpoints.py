@@ -26,8 +26,6 @@ CRASH_POINTS: tuple[str, ...] = (
     "capture.tmp_unlinked",
     "manifest.appended",
     "manifest.fsynced",
-    "chainlog.appended",
-    "chainlog.fsynced",
     "journal.prepared.appended",
     "journal.prepared.fsynced",
     "journal.publisher.before",

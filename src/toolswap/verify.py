@@ -37,11 +37,14 @@ class FindingKind(StrEnum):
     """A file in tool-results/ whose name toolswap never writes."""
     TEMPORARY = "temporary"
     """A capture's temporary file (in progress, or left by a crash; cleanup collects it)."""
+    COLLECTING = "collecting"
+    """A file the manifest records as collected: a cleanup was interrupted before the
+    unlink; the next cleanup removes it."""
     MANIFEST_CORRUPT = "manifest_corrupt"
 
     @property
     def is_problem(self) -> bool:
-        return self not in (FindingKind.OK, FindingKind.TEMPORARY)
+        return self not in (FindingKind.OK, FindingKind.TEMPORARY, FindingKind.COLLECTING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,11 @@ def verify_session(
                     else FindingKind.UNKNOWN_FILE
                 )
                 findings.append(VerifyFinding(kind, name))
+                continue
+            if record is None and manifest.collected(name) is not None:
+                findings.append(
+                    VerifyFinding(FindingKind.COLLECTING, name, "collected; unlink interrupted")
+                )
                 continue
             if record is None:
                 findings.append(
