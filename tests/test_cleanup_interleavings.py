@@ -12,9 +12,11 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from toolswap import ArtifactRetentionJournal, ToolResultExternalizer
 from toolswap.cleanup import ArtifactCleanupPlan, ArtifactCleanupPolicy, ArtifactCleanupStatus
@@ -224,3 +226,134 @@ def test_saved_plan_survives_the_round_trip_used_by_the_subprocess(tmp_path: Pat
     _, _, plan_file, _ = _setup(tmp_path)
     plan = ArtifactCleanupPlan.from_dict(json.loads(plan_file.read_text(encoding="utf-8")))
     assert plan.planned
+
+
+PROTOCOL = """
+import sys
+from toolswap import *
+session_dir, source_id, sha, mode = sys.argv[1:5]
+owner = SqliteMemoryOwner(session_dir + "/memory.sqlite3")
+journal = ArtifactRetentionJournal(session_dir, owner=owner)
+claim = ArtifactRetentionClaim(source_id=source_id, content_sha256=sha)
+def publisher():
+    ref = ToolResultExternalizer(session_dir).get_artifact(source_id).for_memory()
+    owner.publish("tx", ref)
+try:
+    journal.publish_reference(claim, publisher, transaction_id="tx")
+    if mode == "publish_remove":
+        journal.remove_reference("tx", lambda: owner.remove("tx"))
+except ArtifactRetentionError as exc:
+    print("refused: " + str(exc))
+    sys.exit(3)
+print("done")
+"""
+
+PLAN_AND_APPLY = """
+import json, sys
+from datetime import datetime
+from toolswap import ArtifactRetentionJournal, SqliteMemoryOwner
+from toolswap.cleanup import ArtifactCleanupPlan, ArtifactCleanupPolicy
+from toolswap.cleanup import apply_cleanup_from_journal, plan_cleanup_from_journal
+session_dir, plan_file, now = sys.argv[1], sys.argv[2], datetime.fromisoformat(sys.argv[3])
+owner = SqliteMemoryOwner(session_dir + "/memory.sqlite3")
+journal = ArtifactRetentionJournal(session_dir, owner=owner)
+if plan_file == "-":
+    policy = ArtifactCleanupPolicy(dry_run=False)
+    plan = plan_cleanup_from_journal(journal, policy=policy, now=now)
+else:
+    plan = ArtifactCleanupPlan.from_dict(json.loads(open(plan_file, encoding="utf-8").read()))
+print(json.dumps(apply_cleanup_from_journal(plan, journal, now=now).to_dict()))
+"""
+
+# Each protocol step, the mode that reaches it, and whether the lease protects the file
+# once the protocol process has finished.
+PROTOCOL_STEPS = [
+    ("journal.prepared.appended", "publish", True),
+    ("journal.prepared.fsynced", "publish", True),
+    ("owner.published", "publish", True),
+    ("journal.committed.fsynced", "publish", True),
+    ("owner.removed", "publish_remove", False),
+    ("journal.released.fsynced", "publish_remove", False),
+]
+
+
+def _owner_setup(tmp_path: Path) -> tuple[Path, str, str, Path]:
+    from toolswap import SqliteMemoryOwner
+
+    session_dir, source_id, plan_file, sha = _setup(tmp_path)
+    SqliteMemoryOwner(session_dir / "memory.sqlite3")
+    return session_dir, source_id, sha, plan_file
+
+
+def _check_final_state(session_dir: Path, source_id: str, protects: bool, refused: bool) -> None:
+    from toolswap import SqliteMemoryOwner
+
+    owner = SqliteMemoryOwner(session_dir / "memory.sqlite3")
+    journal = ArtifactRetentionJournal(session_dir, owner=owner)
+    view = journal.recover()
+    assert view.pending_transaction_ids == ()
+    if refused:
+        assert journal.transaction("tx") is None
+        assert owner.get("tx") is None
+        return
+    assert view.is_protected(source_id) is protects
+    if protects:
+        ToolResultExternalizer(session_dir).reader.verify(source_id)
+    for stored in owner.list_references():
+        assert view.is_protected(stored.reference.source.source_id)
+
+
+@pytest.mark.parametrize("saved_plan", [True, False], ids=["apply-saved-plan", "plan-then-apply"])
+@pytest.mark.parametrize(("point", "mode", "protects"), PROTOCOL_STEPS)
+def test_cleanup_running_while_the_protocol_waits_at_each_step_never_strands_a_reference(
+    tmp_path: Path, point: str, mode: str, protects: bool, saved_plan: bool
+) -> None:
+    session_dir, source_id, sha, plan_file = _owner_setup(tmp_path)
+    with _stopped_at(tmp_path, point, PROTOCOL, str(session_dir), source_id, sha, mode) as proto:
+        cleaner = _spawn(
+            PLAN_AND_APPLY, str(session_dir), str(plan_file) if saved_plan else "-", LATER
+        )
+    code, out, err = _finish(proto)
+    assert (code, out.strip()) == (0, "done"), err
+    code, out, err = _finish(cleaner)
+    assert code == 0, err
+    _check_final_state(session_dir, source_id, protects, refused=False)
+
+
+@pytest.mark.parametrize("point", ["cleanup.locked", "cleanup.claims_folded", "cleanup.verified"])
+@pytest.mark.parametrize("mode", ["publish", "publish_remove"])
+def test_protocol_starting_while_cleanup_holds_the_lock_waits_and_then_fails_or_protects(
+    tmp_path: Path, point: str, mode: str
+) -> None:
+    session_dir, source_id, sha, plan_file = _owner_setup(tmp_path)
+    with _stopped_at(tmp_path, point, PLAN_AND_APPLY, str(session_dir), str(plan_file), LATER) as c:
+        proto = _spawn(PROTOCOL, str(session_dir), source_id, sha, mode)
+    code, out, err = _finish(c)
+    assert code == 0, err
+    [entry] = [e for e in json.loads(out)["entries"] if e["source_id"] == source_id]
+    assert entry["status"] == "deleted"  # cleanup held the lock first
+    code, out, err = _finish(proto)
+    assert code == 3 and "missing artifact" in out, (out, err)
+    _check_final_state(session_dir, source_id, protects=False, refused=True)
+
+
+def test_externalize_waiting_at_its_link_ends_readable_or_recorded_as_collected(
+    tmp_path: Path,
+) -> None:
+    # The cleaner's clock is two days ahead, so the new artifact counts as an expired
+    # orphan once it exists: whether cleanup sees it first or not, it must end either
+    # readable or recorded as collected, never half-recorded.
+    from toolswap import ArtifactCollectedError
+    from toolswap.verify import verify_session
+
+    session_dir, _, _, _ = _owner_setup(tmp_path)
+    with _stopped_at(tmp_path, "capture.linked", CAPTURE, str(session_dir)) as capture:
+        cleaner = _spawn(PLAN_AND_APPLY, str(session_dir), "-", LATER)
+    code, new_id, err = _finish(capture)
+    assert code == 0, err
+    code, _, err = _finish(cleaner)
+    assert code == 0, err
+    ext = ToolResultExternalizer(session_dir)
+    with suppress(ArtifactCollectedError):
+        assert ext.read_artifact(new_id.strip(), 0, 1).startswith("yyy")
+    assert [f for f in verify_session(ext.session) if f.kind.is_problem] == []
