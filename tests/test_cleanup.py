@@ -463,3 +463,27 @@ def test_cleanup_fails_closed_when_the_journal_is_deleted_behind_its_owner(
             ArtifactRetentionJournal(externalizer.session_dir), policy=LIVE, now=_future(2)
         )
     assert (externalizer.tool_results_dir / art.filename).exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("entries", "not a list"),
+        ("entries", [1, 2]),
+        ("policy", None),
+        ("total_bytes", "many"),
+        ("total_bytes", -1),
+        ("budget_note", 7),
+        ("session", "../x"),
+        ("created_at", "yesterday"),
+        ("created_at", "2026-01-01T00:00:00"),
+    ],
+)
+def test_a_malformed_saved_plan_is_refused_with_a_cleanup_error(
+    externalizer: ToolResultExternalizer, field: str, value: object
+) -> None:
+    externalizer.externalize(_big("a"), "t")
+    document = externalizer.plan_cleanup([], policy=LIVE, now=_future(2)).to_dict()
+    document[field] = value
+    with pytest.raises(CleanupError):
+        ArtifactCleanupPlan.from_dict(document)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ._fs import open_dir_nofollow
 from .artifact import parse_artifact_filename, parse_artifact_source_id, validate_session_id
@@ -168,11 +168,11 @@ class CleanupEntry:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CleanupEntry:
+    def from_dict(cls, data: Mapping[str, object]) -> CleanupEntry:
         """Parse an entry from a saved plan (untrusted input: every field is checked)."""
         try:
             name = data["name"]
-            status = ArtifactCleanupStatus(data["status"])
+            status = ArtifactCleanupStatus(str(data["status"]))
         except (KeyError, ValueError, TypeError) as exc:
             raise CleanupError(f"invalid plan entry: {exc}") from None
         if not isinstance(name, str) or not _owned_name(name):
@@ -238,36 +238,45 @@ class ArtifactCleanupPlan:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ArtifactCleanupPlan:
+    def from_dict(cls, data: Mapping[str, object]) -> ArtifactCleanupPlan:
         """Rebuild a saved plan, validating every field (a plan file is untrusted)."""
         if data.get("kind") != "toolswap.cleanup_plan":
             raise CleanupError("not a toolswap cleanup plan")
-        try:
-            session_id = validate_session_id(str(data["session"]))
-            created = datetime.fromisoformat(str(data["created_at"]))
-            raw_policy = data["policy"]
-            entries = tuple(CleanupEntry.from_dict(e) for e in data["entries"])
-        except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, CleanupError):
-                raise
-            raise CleanupError(f"invalid cleanup plan: {exc}") from None
+        raw_entries = data.get("entries")
+        raw_policy = data.get("policy")
+        total = data.get("total_bytes", 0)
+        note = data.get("budget_note")
+        if not isinstance(raw_entries, list) or not all(
+            isinstance(e, Mapping) for e in raw_entries
+        ):
+            raise CleanupError("invalid cleanup plan: entries must be a list of objects")
         if not isinstance(raw_policy, Mapping):
-            raise CleanupError("invalid cleanup plan policy")
+            raise CleanupError("invalid cleanup plan: policy must be an object")
+        if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+            raise CleanupError("invalid cleanup plan: total_bytes must be a non-negative integer")
+        if note is not None and not isinstance(note, str):
+            raise CleanupError("invalid cleanup plan: budget_note must be a string")
+        try:
+            session_id = validate_session_id(str(data.get("session")))
+            created = datetime.fromisoformat(str(data.get("created_at")))
+        except ValueError as exc:
+            raise CleanupError(f"invalid cleanup plan: {exc}") from None
+        if created.tzinfo is None:
+            raise CleanupError("invalid cleanup plan: created_at has no timezone")
+        entries = tuple(CleanupEntry.from_dict(e) for e in raw_entries)
         policy = ArtifactCleanupPolicy(
             orphan_ttl_seconds=raw_policy.get("orphan_ttl_seconds", 86400),
             max_deletions=raw_policy.get("max_deletions"),
             dry_run=raw_policy.get("dry_run", True),
             max_bytes=raw_policy.get("max_bytes"),
         )
-        if created.tzinfo is None:
-            raise CleanupError("invalid cleanup plan: created_at has no timezone")
         return cls(
             session_id=session_id,
             created_at=created,
             policy=policy,
             entries=entries,
-            total_bytes=int(data.get("total_bytes", 0)),
-            budget_note=data.get("budget_note"),
+            total_bytes=total,
+            budget_note=note,
         )
 
 
@@ -358,12 +367,12 @@ def _index_claims(session: Session, claims: Iterable[CleanupClaim], now: datetim
 def _claims_of(
     view_or_claims: ClaimView | Iterable[CleanupClaim] | Mapping[str, CleanupClaim],
 ) -> list[CleanupClaim]:
-    claims_attr = getattr(view_or_claims, "claims", None)
-    if claims_attr is not None and isinstance(claims_attr, Mapping):
-        return list(claims_attr.values())
     if isinstance(view_or_claims, Mapping):
         return list(view_or_claims.values())
-    return list(view_or_claims)  # type: ignore[arg-type]
+    claims_attr = getattr(view_or_claims, "claims", None)
+    if isinstance(claims_attr, Mapping):
+        return list(claims_attr.values())
+    return list(cast("Iterable[CleanupClaim]", view_or_claims))
 
 
 def _plan(
