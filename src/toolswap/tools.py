@@ -158,8 +158,7 @@ class ArtifactTools:
     ) -> None:
         self.externalizer = externalizer
         self.max_output_bytes = max_output_bytes
-        # Readers of our own: a Manifest is not safe to share between threads, and the
-        # externalizer may be appending to its own while a tool reads.
+        # Readers of our own, so a tool's reads never wait on the externalizer's appends.
         self._own = ArtifactReader(externalizer.session)
         self._readers: dict[str, ArtifactReader] = {externalizer.session.session_id: self._own}
         self._lock = threading.Lock()
@@ -191,8 +190,9 @@ class ArtifactTools:
 
     def _call(self, source_id: str, fn: Callable[[ArtifactReader, str], _T]) -> _T:
         try:
-            with self._lock:
-                return fn(self._reader(source_id), source_id.strip())
+            with self._lock:  # guards the reader cache only; reads run in parallel
+                reader = self._reader(source_id)
+            return fn(reader, source_id.strip())
         except ToolswapError as exc:
             raise _hint(exc) from None
 
