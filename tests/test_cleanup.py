@@ -487,3 +487,18 @@ def test_a_malformed_saved_plan_is_refused_with_a_cleanup_error(
     document[field] = value
     with pytest.raises(CleanupError):
         ArtifactCleanupPlan.from_dict(document)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
+def test_a_file_owned_by_another_user_is_denied_and_kept(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    art = externalizer.externalize(_big("a"), "t").artifact
+    path = externalizer.tool_results_dir / art.filename
+    os.chown(path, 65534, 65534)
+    plan = externalizer.plan_cleanup([], policy=LIVE, now=_future(30))
+    entry = _status(plan, art.filename)
+    assert entry.status is S.DENIED
+    assert "another user" in entry.reason
+    externalizer.apply_cleanup(plan, [], now=_future(30))
+    assert path.exists()
