@@ -30,6 +30,7 @@ def _capture(
     head_shown: int | None = None,
     tail_keep: int = 24576,
     scan_limit: int = 1 << 30,
+    tail_scan: int = 0,
 ) -> tuple[StreamCapture, CaptureStats]:
     capture = StreamCapture(
         dir_fd,
@@ -37,6 +38,7 @@ def _capture(
         head_shown=head_shown,
         tail_keep=tail_keep,
         scan_limit=scan_limit,
+        tail_scan=tail_scan,
     )
     for chunk in chunks:
         capture.write(chunk)
@@ -257,7 +259,41 @@ def test_the_failure_scan_stops_at_its_limit_and_says_how_far_it_read(dir_fd: in
     capture.discard()
 
     assert stats.salient == ()
-    assert 8192 <= stats.scanned_bytes < len(data)
+    assert 8000 < stats.scanned_bytes < len(data)
+    assert stats.scanned_bytes % 3 == 0  # the end of the last whole line it scanned
+    assert stats.tail_scan_start is None
+
+
+def test_the_last_bytes_are_scanned_too_when_the_forward_scan_stopped(dir_fd: int) -> None:
+    lines = [b"ok %06d" % i for i in range(300_000)]
+    lines[1_000] = b"error: early, inside the forward scan"
+    lines[150_000] = b"error: in the unscanned middle"
+    lines[299_000] = b"panic: near the end, inside the tail scan"
+    lines[-1] = b"FATAL: the last line, without a newline"
+    data = b"\n".join(lines)
+    capture, stats = _capture(
+        dir_fd, _split(data, 50_000), scan_limit=64 * 1024, tail_scan=256 * 1024
+    )
+    capture.discard()
+
+    assert [(s.line_no, s.text) for s in stats.salient] == [
+        (1_001, "error: early, inside the forward scan"),
+        (299_001, "panic: near the end, inside the tail scan"),
+        (300_000, "FATAL: the last line, without a newline"),
+    ]
+    assert stats.scanned_bytes < stats.tail_scan_start  # type: ignore[operator]
+    assert len(data) - stats.tail_scan_start <= 256 * 1024  # type: ignore[operator]
+    assert data[stats.tail_scan_start - 1] == ord("\n")  # type: ignore[operator]
+
+
+def test_no_tail_scan_is_needed_when_the_forward_scan_covered_everything(dir_fd: int) -> None:
+    data = b"ok\n" * 1000 + b"error: at the end"
+    capture, stats = _capture(dir_fd, [data], scan_limit=1 << 20, tail_scan=1 << 20)
+    capture.discard()
+
+    assert [s.line_no for s in stats.salient] == [1001]
+    assert stats.scanned_bytes == len(data)
+    assert stats.tail_scan_start is None
 
 
 def test_memory_kept_for_the_preview_is_bounded_by_head_and_tail(dir_fd: int) -> None:

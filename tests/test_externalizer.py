@@ -616,3 +616,21 @@ def test_open_refuses_a_session_id_that_is_not_one_path_component() -> None:
 def test_session_at_without_create_refuses_a_missing_session(tmp_path: Path) -> None:
     with pytest.raises(ArtifactAccessError, match="does not exist"):
         Session.at(tmp_path / "nope", create=False)
+
+
+def test_a_pipe_gets_a_larger_buffer_so_reader_and_writer_take_fewer_turns(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    fcntl = pytest.importorskip("fcntl")
+    get_size = getattr(fcntl, "F_GETPIPE_SZ", None)
+    if get_size is None:
+        pytest.skip("no F_GETPIPE_SZ on this platform")
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"x" * 1000)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        result = externalizer.process(pipe, "bash")
+        size = fcntl.fcntl(pipe.fileno(), get_size)
+
+    assert result.context_text == "x" * 1000
+    assert size >= 1 << 20

@@ -1,4 +1,8 @@
-"""Capturing 1 GiB from a pipe keeps the capturing process's peak RSS growth under 64 MiB."""
+"""Capturing 1 GiB from a pipe keeps the capturing process's peak RSS growth under 64 MiB.
+
+The child measures its own peak (``VmHWM``, reset just before the capture) rather than
+``ru_maxrss``, which a child inherits from its parent across fork and exec.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,30 @@ GIB = 1 << 30
 LIMIT_KIB = 64 * 1024
 
 CHILD = """
-import hashlib, json, resource, subprocess, sys
+import json, resource, subprocess, sys
 from toolswap import ToolResultExternalizer
+
+
+def peak_kib():
+    # VmHWM is this process's own peak RSS. ru_maxrss is not: after fork and exec it
+    # starts at the parent's RSS (pytest's, here), which would hide any growth below it.
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def reset_peak():
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")  # the peak becomes the current RSS
+    except OSError:
+        pass
+
 
 ext = ToolResultExternalizer(sys.argv[1])
 ext.externalize(b"warm up: imports, thread, first capture\\n" * 50_000, "bash")
@@ -25,10 +51,11 @@ producer = (
     "for _ in range(1024):\\n"
     "    sys.stdout.buffer.write(block)\\n"
 )
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+reset_peak()
+before = peak_kib()
 proc = subprocess.Popen([sys.executable, "-c", producer], stdout=subprocess.PIPE)
 result = ext.process(proc.stdout, "bash", argv=["producer"], exit_code=proc.wait)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = peak_kib()
 proc.stdout.close()
 print(json.dumps({
     "before_kib": before,

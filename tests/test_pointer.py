@@ -252,14 +252,34 @@ def test_too_many_failure_lines_keep_the_first_and_the_last_within_budget(
     assert len(text.encode()) <= POINTER_MAX
 
 
-def test_pointer_says_when_the_failure_scan_stopped_early(session_dir: Path) -> None:
+def test_pointer_says_where_failure_lines_were_not_looked_for(session_dir: Path) -> None:
     ext = ToolResultExternalizer(
-        session_dir, settings=ExternalizerSettings(salient_scan_bytes=64 * 1024)
+        session_dir,
+        settings=ExternalizerSettings(
+            salient_scan_bytes=64 * 1024, salient_tail_scan_bytes=128 * 1024
+        ),
     )
+    lines = ["ok"] * 2_000_000
+    lines[1_000_000] = "error: nobody looked here"
+    lines[-30_000] = "error: found by the tail scan"
 
-    result = ext.externalize("ok\n" * 500_000, "t")
+    result = ext.externalize("\n".join(lines), "t")
 
-    assert "; the failure-line scan covered only the first " in result.context_text
+    assert re.search(
+        r"; failure lines were looked for only in the first [\d.]+ (KiB|MiB) and the last "
+        r"[\d.]+ KiB ---",
+        result.context_text,
+    )
+    assert "error: nobody looked here" not in result.context_text
+    assert "1970001: error: found by the tail scan" in result.context_text
+
+
+def test_pointer_has_no_scan_note_when_everything_was_scanned(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    result = externalizer.externalize("ok\n" * 500_000, "t")
+
+    assert "looked for only" not in result.context_text
 
 
 def test_binary_output_is_never_decoded_into_the_pointer(

@@ -507,3 +507,29 @@ def test_a_collected_artifact_says_when_and_why_it_was_removed(
         externalizer.read_artifact(artifact.source_id)
     with pytest.raises(ArtifactAccessError):
         ToolResultExternalizer(externalizer.session_dir).read_artifact(artifact.source_id)
+
+
+def test_a_large_artifact_is_verified_and_indexed_in_one_pass(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    text = _text(1_000_000)  # about 7 MiB: hashed on a second thread while lines are counted
+    art = externalizer.externalize(text, "t").artifact
+
+    assert externalizer.read_artifact(art, 654_321, 2) == "line 654321\nline 654322"
+    _tamper_same_size(art.path)
+    with pytest.raises(ArtifactIntegrityError):
+        externalizer.read_artifact(art, 0, 1)
+
+
+def test_grep_numbers_lines_after_a_line_longer_than_a_read_block(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    text = "first\n" + "x" * (9 * MIB) + " needle inside\nneedle after\nlast\n"
+    art = externalizer.externalize(text, "t").artifact
+
+    result = externalizer.grep(art, "needle", context=1)
+
+    assert [m.line_no for m in result.matches] == [2, 3]
+    assert result.matches[0].text.endswith(CONTINUATION_MARKER)
+    assert result.matches[1].before == ()  # line 2 was already shown as a match
+    assert result.matches[1].after == ((4, "last"),)

@@ -1,9 +1,13 @@
-"""Streaming spill: write output to a temporary file while hashing, counting and keeping
-the head, the tail and failure-looking lines; then publish it under a final name.
+"""Streaming spill: write output to a temporary file while hashing and counting it,
+keeping the head and the tail; then find failure-looking lines and publish the file under
+a final name.
 
 Memory stays bounded whatever the output size: the head, a tail buffer, a few dozen
 salient lines and a small queue of chunks in flight. Hashing and writing run on a worker
-thread (both release the GIL), while the calling thread reads and scans the next chunk.
+thread (both release the GIL) while the calling thread reads and counts the next chunk.
+The failure-line scan, which holds the GIL and is slower than hashing, runs at the end over
+the first and the last bytes of the file (read back from the page cache) while the worker
+fsyncs, so it overlaps the one step that no capture can skip.
 
 Publishing never overwrites: the temporary file is fsynced, hard-linked to the final name
 (``link`` fails if the name exists), and the directory is fsynced. A crash at any point
@@ -44,7 +48,11 @@ SALIENT_LINE_CHARS = 240
 _SALIENT_FIRST = 24
 _SALIENT_LAST = 24
 _CARRY_MAX = 4096
-_QUEUE_DEPTH = 8
+_QUEUE_DEPTH = 4
+_SCAN_PIECE = 256 << 10
+_READ_BACK = 1 << 20
+# ASCII lowercase as a translate table (bytes.translate is about twice as fast as lower()).
+_LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -91,6 +99,9 @@ class CaptureStats:
     salient: tuple[SalientLine, ...]
     scanned_bytes: int
     """How many leading bytes the failure-line scan covered."""
+    tail_scan_start: int | None = None
+    """Where the scan of the output's last bytes began (None: no such scan). Failure lines
+    between ``scanned_bytes`` and here were not looked for."""
 
     @property
     def line_count(self) -> int:
@@ -104,26 +115,15 @@ class CaptureStats:
         return self.byte_size - len(self.tail)
 
 
-class _Scanner:
-    """Counts lines and characters, validates UTF-8 and finds failure-looking lines."""
+class _Counter:
+    """Counts bytes, lines and characters and validates UTF-8, chunk by chunk."""
 
-    def __init__(self, scan_limit: int, *, head_skip: int = 0, tail_keep: int = 0) -> None:
-        # Lines that end within the first ``head_skip`` bytes are shown whole by the head
-        # preview, so they never take a salient slot.
-        self._head_skip = head_skip
-        self._tail_keep = tail_keep
+    def __init__(self) -> None:
+        self.size = 0
         self.newlines = 0
         self.chars = 0
-        self.size = 0
         self.binary = False
         self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
-        self._scan_limit = scan_limit
-        self.scanned = 0
-        self._carry = b""
-        self.first: list[SalientLine] = []
-        self.last: deque[SalientLine] = deque(maxlen=_SALIENT_LAST)
-        # Hits that may still end up inside the tail preview, with their byte offsets.
-        self._recent: deque[tuple[int, SalientLine]] = deque()
 
     def feed(self, chunk: bytes) -> None:
         if not self.binary:
@@ -140,14 +140,8 @@ class _Scanner:
                     self.chars += len(text)
                     if self.size < 8192 and "\x00" in text:
                         self.binary = True
-        if self.scanned == self.size and self.size < self._scan_limit and not self.binary:
-            self._scan(chunk)
         self.newlines += chunk.count(b"\n")
         self.size += len(chunk)
-        horizon = self.size - self._tail_keep
-        recent = self._recent
-        while recent and (recent[0][0] < horizon or len(recent) > 4 * _SALIENT_LAST):
-            self.last.append(recent.popleft()[1])
 
     def finish(self) -> None:
         if not self.binary:
@@ -157,15 +151,84 @@ class _Scanner:
                 self.binary = True
         if self.binary:
             self.chars = self.size
+
+
+class _Scanner:
+    """Finds failure-looking lines: forward from the start, then in the last bytes."""
+
+    def __init__(self, scan_limit: int, *, head_skip: int = 0, tail_keep: int = 0) -> None:
+        # Lines that end within the first ``head_skip`` bytes are shown whole by the head
+        # preview, so they never take a salient slot.
+        self._head_skip = head_skip
+        self._tail_keep = tail_keep
+        self.size = 0
+        # Newlines before ``scanned`` (counted here only while the forward scan runs).
+        self.newlines = 0
+        self._scan_limit = scan_limit
+        self.scanned = 0
+        self._carry = b""
+        # Offset just past the last newline the forward scan reached.
+        self.lines_end = 0
+        self.first: list[SalientLine] = []
+        self.last: deque[SalientLine] = deque(maxlen=_SALIENT_LAST)
+        # Hits that may still end up inside the tail preview, with their byte offsets.
+        self._recent: deque[tuple[int, SalientLine]] = deque()
+
+    def feed(self, chunk: bytes) -> None:
+        if self.scanned == self.size and self.size < self._scan_limit:
+            self._scan(chunk)
+            self.newlines += chunk.count(b"\n")
+        self.size += len(chunk)
+        horizon = self.size - self._tail_keep
+        recent = self._recent
+        while recent and (recent[0][0] < horizon or len(recent) > 4 * _SALIENT_LAST):
+            self.last.append(recent.popleft()[1])
+
+    def finish(self, counter: _Counter, window: bytes = b"", tail_scan: int = 0) -> int | None:
+        """Scan what is left, once the forward scan has been fed and ``counter`` has seen
+        every byte.
+
+        ``window`` holds the output's last bytes (at least ``tail_scan`` of them, or all
+        that follow the forward scan), scanned when the forward scan stopped before the end.
+
+        Returns:
+            Where the scan of ``window`` began, or None when there was no such scan.
+        """
+        tail_start: int | None = None
+        total = counter.size
+        if counter.binary:
             self.first.clear()
             self.last.clear()
             self._recent.clear()
-        else:
-            if self._carry and self.scanned == self.size:
-                self._scan_lines(self._carry + b"\n", self.newlines, self.size - len(self._carry))
-            # Hits still in ``_recent`` lie in the last ``tail_keep`` bytes. They are kept: the
-            # pointer may show less tail than that (its 32 KiB budget shrinks the tail when
-            # there are salient lines) and filters by line number what the tail does show.
+        elif self.scanned >= total:
+            if self._carry:
+                self._scan_lines(self._carry + b"\n", self.newlines, total - len(self._carry))
+        elif window:
+            tail_start = self._scan_window(window, tail_scan, counter.newlines, total)
+        # Hits still in ``_recent`` lie in the last ``tail_keep`` bytes. They are kept: the
+        # pointer may show less tail than that (its 32 KiB budget shrinks the tail when
+        # there are salient lines) and filters by line number what the tail does show.
+        return tail_start
+
+    def _scan_window(self, window: bytes, tail_scan: int, newlines: int, total: int) -> int:
+        """Scan the lines in the last ``tail_scan`` bytes that the forward scan did not reach.
+
+        ``window`` holds at least those bytes: it ends where the output ends.
+        """
+        start = total - len(window)
+        begin = max(self.lines_end, total - tail_scan, start)
+        rel = begin - start
+        if begin > self.lines_end and not (rel > 0 and window[rel - 1] == 0x0A):
+            # Start at the first whole line (the window's first byte may be mid-line).
+            newline = window.find(b"\n", rel)
+            if newline < 0:
+                return total  # one partial line fills the window: nothing to scan
+            rel = newline + 1
+        if rel >= len(window):
+            return total
+        # The last line may lack its newline; _scan_lines takes it as it is.
+        self._scan_lines(window, newlines - window.count(b"\n"), start, skip=rel)
+        return start + rel
 
     def salient_lines(self) -> list[SalientLine]:
         """First, last and recent hits, in line order, each line once."""
@@ -181,9 +244,19 @@ class _Scanner:
         data_offset = self.size - len(self._carry)
         data = self._carry + chunk if self._carry else chunk
         cut = data.rfind(b"\n") + 1
-        complete = data[:cut]
-        if complete:
-            self._scan_lines(complete, self.newlines, data_offset)
+        if cut:
+            # Scan in pieces of about _SCAN_PIECE bytes cut at newlines, so the lowercased
+            # copy each piece needs stays small.
+            newlines = self.newlines
+            start = 0
+            while start < cut:
+                end = data.find(b"\n", min(start + _SCAN_PIECE, cut) - 1) + 1 or cut
+                piece = data[start:end]
+                self._scan_lines(piece, newlines, data_offset + start)
+                newlines += piece.count(b"\n")
+                start = end
+            # The newline ending the scanned lines lies in ``chunk``, at ``self.size`` on.
+            self.lines_end = self.size + cut - (len(data) - len(chunk))
         rest = data[cut:]
         if len(rest) > _CARRY_MAX:
             # A giant line: keep its start for display, drop the middle of it.
@@ -191,21 +264,27 @@ class _Scanner:
         self._carry = rest
         self.scanned = self.size + len(chunk)
 
-    def _scan_lines(self, data: bytes, newlines_before: int, data_offset: int) -> None:
-        lower = data.lower()
+    def _scan_lines(
+        self, data: bytes, newlines_before: int, data_offset: int, *, skip: int = 0
+    ) -> None:
+        """Collect failure lines from ``data`` (whole lines, from ``data[skip]`` on), which
+        starts at byte ``data_offset`` of the output after ``newlines_before`` newlines."""
+        lower = data.translate(_LOWER)
         need_first = len(self.first) < _SALIENT_FIRST
-        begin = 0
-        if data_offset < self._head_skip:
+        begin = skip
+        if data_offset + skip < self._head_skip:
             # Start at the first line that does not end inside the head preview.
-            begin = data.rfind(b"\n", 0, self._head_skip - data_offset) + 1
+            begin = max(skip, data.rfind(b"\n", 0, self._head_skip - data_offset) + 1)
             if begin >= len(lower):
                 return
         # Where the tail preview would start if the output ended with this data.
         tail_edge = max(begin, len(lower) - self._tail_keep)
         hits: set[int] = set()
         for keyword in SALIENT_KEYWORDS:
+            pos = lower.find(keyword, begin)
+            if pos < 0:
+                continue  # absent from this data: one pass, and done
             if need_first:
-                pos = lower.find(keyword, begin)
                 count = 0
                 while pos >= 0 and count < _SALIENT_FIRST:
                     hits.add(lower.rfind(b"\n", 0, pos) + 1)
@@ -214,14 +293,23 @@ class _Scanner:
                         break
                     pos = lower.find(keyword, pos)
                     count += 1
-            for end in (len(lower), tail_edge):
+            end = len(lower)
+            for _ in range(_SALIENT_LAST):
+                pos = lower.rfind(keyword, begin, end)
+                if pos < 0:
+                    break
+                end = lower.rfind(b"\n", 0, pos) + 1
+                hits.add(end)
+            else:
+                # All of the last hits may sit where the tail preview will show them; also
+                # keep the last ones before it.
+                end = min(end, tail_edge)
                 for _ in range(_SALIENT_LAST):
                     pos = lower.rfind(keyword, begin, end)
                     if pos < 0:
                         break
-                    start = lower.rfind(b"\n", 0, pos) + 1
-                    hits.add(start)
-                    end = start
+                    end = lower.rfind(b"\n", 0, pos) + 1
+                    hits.add(end)
         if not hits:
             return
         counted_to = 0
@@ -251,6 +339,8 @@ class StreamCapture:
             them are not collected again (default: collect from the first byte).
         tail_keep: bytes of the tail to keep for the preview.
         scan_limit: how far into the output the failure-line scan reads.
+        tail_scan: when the output is longer than ``scan_limit``, how many of its last
+            bytes are also scanned for failure lines.
     """
 
     def __init__(
@@ -261,12 +351,14 @@ class StreamCapture:
         head_shown: int | None = None,
         tail_keep: int,
         scan_limit: int,
+        tail_scan: int = 0,
     ) -> None:
         self._dir_fd = dir_fd
         self.tmp_name = f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}{TMP_SUFFIX}"
+        # Read-write: the failure-line scan reads the finished file back.
         self._fd = os.open(
             self.tmp_name,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
             0o600,
             dir_fd=dir_fd,
         )
@@ -280,10 +372,14 @@ class StreamCapture:
             head_skip=0 if head_shown is None else min(head_shown, head_keep),
             tail_keep=tail_keep,
         )
+        self._scan_limit = scan_limit
+        self._tail_scan = tail_scan
+        self._counter = _Counter()
         self._sha = hashlib.sha256()
         self._queue: queue.Queue[bytes | None] = queue.Queue(_QUEUE_DEPTH)
         self._error: BaseException | None = None
         self._worker: threading.Thread | None = None
+        self._written = threading.Event()
         self._closed = False
 
     def _drain(self) -> None:
@@ -291,11 +387,15 @@ class StreamCapture:
             while True:
                 chunk = self._queue.get()
                 if chunk is None:
+                    # fsync here, without the GIL, while the caller scans for failure lines.
+                    self._written.set()
+                    os.fsync(self._fd)
                     return
                 self._sha.update(chunk)
                 write_all(self._fd, chunk)
         except BaseException as exc:  # handed to the caller thread in finish()
             self._error = exc
+            self._written.set()
             while self._queue.get() is not None:
                 pass
 
@@ -303,15 +403,16 @@ class StreamCapture:
         """Add ``chunk`` to the output."""
         if not chunk:
             return
+        chunk = bytes(chunk)  # the worker keeps it: it must not change
         if len(self._head) < self._head_keep:
             self._head += chunk[: self._head_keep - len(self._head)]
         if len(chunk) >= self._tail_keep:
-            self._tail = bytearray(chunk[-self._tail_keep :])
+            self._tail = bytearray(chunk[-self._tail_keep :] if self._tail_keep else b"")
         else:
             self._tail += chunk
             if len(self._tail) > 2 * self._tail_keep:
                 del self._tail[: len(self._tail) - self._tail_keep]
-        self._scanner.feed(chunk)
+        self._counter.feed(chunk)
         if len(chunk) < 65536 and self._worker is None:
             # Small outputs are hashed and written inline: a thread is not worth it.
             self._sha.update(chunk)
@@ -326,32 +427,58 @@ class StreamCapture:
             raise self._error
         self._queue.put(chunk)
 
+    def _scan(self) -> int | None:
+        """Find failure lines in the written file: forward from the start up to the scan
+        limit, then in the last ``tail_scan`` bytes. Returns where the latter began."""
+        scanner, counter = self._scanner, self._counter
+        total = counter.size
+        if counter.binary:
+            return scanner.finish(counter)
+        pos = 0
+        while pos < total and pos < self._scan_limit:
+            block = os.pread(self._fd, min(_READ_BACK, self._scan_limit - pos), pos)
+            if not block:
+                break
+            scanner.feed(block)
+            pos += len(block)
+        window = b""
+        if pos < total and self._tail_scan:
+            start = max(total - self._tail_scan, scanner.lines_end)
+            window = os.pread(self._fd, total - start, start)
+        return scanner.finish(counter, window, self._tail_scan)
+
     def finish(self) -> CaptureStats:
         """Flush and fsync the temporary file; return what was learned."""
         if self._worker is not None:
-            self._queue.put(None)
+            self._queue.put(None)  # the worker writes what is queued, then fsyncs
+            self._written.wait()
+        self._counter.finish()
+        # The scan reads back what was just written (from the page cache) and holds the
+        # GIL; the worker's fsync, running meanwhile, does not need it.
+        tail_scan_start = self._scan() if self._error is None else None
+        if self._worker is not None:
             self._worker.join()
             self._worker = None
             if self._error is not None:
                 raise self._error
-        os.fsync(self._fd)
+        else:
+            os.fsync(self._fd)
         os.close(self._fd)
         self._closed = True
         crash_point("capture.tmp_fsynced")
-        scanner = self._scanner
-        scanner.finish()
-        salient = scanner.salient_lines()
+        scanner, counter = self._scanner, self._counter
         tail = bytes(self._tail[-self._tail_keep :]) if self._tail_keep else b""
         return CaptureStats(
-            byte_size=scanner.size,
-            newline_count=scanner.newlines,
-            char_count=scanner.chars,
+            byte_size=counter.size,
+            newline_count=counter.newlines,
+            char_count=counter.chars,
             sha256=self._sha.hexdigest(),
-            binary=scanner.binary,
+            binary=counter.binary,
             head=bytes(self._head),
             tail=tail,
-            salient=tuple(salient),
-            scanned_bytes=min(scanner.scanned, scanner.size),
+            salient=tuple(scanner.salient_lines()),
+            scanned_bytes=counter.size if scanner.scanned >= counter.size else scanner.lines_end,
+            tail_scan_start=tail_scan_start,
         )
 
     def link_as(self, final_name: str) -> bool:

@@ -8,9 +8,12 @@ ext.read_artifact(result.artifact, offset=40_000, limit=200)
 
 from __future__ import annotations
 
+import fcntl
+import io
 import os
 import re
 import shlex
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +50,7 @@ Output = str | bytes | bytearray | memoryview | BinaryIO | Iterable[bytes]
 """What a tool may return: text, bytes, a binary file object or an iterable of byte chunks."""
 
 _READ_CHUNK = 1 << 20
+_COALESCE = 256 << 10
 _HEAD_SLACK = 8
 
 
@@ -76,19 +80,50 @@ def _chunks(output: Output) -> Iterable[bytes]:
         return
     read = getattr(output, "read", None)
     if callable(read):
-        readinto = getattr(output, "read1", None) or read
+        _widen_pipe(output)
+        # A full read(): a pipe hands over 64 KiB at a time, and per-chunk work (queue,
+        # scan, bookkeeping) is cheaper on 1 MiB chunks. The capture waits for EOF anyway.
         while True:
-            chunk = readinto(_READ_CHUNK)
+            chunk = read(_READ_CHUNK)
             if not chunk:
                 return
             if not isinstance(chunk, (bytes, bytearray)):
                 raise TypeError("file objects passed as output must be opened in binary mode")
             yield bytes(chunk)
+    pending: list[bytes] = []
+    size = 0
     for chunk in output:
         if isinstance(chunk, str):
             raise TypeError("an iterable output must yield bytes, not str")
-        if chunk:
+        if not chunk:
+            continue
+        if not pending and len(chunk) >= _COALESCE:
             yield bytes(chunk)
+            continue
+        # Many small chunks (lines from a generator) are joined into larger ones.
+        pending.append(bytes(chunk))
+        size += len(chunk)
+        if size >= _COALESCE:
+            yield b"".join(pending)
+            pending.clear()
+            size = 0
+    if pending:
+        yield b"".join(pending)
+
+
+def _widen_pipe(output: object) -> None:
+    """Give a pipe a 1 MiB buffer (Linux): a 64 KiB pipe makes reader and writer take turns
+    sleeping every 64 KiB, which costs more than hashing the bytes."""
+    fileno = getattr(output, "fileno", None)
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if not callable(fileno) or set_size is None:
+        return
+    try:
+        fd = fileno()
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, set_size, _READ_CHUNK)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a real file, or the system refuses: the default buffer works too
 
 
 def _utf8_chars(data: bytes) -> int:
@@ -272,6 +307,7 @@ class ToolResultExternalizer:
                 head_shown=s.head_bytes,
                 tail_keep=s.tail_bytes,
                 scan_limit=s.salient_scan_bytes,
+                tail_scan=s.salient_tail_scan_bytes,
             )
             for chunk in chunks:
                 capture.write(chunk)

@@ -273,11 +273,16 @@ def make_pointer(
         if omitted > 0:
             last_omitted = max(tail_first_line - 1, first_omitted)
             scan_note = ""
-            if stats.scanned_bytes < cut.tail_start:
+            unscanned_to = (
+                stats.byte_size if stats.tail_scan_start is None else (stats.tail_scan_start)
+            )
+            if max(stats.scanned_bytes, cut.head_end) < min(unscanned_to, cut.tail_start):
                 scan_note = (
-                    f"; the failure-line scan covered only the first "
+                    f"; failure lines were looked for only in the first "
                     f"{human_size(stats.scanned_bytes)}"
                 )
+                if unscanned_to < stats.byte_size:
+                    scan_note += f" and the last {human_size(stats.byte_size - unscanned_to)}"
             parts.append(
                 f"--- omitted: lines {first_omitted:,}-{last_omitted:,} "
                 f"({human_size(omitted)}){scan_note} ---\n"

@@ -15,6 +15,7 @@ import bisect
 import errno
 import hashlib
 import os
+import queue
 import re
 import stat
 import threading
@@ -184,11 +185,90 @@ def _identity(st: os.stat_result) -> _Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _hash_and_index(fd: int, size: int) -> tuple[str, int, int, list[int]]:
+    """One pass over the file: (sha256, bytes read, newlines, line-index checkpoints).
+
+    Large files are hashed on a second thread (sha256 releases the GIL) while this one
+    counts newlines, so the pass costs about what hashing alone costs.
+    """
+    sha = hashlib.sha256()
+    blocks: queue.Queue[bytes | None] | None = None
+    worker: threading.Thread | None = None
+    if size > 4 * _BLOCK:
+        blocks = queue.Queue(4)
+
+        def drain() -> None:
+            assert blocks is not None
+            while (block := blocks.get()) is not None:
+                sha.update(block)
+
+        worker = threading.Thread(target=drain, name="toolswap-verify", daemon=True)
+        worker.start()
+    checkpoints = [0]
+    newlines = 0
+    pos = 0
+    try:
+        while True:
+            block = os.pread(fd, _BLOCK, pos)
+            if not block:
+                break
+            if blocks is not None:
+                blocks.put(block)
+            else:
+                sha.update(block)
+            count = block.count
+            for start in range(0, len(block), _CHECKPOINT):
+                newlines += count(b"\n", start, start + _CHECKPOINT)
+                if start + _CHECKPOINT <= len(block):
+                    checkpoints.append(newlines)
+            pos += len(block)
+    finally:
+        if blocks is not None and worker is not None:
+            blocks.put(None)
+            worker.join()
+    return sha.hexdigest(), pos, newlines, checkpoints
+
+
 def _clip_line(text: str, width: int) -> list[str]:
     if len(text) <= width:
         return [text]
     pieces = [text[i : i + width] for i in range(0, len(text), width)]
     return [p + CONTINUATION_MARKER for p in pieces[:-1]] + [pieces[-1]]
+
+
+_REGEX_SPECIAL = frozenset(".^$*+?{}[]\\|()")
+
+
+class _Found:
+    __slots__ = ("_pos",)
+
+    def __init__(self, pos: int) -> None:
+        self._pos = pos
+
+    def start(self) -> int:
+        return self._pos
+
+
+class _Literal:
+    """A plain byte string, found with ``bytes.find`` (several times faster than ``re``)."""
+
+    def __init__(self, needle: bytes) -> None:
+        self.needle = needle
+
+    def search(self, data: bytes, pos: int = 0) -> _Found | None:
+        at = data.find(self.needle, pos)
+        return _Found(at) if at >= 0 else None
+
+    def finditer(self, data: bytes, pos: int = 0) -> Iterator[_Found]:
+        needle = self.needle
+        at = data.find(needle, pos)
+        while at >= 0:
+            yield _Found(at)
+            # grep reports a line once: go on from the next line.
+            newline = data.find(b"\n", at)
+            if newline < 0:
+                return
+            at = data.find(needle, newline + 1)
 
 
 class _OpenArtifact:
@@ -319,23 +399,9 @@ class ArtifactReader:
                     f"{ref.source_id}: SHA-256 mismatch: the file is not the recorded output"
                 )
             return cached
-        sha = hashlib.sha256()
-        checkpoints = [0]
-        newlines = 0
-        pos = 0
-        while True:
-            block = os.pread(fd, _BLOCK, pos)
-            if not block:
-                break
-            sha.update(block)
-            for start in range(0, len(block), _CHECKPOINT):
-                newlines += block.count(b"\n", start, start + _CHECKPOINT)
-                if start + _CHECKPOINT <= len(block):
-                    checkpoints.append(newlines)
-            pos += len(block)
+        digest, pos, newlines, checkpoints = _hash_and_index(fd, st.st_size)
         if _identity(os.fstat(fd)) != key:
             raise ArtifactIntegrityError(f"{ref.source_id}: the file changed while being verified")
-        digest = sha.hexdigest()
         if digest != ref.content_sha256 or pos != ref.byte_size:
             raise ArtifactIntegrityError(
                 f"{ref.source_id}: SHA-256 mismatch: the file on disk is not the recorded "
@@ -506,47 +572,44 @@ class ArtifactReader:
             regex = re.compile(re.escape(pattern.encode()) if fixed else pattern.encode(), flags)
         except re.error as exc:
             raise ArtifactReadError(f"invalid pattern {pattern!r}: {exc}") from None
+        searcher: re.Pattern[bytes] | _Literal = regex
+        if not ignore_case and (fixed or _REGEX_SPECIAL.isdisjoint(pattern)):
+            searcher = _Literal(pattern.encode())
         ref = self.reference(source)
         if ref.binary:
             raise ArtifactReadError(f"{ref.source_id} is binary; grep reads text artifacts")
         art = self._open(ref)
         try:
-            matches, truncated = self._grep(art, regex, context, max_matches, width)
+            matches, truncated = self._grep(art, searcher, context, max_matches, width)
             art.check_unchanged()
         finally:
             os.close(art.fd)
         return GrepResult(ref.source_id, pattern, tuple(matches), truncated)
 
     @staticmethod
-    def _blocks(art: _OpenArtifact) -> Iterator[bytes]:
-        """Line-aligned blocks of about 1 MiB (a giant line may be cut at 8 MiB)."""
+    def _blocks(art: _OpenArtifact) -> Iterator[tuple[int, bytes]]:
+        """(offset, block): line-aligned blocks of about 1 MiB; a line longer than 8 MiB
+        is cut (its pieces keep their line number, as no newline lies between them)."""
         size = art.info.size
         pos = 0
-        pending = b""
         while pos < size:
             block = art.pread(_BLOCK, pos)
             if not block:
                 break
-            pos += len(block)
-            data = pending + block if pending else block
-            if pos >= size:
-                pending = b""
-                yield data
-                break
-            cut = data.rfind(b"\n") + 1
-            if cut == 0 and len(data) < 8 * _BLOCK:
-                pending = data
-                continue
-            cut = cut or len(data)
-            pending = data[cut:]
-            yield data[:cut]
-        if pending:
-            yield pending
+            cut = block.rfind(b"\n") + 1
+            if cut == 0 and pos + len(block) < size:
+                block = art.pread(8 * _BLOCK, pos)  # a long line: read on to its end
+                cut = block.rfind(b"\n") + 1 or len(block)
+            if pos + len(block) >= size:
+                yield pos, block
+                return
+            yield pos, block if cut == len(block) else block[:cut]
+            pos += cut
 
     def _grep(
         self,
         art: _OpenArtifact,
-        regex: re.Pattern[bytes],
+        regex: re.Pattern[bytes] | _Literal,
         context: int,
         max_matches: int,
         width: int,
@@ -564,16 +627,44 @@ class ArtifactReader:
                 start = end + 1
             return out
 
+        def last_lines(data: bytes, last_no: int, count: int) -> list[tuple[int, str]]:
+            """The last ``count`` lines of a block whose last line is number ``last_no``."""
+            out: list[tuple[int, str]] = []
+            end = len(data) - 1 if data.endswith(b"\n") else len(data)
+            while len(out) < count and end >= 0 and data:
+                start = data.rfind(b"\n", 0, end) + 1
+                out.append((last_no - len(out), show(data[start:end])))
+                end = start - 1
+            out.reverse()
+            return out
+
+        checkpoints = art.info.checkpoints
+
+        def lines_before(offset: int, data: bytes, pos: int) -> int:
+            """Newlines before byte ``offset`` (in ``data``, the block at ``pos``), counted
+            from the nearest line-index checkpoint rather than from the start."""
+            cp = offset // _CHECKPOINT * _CHECKPOINT
+            count = checkpoints[offset // _CHECKPOINT]
+            if cp < pos:
+                count += art.pread(pos - cp, cp).count(b"\n")
+                cp = pos
+            return count + data.count(b"\n", cp - pos, offset - pos)
+
         found: list[tuple[int, str, list[tuple[int, str]], list[tuple[int, str]]]] = []
-        prev_tail: list[tuple[int, str]] = []
-        line_base = 1
+        prev: bytes = b""
         last_shown = 0
         blocks = self._blocks(art)
 
-        def has_match(data: bytes, pos: int) -> bool:
+        def first_match(data: bytes, pos: int) -> int:
+            """Where the first match at or after ``pos`` starts, or -1."""
             found = regex.search(data, pos)
             # An empty match after a block's last newline is not on any line.
-            return found is not None and not (found.start() == len(data) and data.endswith(b"\n"))
+            if found is None or (found.start() == len(data) and data.endswith(b"\n")):
+                return -1
+            return found.start()
+
+        def has_match(data: bytes, pos: int) -> bool:
+            return first_match(data, pos) >= 0
 
         def continue_after(data: bytes, first_no: int) -> int:
             """Extend after-context that ran past the previous block; the last line shown."""
@@ -587,19 +678,30 @@ class ArtifactReader:
                     shown = max(shown, tail_after[-1][0])
             return shown
 
-        for data in blocks:
-            if context and found and len(found[-1][3]) < context:
+        for pos, data in blocks:
+            pending_after = bool(context and found and len(found[-1][3]) < context)
+            first = first_match(data, 0)
+            if first < 0 and not pending_after:
+                prev = data  # nothing here: its lines are never counted
+                continue
+            # Number of this block's first line, found only when context needs it.
+            line_base = lines_before(pos, data, pos) + 1 if context else 0
+            if pending_after:
                 last_shown = max(last_shown, continue_after(data, line_base))
             counted_to = 0
-            line_no = line_base
+            line_no = 0
             ends_at_newline = data.endswith(b"\n")
-            for match in regex.finditer(data):
+            # Matches are searched again from the first one (never from before it).
+            for match in regex.finditer(data, max(first, 0)) if first >= 0 else ():
                 if ends_at_newline and match.start() == len(data):
                     break  # an empty match after the last newline: no line is there
                 start = data.rfind(b"\n", 0, match.start()) + 1
                 if start < counted_to:
                     continue  # a second match on a line already reported
-                line_no += data.count(b"\n", counted_to, start)
+                if counted_to and start - counted_to < _CHECKPOINT:
+                    line_no += data.count(b"\n", counted_to, start)
+                else:
+                    line_no = lines_before(pos + start, data, pos) + 1
                 counted_to = start
                 end = data.find(b"\n", start)
                 end = len(data) if end < 0 else end
@@ -612,8 +714,11 @@ class ArtifactReader:
                         b_no -= 1
                         before.insert(0, (b_no, show(data[b_start : b_end - 1])))
                         b_end = b_start
-                    if len(before) < context:
-                        before = prev_tail[len(prev_tail) - (context - len(before)) :] + before
+                    if len(before) < context and line_base > 1:
+                        # A block cut inside a huge line ends with a piece of this block's
+                        # first line.
+                        last_no = line_base - 1 if prev.endswith(b"\n") else line_base
+                        before = last_lines(prev, last_no, context - len(before)) + before
                     before = [item for item in before if item[0] > last_shown]
                     after = numbered(data, line_no + 1, end + 1, context)
                 found.append((line_no, show(data[start:end]), before, after))
@@ -622,25 +727,15 @@ class ArtifactReader:
                 line_no += 1
                 if len(found) >= max_matches:
                     truncated = has_match(data, counted_to)
-                    next_no = line_base + data.count(b"\n")
-                    for rest in blocks:
+                    for rest_pos, rest in blocks:
                         # Finish the last match's after-context, and look for one more match.
                         if context and len(found[-1][3]) < context:
-                            continue_after(rest, next_no)
+                            continue_after(rest, lines_before(rest_pos, rest, rest_pos) + 1)
                         truncated = truncated or has_match(rest, 0)
                         if truncated and not (context and len(found[-1][3]) < context):
                             break
-                        next_no += rest.count(b"\n")
                     return self._build(found), truncated
-            newlines = data.count(b"\n")
-            if context:
-                lines = data.split(b"\n")
-                if data.endswith(b"\n"):
-                    lines.pop()
-                tail = lines[-context:]
-                first_no = line_base + len(lines) - len(tail)
-                prev_tail = [(first_no + i, show(t)) for i, t in enumerate(tail)]
-            line_base += newlines
+            prev = data
         return self._build(found), False
 
     @staticmethod

@@ -99,8 +99,15 @@ class ExternalizerSettings:
     salient_bytes: int = 3 * 1024
     """Budget for failure-looking lines from the omitted middle; taken from the tail when
     the pointer would otherwise exceed 32 KiB."""
-    salient_scan_bytes: int = 256 << 20
-    """How far into the output the failure-line scan reads (the pointer says if it stopped)."""
+    salient_scan_bytes: int = 16 << 20
+    """How far into the output the failure-line scan reads (the pointer says if it stopped).
+
+    The scan looks for nine keywords in pure Python, about 250 MB/s, and runs while the
+    artifact is fsynced: scanning all of a large output would make capture several times
+    slower than hashing and writing it."""
+    salient_tail_scan_bytes: int = 8 << 20
+    """When the output is longer than ``salient_scan_bytes``, how many of its last bytes are
+    scanned too (read back, and held in memory while they are scanned)."""
     bash_tools: frozenset[str] = frozenset({"bash"})
     tools: Mapping[str, ToolThreshold] = field(default_factory=dict)
     """Per-tool rules, by exact tool name; they win over the bash and default thresholds."""
@@ -113,6 +120,7 @@ class ExternalizerSettings:
             "tail_bytes",
             "salient_bytes",
             "salient_scan_bytes",
+            "salient_tail_scan_bytes",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
