@@ -634,3 +634,27 @@ def test_a_pipe_gets_a_larger_buffer_so_reader_and_writer_take_fewer_turns(
 
     assert result.context_text == "x" * 1000
     assert size >= 1 << 20
+
+
+@pytest.mark.parametrize("data", [b"\x89PNG\r\n\x1a\n\x00\x00", b"caf\xe9", b"text\x00more"])
+def test_small_binary_output_is_never_decoded_into_the_context(
+    externalizer: ToolResultExternalizer, data: bytes
+) -> None:
+    result = externalizer.process(data, "tool")
+
+    assert isinstance(result, ExternalizedToolResult)
+    assert result.artifact.binary
+    assert "\ufffd" not in result.context_text
+    assert _body(externalizer, result) == data
+
+
+def test_small_binary_output_of_a_never_tool_stays_inline(session_dir: Path) -> None:
+    ext = ToolResultExternalizer(
+        session_dir, settings=ExternalizerSettings(tools={"raw": ToolThreshold(never=True)})
+    )
+
+    result = ext.process(b"caf\xe9", "raw")
+
+    assert isinstance(result, InlineToolResult)
+    assert result.context_text == "caf\ufffd"
+    assert _files(ext) == []

@@ -224,6 +224,8 @@ class ToolResultExternalizer:
         """Return small output inline (writing nothing) and externalize large output.
 
         The output is streamed: only up to the threshold is buffered before spilling.
+        Binary output (not UTF-8, or a NUL in its first 8 KiB) is externalized whatever its
+        size, unless the tool's rule is ``never``.
         """
         self._check_tool(tool_name)
         summary = validate_summary(summary)
@@ -246,9 +248,26 @@ class ToolResultExternalizer:
                     exit_code=exit_code,
                     media_type=media_type,
                 )
+        if isinstance(output, str):
+            return InlineToolResult(context_text=output)
         data = b"".join(buffered)
-        text = data.decode("utf-8", "replace") if not isinstance(output, str) else output
-        return InlineToolResult(context_text=text)
+        try:
+            text = data.decode("utf-8")
+            binary = "\x00" in text[:8192]
+        except UnicodeDecodeError:
+            binary = True
+        if binary and not rule.never:
+            # Binary output never goes into the context, however small: it gets an artifact
+            # and a pointer that says its size and kind.
+            return self._capture(
+                iter([data]),
+                tool_name,
+                summary=summary,
+                argv=argv,
+                exit_code=exit_code,
+                media_type=media_type,
+            )
+        return InlineToolResult(context_text=data.decode("utf-8", "replace"))
 
     def externalize(
         self,
