@@ -19,6 +19,7 @@ import pytest
 from conftest import Clock
 from toolswap import (
     ArtifactAccessError,
+    ChainLogError,
     ExternalizedToolResult,
     ExternalizerSettings,
     InlineToolResult,
@@ -658,3 +659,29 @@ def test_small_binary_output_of_a_never_tool_stays_inline(session_dir: Path) -> 
     assert isinstance(result, InlineToolResult)
     assert result.context_text == "caf\ufffd"
     assert _files(ext) == []
+
+
+def test_a_symlinked_manifest_is_refused_and_its_target_left_alone(
+    externalizer: ToolResultExternalizer, tmp_path: Path
+) -> None:
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_bytes(b"")
+    externalizer.session.manifest_path.symlink_to(target)
+
+    with pytest.raises(ChainLogError, match="symlink"):
+        externalizer.externalize(BIG, "bash")
+
+    assert target.read_bytes() == b""
+    assert not any(n.startswith(".tmp-") for n in _files(externalizer))
+
+
+def test_a_symlinked_session_lock_is_refused(
+    externalizer: ToolResultExternalizer, tmp_path: Path
+) -> None:
+    target = tmp_path / "lock-target"
+    externalizer.session.lock_path.symlink_to(target)
+
+    with pytest.raises(ArtifactAccessError, match="session lock"):
+        externalizer.externalize(BIG, "bash")
+
+    assert not target.exists()
