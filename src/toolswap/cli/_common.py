@@ -25,6 +25,7 @@ __all__ = [
     "open_externalizer",
     "session_for_source",
     "session_options",
+    "source_options",
 ]
 
 
@@ -68,6 +69,23 @@ def session_options(func: F) -> F:
         default="default",
         show_default=True,
         help="Session ID ($TOOLSWAP_SESSION).",
+    )(func)
+    return func
+
+
+def source_options(func: F) -> F:
+    """``--workspace`` and ``--session-dir`` for commands that take a source ID."""
+    func = click.option(
+        "--session-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Session directory (default: found from the source ID).",
+    )(func)
+    func = click.option(
+        "--workspace",
+        envvar="TOOLSWAP_WORKSPACE",
+        default=None,
+        help="Workspace of the session.",
     )(func)
     return func
 

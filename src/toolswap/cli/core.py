@@ -20,6 +20,7 @@ from ._common import (
     resolve_session,
     session_for_source,
     session_options,
+    source_options,
 )
 from ._group import main
 
@@ -165,15 +166,7 @@ def _reader_for(source_id: str, workspace: str | None, session_dir: Path | None)
 @click.option("--byte-start", type=int, default=None, help="Read bytes from here instead of lines.")
 @click.option("--byte-length", type=int, default=65536, show_default=True, help="Bytes to read.")
 @click.option("--numbers/--no-numbers", default=False, help="Prefix each line with its number.")
-@click.option(
-    "--workspace", envvar="TOOLSWAP_WORKSPACE", default=None, help="Workspace of the session."
-)
-@click.option(
-    "--session-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Session directory (default: found from the source ID).",
-)
+@source_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @handle_errors
 def read(
@@ -229,15 +222,7 @@ def read(
 @click.option("-m", "--max-matches", type=int, default=100, show_default=True, help="Stop after N.")
 @click.option("-i", "--ignore-case", is_flag=True, help="Case-insensitive match.")
 @click.option("-F", "--fixed-strings", is_flag=True, help="PATTERN is a plain string.")
-@click.option(
-    "--workspace", envvar="TOOLSWAP_WORKSPACE", default=None, help="Workspace of the session."
-)
-@click.option(
-    "--session-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Session directory (default: found from the source ID).",
-)
+@source_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @handle_errors
 def grep(
@@ -308,15 +293,7 @@ def ls_(session_id: str, workspace: str | None, session_dir: Path | None, as_jso
 
 @main.command()
 @click.argument("source_id")
-@click.option(
-    "--workspace", envvar="TOOLSWAP_WORKSPACE", default=None, help="Workspace of the session."
-)
-@click.option(
-    "--session-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Session directory (default: found from the source ID).",
-)
+@source_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @handle_errors
 def show(source_id: str, workspace: str | None, session_dir: Path | None, as_json: bool) -> None:
