@@ -89,9 +89,12 @@ class ChainLog:
                 f"cannot open ({exc.strerror}); a symlinked or unreadable log is never trusted"
             ) from exc
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
             os.close(fd)
-            raise self._fail("is not a regular file")
+            raise self._fail(
+                "is not a regular file owned by this user; move it aside and restore the "
+                "session's log from a backup"
+            )
         return fd
 
     def reset(self) -> None:
@@ -234,8 +237,13 @@ class ChainLog:
             raise self._fail(f"cannot open for append: {exc.strerror}") from exc
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise self._fail("is not a regular file")
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise self._fail(
+                    "is not a regular file owned by this user; move it aside and restore "
+                    "the session's log from a backup"
+                )
+            if stat.S_IMODE(st.st_mode) & 0o077:
+                os.fchmod(fd, 0o600)  # a log created by an older tool or a umask
             if self._torn is not None:
                 self._cut_torn_tail(fd)
             record: dict[str, Any] = dict(body)

@@ -301,7 +301,9 @@ class _OpenArtifact:
         while True:
             block = self.pread(_BLOCK, pos)
             if not block:
-                raise ArtifactReadError("line index out of range")
+                raise ArtifactReadError(
+                    f"line {index} is past the end of the artifact; read a smaller offset"
+                )
             count = block.count(b"\n")
             if count >= remaining:
                 at = -1
@@ -446,8 +448,8 @@ class ArtifactReader:
             total = art.info.newlines + 1
             if offset >= total:
                 raise ArtifactReadError(
-                    f"offset {offset} is past the end: {ref.source_id} has {total} lines "
-                    f"(offsets 0-{total - 1})"
+                    f"offset {offset} is past the end: {ref.source_id} has "
+                    f"{ref.line_count} lines; read offsets 0-{max(ref.line_count - 1, 0)}"
                 )
             pos = art.line_start(offset)
             lines: list[str] = []

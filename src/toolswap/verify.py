@@ -25,10 +25,13 @@ __all__ = ["FindingKind", "VerifyFinding", "verify_session"]
 
 class FindingKind(StrEnum):
     OK = "ok"
+    """The file matches its manifest record (size and SHA-256)."""
     MISSING = "missing"
     """The manifest records the artifact but the file is gone (and no collection is recorded)."""
     DIGEST_MISMATCH = "digest_mismatch"
+    """Same size as recorded, different SHA-256: the bytes changed; never trust this file."""
     SIZE_MISMATCH = "size_mismatch"
+    """A different size than recorded: truncated or appended to."""
     NOT_REGULAR = "not_regular"
     """A symlink, directory or other non-regular file under an artifact name."""
     UNRECORDED = "unrecorded"
@@ -41,6 +44,7 @@ class FindingKind(StrEnum):
     """A file the manifest records as collected: a cleanup was interrupted before the
     unlink; the next cleanup removes it."""
     MANIFEST_CORRUPT = "manifest_corrupt"
+    """The manifest itself fails verification; nothing else was checked."""
 
     @property
     def is_problem(self) -> bool:

@@ -114,7 +114,7 @@ async def test_offset_past_the_end_is_a_tool_error_that_gives_the_range(
     result = await call(ext, "read_artifact", source_id=text_id, offset=5000)
     assert result.is_error
     assert "offset 5000 is past the end" in text(result)
-    assert "3001 lines (offsets 0-3000)" in text(result)
+    assert "3000 lines; read offsets 0-2999" in text(result)
 
 
 async def test_negative_offset_and_zero_limit_are_tool_errors(
