@@ -109,7 +109,7 @@ def test_per_tool_rules_win_over_the_bash_and_default_thresholds() -> None:
         {"TOOLSWAP_TOOL_THRESHOLDS": "=5"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=lots"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=-5"},
-        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=5mb"},
+        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=5gb"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=neverkb"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=\u0665"},
     ],
@@ -178,3 +178,20 @@ def test_externalizer_refuses_a_bad_environment_with_a_clear_error(
 
     with pytest.raises(ConfigurationError, match="TOOLSWAP_THRESHOLD_KB"):
         ToolResultExternalizer(session_dir)
+
+
+def test_tool_rules_and_the_proxy_threshold_share_one_syntax() -> None:
+    from toolswap.settings import parse_threshold
+
+    settings = ExternalizerSettings.from_env(
+        {"TOOLSWAP_TOOL_THRESHOLDS": "a=2mb,b=3k,c=40chars,d=never,e=7"}
+    )
+    assert settings.tools == {
+        "a": parse_threshold("2mb"),
+        "b": parse_threshold("3kb"),
+        "c": parse_threshold("40chars"),
+        "d": parse_threshold("never"),
+        "e": parse_threshold("7"),
+    }
+    assert settings.tools["a"].max_bytes == 2 << 20
+    assert settings.tools["c"].max_chars == 40

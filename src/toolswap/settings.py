@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from .errors import ConfigurationError
 
-__all__ = ["ExternalizerSettings", "ToolThreshold"]
+__all__ = ["ExternalizerSettings", "ToolThreshold", "parse_threshold"]
 
 POINTER_MAX_BYTES = 32 * 1024
 SUMMARY_MAX_CHARS = 240
@@ -61,30 +61,47 @@ def _positive_int(name: str, raw: str, *, minimum: int = 0) -> int:
     return value
 
 
-_TOOL_RULE = re.compile(
-    r"(?i)^\s*([^=,\s]+)\s*=\s*(?:(never)|([0-9]+)\s*(kb|kib|b|bytes|chars|c)?)\s*$"
+_THRESHOLD = re.compile(
+    r"(?i)^\s*(?:(never)|([0-9]+)\s*(b|bytes|k|kb|kib|m|mb|mib|c|chars|characters)?)\s*$"
 )
+_SCALE = {"k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20}
+
+
+def parse_threshold(text: str) -> ToolThreshold:
+    """``20000`` (bytes), ``50kb``, ``1mb``, ``30000chars`` or ``never``.
+
+    Raises:
+        ConfigurationError: the text is none of those forms.
+    """
+    match = _THRESHOLD.match(text)
+    if match is None:
+        raise ConfigurationError(
+            f"{text!r} is not a threshold: use bytes (20000), KiB (50kb), MiB (1mb), "
+            "characters (30000chars) or never"
+        )
+    if match.group(1):
+        return ToolThreshold(never=True)
+    amount = int(match.group(2))
+    unit = (match.group(3) or "b").lower()
+    if unit in ("c", "chars", "characters"):
+        return ToolThreshold(max_chars=amount)
+    return ToolThreshold(max_bytes=amount * _SCALE.get(unit, 1))
 
 
 def _parse_tool_rules(raw: str) -> dict[str, ToolThreshold]:
     rules: dict[str, ToolThreshold] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
-        match = _TOOL_RULE.match(item)
-        if match is None:
+        tool, sep, rule = item.partition("=")
+        tool = tool.strip()
+        if not sep or not tool or any(ch.isspace() for ch in tool):
             raise ConfigurationError(
                 f"TOOLSWAP_TOOL_THRESHOLDS entry {item!r} is not 'tool=never', 'tool=N', "
-                "'tool=NKB' or 'tool=Nchars'"
+                "'tool=NKB', 'tool=NMB' or 'tool=Nchars'"
             )
-        tool, never, amount = match.group(1), match.group(2), match.group(3)
-        unit = (match.group(4) or "b").lower()
-        if never:
-            rules[tool] = ToolThreshold(never=True)
-        elif unit in ("chars", "c"):
-            rules[tool] = ToolThreshold(max_chars=int(amount))
-        elif unit in ("kb", "kib"):
-            rules[tool] = ToolThreshold(max_bytes=int(amount) * 1024)
-        else:
-            rules[tool] = ToolThreshold(max_bytes=int(amount))
+        try:
+            rules[tool] = parse_threshold(rule)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"TOOLSWAP_TOOL_THRESHOLDS entry {item!r}: {exc}") from None
     return rules
 
 

@@ -5,44 +5,17 @@ The SDK is imported inside the commands, so the rest of the CLI works without it
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import click
 
-from ..settings import ToolThreshold
+from ..settings import ToolThreshold, parse_threshold
 from ._common import handle_errors, open_externalizer, session_options
 from ._group import main
 
 __all__: list[str] = []
-
-_THRESHOLD = re.compile(
-    r"(?i)^\s*(?:(never)|(\d+)\s*(b|bytes|k|kb|kib|m|mb|mib|c|chars|characters)?)\s*$"
-)
-_SCALE = {"k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20}
-
-
-def parse_threshold(text: str) -> ToolThreshold:
-    """``20000`` (bytes), ``50kb``, ``1mb``, ``30000chars`` or ``never``.
-
-    Raises:
-        ValueError: the text is none of those forms.
-    """
-    match = _THRESHOLD.match(text)
-    if match is None:
-        raise ValueError(
-            f"{text!r} is not a threshold: use bytes (20000), KiB (50kb), MiB (1mb), "
-            "characters (30000chars) or never"
-        )
-    if match.group(1):
-        return ToolThreshold(never=True)
-    amount = int(match.group(2))
-    unit = (match.group(3) or "b").lower()
-    if unit in ("c", "chars", "characters"):
-        return ToolThreshold(max_chars=amount)
-    return ToolThreshold(max_bytes=amount * _SCALE.get(unit, 1))
 
 
 def _threshold_option(
