@@ -264,13 +264,19 @@ def test_the_failure_scan_stops_at_its_limit_and_says_how_far_it_read(dir_fd: in
     assert stats.tail_scan_start is None
 
 
-def test_the_last_bytes_are_scanned_too_when_the_forward_scan_stopped(dir_fd: int) -> None:
+def _three_region_output() -> bytes:
     lines = [b"ok %06d" % i for i in range(300_000)]
     lines[1_000] = b"error: early, inside the forward scan"
-    lines[150_000] = b"error: in the unscanned middle"
+    lines[150_000] = b"error: in the middle, between the two Python scans"
     lines[299_000] = b"panic: near the end, inside the tail scan"
     lines[-1] = b"FATAL: the last line, without a newline"
-    data = b"\n".join(lines)
+    return b"\n".join(lines)
+
+
+def test_the_middle_is_searched_by_grep_between_the_forward_and_tail_scans(
+    dir_fd: int,
+) -> None:
+    data = _three_region_output()
     capture, stats = _capture(
         dir_fd, _split(data, 50_000), scan_limit=64 * 1024, tail_scan=256 * 1024
     )
@@ -278,9 +284,25 @@ def test_the_last_bytes_are_scanned_too_when_the_forward_scan_stopped(dir_fd: in
 
     assert [(s.line_no, s.text) for s in stats.salient] == [
         (1_001, "error: early, inside the forward scan"),
+        (150_001, "error: in the middle, between the two Python scans"),
         (299_001, "panic: near the end, inside the tail scan"),
         (300_000, "FATAL: the last line, without a newline"),
     ]
+    assert stats.scanned_bytes == len(data)
+    assert stats.tail_scan_start is None
+
+
+def test_without_grep_the_middle_stays_unscanned_and_the_stats_say_where(
+    dir_fd: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "")
+    data = _three_region_output()
+    capture, stats = _capture(
+        dir_fd, _split(data, 50_000), scan_limit=64 * 1024, tail_scan=256 * 1024
+    )
+    capture.discard()
+
+    assert [s.line_no for s in stats.salient] == [1_001, 299_001, 300_000]
     assert stats.scanned_bytes < stats.tail_scan_start  # type: ignore[operator]
     assert len(data) - stats.tail_scan_start <= 256 * 1024  # type: ignore[operator]
     assert data[stats.tail_scan_start - 1] == ord("\n")  # type: ignore[operator]
@@ -303,3 +325,39 @@ def test_memory_kept_for_the_preview_is_bounded_by_head_and_tail(dir_fd: int) ->
 
     assert stats.head == data[:50]
     assert stats.tail == data[-70:]
+
+
+def test_a_grep_that_fails_falls_back_to_the_python_tail_scan(
+    dir_fd: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = tmp_path / "bin"
+    broken.mkdir()
+    fake = broken / "grep"
+    fake.write_text("#!/bin/sh\ncat >/dev/null\nexit 2\n", encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{broken}:/usr/bin:/bin")
+    data = _three_region_output()
+    capture, stats = _capture(
+        dir_fd, _split(data, 50_000), scan_limit=64 * 1024, tail_scan=256 * 1024
+    )
+    capture.discard()
+
+    assert [s.line_no for s in stats.salient] == [1_001, 299_001, 300_000]
+    assert stats.tail_scan_start is not None
+
+
+def test_grep_keeps_the_first_and_last_of_many_matches_in_bounded_memory(dir_fd: int) -> None:
+    lines = [b"error %07d" % i for i in range(400_000)]
+    data = b"\n".join(lines) + b"\n"
+    capture, stats = _capture(
+        dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=128 * 1024
+    )
+    capture.discard()
+
+    numbers = [s.line_no for s in stats.salient]
+    assert len(numbers) <= 200
+    assert numbers == sorted(set(numbers))
+    assert numbers[-1] == 400_000
+    for line in stats.salient:
+        assert line.text == f"error {line.line_no - 1:07d}"
+    assert stats.scanned_bytes == len(data)

@@ -252,7 +252,7 @@ def test_too_many_failure_lines_keep_the_first_and_the_last_within_budget(
     assert len(text.encode()) <= POINTER_MAX
 
 
-def test_pointer_says_where_failure_lines_were_not_looked_for(session_dir: Path) -> None:
+def _three_scans(session_dir: Path) -> tuple[ToolResultExternalizer, str]:
     ext = ToolResultExternalizer(
         session_dir,
         settings=ExternalizerSettings(
@@ -260,17 +260,37 @@ def test_pointer_says_where_failure_lines_were_not_looked_for(session_dir: Path)
         ),
     )
     lines = ["ok"] * 2_000_000
-    lines[1_000_000] = "error: nobody looked here"
+    lines[1_000_000] = "error: in the middle, found by grep"
     lines[-30_000] = "error: found by the tail scan"
+    return ext, "\n".join(lines)
 
-    result = ext.externalize("\n".join(lines), "t")
+
+def test_pointer_says_where_failure_lines_were_not_looked_for(
+    session_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ext, output = _three_scans(session_dir)
+    monkeypatch.setenv("PATH", "")  # no grep: the middle goes unscanned
+
+    result = ext.externalize(output, "t")
 
     assert re.search(
         r"; failure lines were looked for only in the first [\d.]+ (KiB|MiB) and the last "
         r"[\d.]+ KiB ---",
         result.context_text,
     )
-    assert "error: nobody looked here" not in result.context_text
+    assert "error: in the middle" not in result.context_text
+    assert "1970001: error: found by the tail scan" in result.context_text
+
+
+def test_pointer_lists_middle_failures_found_by_grep_without_a_scan_note(
+    session_dir: Path,
+) -> None:
+    ext, output = _three_scans(session_dir)
+
+    result = ext.externalize(output, "t")
+
+    assert "looked for only" not in result.context_text
+    assert "1000001: error: in the middle, found by grep" in result.context_text
     assert "1970001: error: found by the tail scan" in result.context_text
 
 

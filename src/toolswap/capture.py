@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ._fs import write_all
+from ._middle_scan import GrepStream
 from .crashpoints import crash_point
 
 __all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect_media_type"]
@@ -51,6 +52,7 @@ _CARRY_MAX = 4096
 _QUEUE_DEPTH = 4
 _SCAN_PIECE = 256 << 10
 _READ_BACK = 1 << 20
+_BOUNDARY_PROBE = 64 << 10
 # ASCII lowercase as a translate table (bytes.translate is about twice as fast as lower()).
 _LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 
@@ -153,6 +155,14 @@ class _Counter:
             self.chars = self.size
 
 
+def _display(raw: bytes) -> str:
+    """A failure line as the pointer shows it: decoded, at most SALIENT_LINE_CHARS long."""
+    text = raw[: SALIENT_LINE_CHARS * 4].decode("utf-8", "replace").rstrip("\r")
+    if len(text) > SALIENT_LINE_CHARS:
+        text = text[: SALIENT_LINE_CHARS - 1] + "…"
+    return text
+
+
 class _Scanner:
     """Finds failure-looking lines: forward from the start, then in the last bytes."""
 
@@ -173,6 +183,8 @@ class _Scanner:
         self.last: deque[SalientLine] = deque(maxlen=_SALIENT_LAST)
         # Hits that may still end up inside the tail preview, with their byte offsets.
         self._recent: deque[tuple[int, SalientLine]] = deque()
+        # Hits past the forward scan, found by grep.
+        self.middle: list[SalientLine] = []
 
     def feed(self, chunk: bytes) -> None:
         if self.scanned == self.size and self.size < self._scan_limit:
@@ -230,11 +242,39 @@ class _Scanner:
         self._scan_lines(window, newlines - window.count(b"\n"), start, skip=rel)
         return start + rel
 
+    def add_middle(
+        self, found: list[tuple[int, bytes]], newlines_before: int, tail_first: int
+    ) -> None:
+        """Take grep's hits past the forward scan (numbers counted from its first line).
+
+        Kept: the first hits, the last ones before the tail preview (``tail_first`` is
+        its first line) and the last ones overall (the pointer may shrink its tail).
+        """
+        lines = [
+            SalientLine(line_no=newlines_before + number, text=_display(raw))
+            for number, raw in found
+        ]
+        before_tail = [line for line in lines if line.line_no < tail_first]
+        keep = {
+            line.line_no: line
+            for line in [
+                *lines[:_SALIENT_FIRST],
+                *before_tail[-_SALIENT_LAST:],
+                *lines[-_SALIENT_LAST:],
+            ]
+        }
+        self.middle = sorted(keep.values(), key=lambda line: line.line_no)
+
     def salient_lines(self) -> list[SalientLine]:
-        """First, last and recent hits, in line order, each line once."""
+        """First, last, grep's and recent hits, in line order, each line once."""
         seen: set[int] = set()
         out: list[SalientLine] = []
-        for line in [*self.first, *self.last, *(line for _, line in self._recent)]:
+        for line in [
+            *self.first,
+            *self.middle,
+            *self.last,
+            *(line for _, line in self._recent),
+        ]:
             if line.line_no not in seen:
                 seen.add(line.line_no)
                 out.append(line)
@@ -319,10 +359,7 @@ class _Scanner:
             counted_to = start
             stop = data.find(b"\n", start)
             raw = data[start : stop if stop >= 0 else len(data)]
-            text = raw[: SALIENT_LINE_CHARS * 4].decode("utf-8", "replace").rstrip("\r")
-            if len(text) > SALIENT_LINE_CHARS:
-                text = text[: SALIENT_LINE_CHARS - 1] + "…"
-            line = SalientLine(line_no=line_no, text=text)
+            line = SalientLine(line_no=line_no, text=_display(raw))
             if len(self.first) < _SALIENT_FIRST:
                 self.first.append(line)
             else:
@@ -381,6 +418,11 @@ class StreamCapture:
         self._worker: threading.Thread | None = None
         self._written = threading.Event()
         self._closed = False
+        self._middle_scanned = False
+        self._bytes_written = 0
+        self._grep: GrepStream | None = None
+        self._grep_from = 0
+        self._grep_off = False
 
     def _drain(self) -> None:
         try:
@@ -393,6 +435,7 @@ class StreamCapture:
                     return
                 self._sha.update(chunk)
                 write_all(self._fd, chunk)
+                self._feed_grep(chunk)
         except BaseException as exc:  # handed to the caller thread in finish()
             self._error = exc
             self._written.set()
@@ -417,6 +460,7 @@ class StreamCapture:
             # Small outputs are hashed and written inline: a thread is not worth it.
             self._sha.update(chunk)
             write_all(self._fd, chunk)
+            self._feed_grep(chunk)
             return
         if self._worker is None:
             self._worker = threading.Thread(
@@ -427,12 +471,47 @@ class StreamCapture:
             raise self._error
         self._queue.put(chunk)
 
+    def _feed_grep(self, chunk: bytes) -> None:
+        """Hand what was just written past the Python scan's limit to grep (writer side).
+
+        Starts grep when the output first passes the scan limit, at the line boundary the
+        forward scan will stop at, so the two searches meet without a gap; grep then runs
+        on the other core while the output keeps arriving.
+        """
+        start = self._bytes_written
+        self._bytes_written += len(chunk)
+        if self._grep_off:
+            return
+        if self._grep is None:
+            limit = self._scan_limit
+            if self._bytes_written <= limit or not self._tail_scan:
+                return
+            probe = min(_BOUNDARY_PROBE, limit)
+            before = os.pread(self._fd, probe, limit - probe)
+            newline = before.rfind(b"\n")
+            if newline < 0 or len(before) < probe:
+                self._grep_off = True  # a giant line at the limit: the scan note covers it
+                return
+            try:
+                self._grep = GrepStream(SALIENT_KEYWORDS, first=_SALIENT_FIRST)
+            except OSError:
+                self._grep_off = True
+                return
+            self._grep_from = limit - probe + newline + 1
+            self._grep.copy_from(self._fd, self._grep_from, self._bytes_written - self._grep_from)
+            return
+        self._grep.copy_from(self._fd, start, len(chunk))
+
     def _scan(self) -> int | None:
-        """Find failure lines in the written file: forward from the start up to the scan
-        limit, then in the last ``tail_scan`` bytes. Returns where the latter began."""
+        """Find failure lines: a Python scan forward up to the scan limit, then grep's
+        results for the rest, or (without them) a Python scan of the last ``tail_scan``
+        bytes. Returns where that last scan began (None: no such scan)."""
         scanner, counter = self._scanner, self._counter
         total = counter.size
+        grep, self._grep = self._grep, None
         if counter.binary:
+            if grep is not None:
+                grep.kill()
             return scanner.finish(counter)
         pos = 0
         while pos < total and pos < self._scan_limit:
@@ -441,6 +520,13 @@ class StreamCapture:
                 break
             scanner.feed(block)
             pos += len(block)
+        if grep is not None:
+            found = grep.finish()
+            if found is not None and self._grep_from == scanner.lines_end:
+                tail_first = counter.newlines - self._tail.count(b"\n") + 1
+                scanner.add_middle(found, scanner.newlines, tail_first)
+                self._middle_scanned = True
+                return scanner.finish(counter)
         window = b""
         if pos < total and self._tail_scan:
             start = max(total - self._tail_scan, scanner.lines_end)
@@ -477,8 +563,12 @@ class StreamCapture:
             head=bytes(self._head),
             tail=tail,
             salient=tuple(scanner.salient_lines()),
-            scanned_bytes=counter.size if scanner.scanned >= counter.size else scanner.lines_end,
-            tail_scan_start=tail_scan_start,
+            scanned_bytes=(
+                counter.size
+                if scanner.scanned >= counter.size or self._middle_scanned
+                else scanner.lines_end
+            ),
+            tail_scan_start=None if self._middle_scanned else tail_scan_start,
         )
 
     def link_as(self, final_name: str) -> bool:
@@ -505,6 +595,9 @@ class StreamCapture:
                 self._queue.put(None)
                 self._worker.join()
                 self._worker = None
+            if self._grep is not None:
+                self._grep.kill()
+                self._grep = None
             os.close(self._fd)
             self._closed = True
         with contextlib.suppress(FileNotFoundError):

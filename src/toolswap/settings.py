@@ -117,14 +117,16 @@ class ExternalizerSettings:
     """Budget for failure-looking lines from the omitted middle; taken from the tail when
     the pointer would otherwise exceed 32 KiB."""
     salient_scan_bytes: int = 16 << 20
-    """How far into the output the failure-line scan reads (the pointer says if it stopped).
+    """How far into the output the Python failure-line scan reads.
 
-    The scan looks for nine keywords in pure Python, about 250 MB/s, and runs while the
-    artifact is fsynced: scanning all of a large output would make capture several times
-    slower than hashing and writing it."""
+    That scan looks for nine keywords at about 250 MB/s. Past it, the system's ``grep``
+    searches the rest of the output on another core while it streams in (spliced from the
+    artifact file); only where no ``grep`` runs does the scan stop here, and the pointer
+    says so."""
     salient_tail_scan_bytes: int = 8 << 20
-    """When the output is longer than ``salient_scan_bytes``, how many of its last bytes are
-    scanned too (read back, and held in memory while they are scanned)."""
+    """Without ``grep``: how many of a long output's last bytes the Python scan reads too
+    (read back, and held in memory while they are scanned). With ``grep``, a non-zero
+    value lets it search past ``salient_scan_bytes``; zero stops every scan there."""
     bash_tools: frozenset[str] = frozenset({"bash"})
     tools: Mapping[str, ToolThreshold] = field(default_factory=dict)
     """Per-tool rules, by exact tool name; they win over the bash and default thresholds."""
