@@ -53,6 +53,8 @@ _QUEUE_DEPTH = 4
 _SCAN_PIECE = 256 << 10
 _READ_BACK = 1 << 20
 _BOUNDARY_PROBE = 64 << 10
+# Where grep takes over from the Python scan (GNU grep searches about 5x faster).
+_GREP_HANDOFF = 1 << 20
 # ASCII lowercase as a translate table (bytes.translate is about twice as fast as lower()).
 _LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 
@@ -410,6 +412,8 @@ class StreamCapture:
             tail_keep=tail_keep,
         )
         self._scan_limit = scan_limit
+        # Past this, grep takes over from the Python scan (when it runs).
+        self._grep_limit = min(scan_limit, _GREP_HANDOFF)
         self._tail_scan = tail_scan
         self._counter = _Counter()
         self._sha = hashlib.sha256()
@@ -483,7 +487,7 @@ class StreamCapture:
         if self._grep_off:
             return
         if self._grep is None:
-            limit = self._scan_limit
+            limit = self._grep_limit
             if self._bytes_written <= limit or not self._tail_scan:
                 return
             probe = min(_BOUNDARY_PROBE, limit)
@@ -502,6 +506,17 @@ class StreamCapture:
             return
         self._grep.copy_from(self._fd, start, len(chunk))
 
+    def _forward_scan(self, pos: int, limit: int) -> int:
+        """Feed the forward scanner the file's bytes from ``pos`` up to ``limit``."""
+        total = self._counter.size
+        while pos < total and pos < limit:
+            block = os.pread(self._fd, min(_READ_BACK, limit - pos), pos)
+            if not block:
+                break
+            self._scanner.feed(block)
+            pos += len(block)
+        return pos
+
     def _scan(self) -> int | None:
         """Find failure lines: a Python scan forward up to the scan limit, then grep's
         results for the rest, or (without them) a Python scan of the last ``tail_scan``
@@ -513,13 +528,7 @@ class StreamCapture:
             if grep is not None:
                 grep.kill()
             return scanner.finish(counter)
-        pos = 0
-        while pos < total and pos < self._scan_limit:
-            block = os.pread(self._fd, min(_READ_BACK, self._scan_limit - pos), pos)
-            if not block:
-                break
-            scanner.feed(block)
-            pos += len(block)
+        pos = self._forward_scan(0, self._grep_limit if grep is not None else self._scan_limit)
         if grep is not None:
             found = grep.finish()
             if found is not None and self._grep_from == scanner.lines_end:
@@ -527,6 +536,8 @@ class StreamCapture:
                 scanner.add_middle(found, scanner.newlines, tail_first)
                 self._middle_scanned = True
                 return scanner.finish(counter)
+            # grep failed: the Python scans do what they can without it.
+            pos = self._forward_scan(pos, self._scan_limit)
         window = b""
         if pos < total and self._tail_scan:
             start = max(total - self._tail_scan, scanner.lines_end)

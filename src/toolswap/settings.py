@@ -119,10 +119,10 @@ class ExternalizerSettings:
     salient_scan_bytes: int = 16 << 20
     """How far into the output the Python failure-line scan reads.
 
-    That scan looks for nine keywords at about 250 MB/s. Past it, the system's ``grep``
-    searches the rest of the output on another core while it streams in (spliced from the
-    artifact file); only where no ``grep`` runs does the scan stop here, and the pointer
-    says so."""
+    That scan looks for nine keywords at about 250 MB/s. Where the system's ``grep`` runs,
+    it takes over after the first MiB and searches the rest of the output on another core
+    while it streams in (spliced from the artifact file); only without it does the scan
+    stop here, and the pointer says so."""
     salient_tail_scan_bytes: int = 8 << 20
     """Without ``grep``: how many of a long output's last bytes the Python scan reads too
     (read back, and held in memory while they are scanned). With ``grep``, a non-zero
