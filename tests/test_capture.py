@@ -361,3 +361,17 @@ def test_grep_keeps_the_first_and_last_of_many_matches_in_bounded_memory(dir_fd:
     for line in stats.salient:
         assert line.text == f"error {line.line_no - 1:07d}"
     assert stats.scanned_bytes == len(data)
+
+
+def test_grep_is_fed_through_user_space_where_splice_does_not_exist(
+    dir_fd: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(os, "splice", raising=False)
+    data = _three_region_output()
+    capture, stats = _capture(
+        dir_fd, _split(data, 50_000), scan_limit=64 * 1024, tail_scan=256 * 1024
+    )
+    capture.discard()
+
+    assert 150_001 in [s.line_no for s in stats.salient]
+    assert stats.scanned_bytes == len(data)

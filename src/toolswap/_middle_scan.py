@@ -26,8 +26,8 @@ _PIPE_SIZE = 1 << 20
 
 
 class GrepStream:
-    """Count nothing, remember little: the first ``first`` matching lines of what is
-    written, and the last 64 KiB of grep's output (the last matches).
+    """A ``grep`` process fed an output as it is written. Keeps little: the first
+    ``first`` matching lines, and the last 64 KiB of grep's output (the last matches).
 
     Raises:
         OSError: no ``grep`` on PATH, or it could not be started.
@@ -74,15 +74,19 @@ class GrepStream:
         """Feed ``count`` bytes of file ``fd`` from ``offset``, in the kernel where it can
         (splice: page references, no copy through user space)."""
         end = offset + count
+        splice = getattr(os, "splice", None)  # Linux only
         try:
             while offset < end and not self.failed:
                 try:
-                    moved = os.splice(fd, self._in, end - offset, offset_src=offset)
+                    if splice is None:
+                        raise OSError("no splice here")
+                    moved = splice(fd, self._in, end - offset, offset_src=offset)
                 except OSError as exc:
                     if isinstance(exc, BrokenPipeError):
                         raise
-                    self.write(os.pread(fd, min(end - offset, _READ), offset))
-                    moved = min(end - offset, _READ)
+                    data = os.pread(fd, min(end - offset, _READ), offset)
+                    self.write(data)
+                    moved = len(data)
                 if moved <= 0:
                     break
                 offset += moved
