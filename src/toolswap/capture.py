@@ -490,6 +490,9 @@ class StreamCapture:
             limit = self._grep_limit
             if self._bytes_written <= limit or not self._tail_scan:
                 return
+            if self._counter.binary:
+                self._grep_off = True  # binary output has no failure lines to list
+                return
             probe = min(_BOUNDARY_PROBE, limit)
             before = os.pread(self._fd, probe, limit - probe)
             newline = before.rfind(b"\n")
