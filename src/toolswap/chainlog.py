@@ -62,6 +62,11 @@ class ChainLog:
         self._hash = GENESIS_HASH
         self._identity: tuple[int, int] | None = None
         self._torn: tuple[int, int] | None = None
+        # The highest record this object ever verified; never forgotten by reset(), so a
+        # log cut or replaced behind it is refused however often it is re-read.
+        self._floor: tuple[int, str] = (0, GENESIS_HASH)
+        self._floor_seen: str | None = None
+        self._watch_seq = 0
         self.lock = threading.RLock()
         """Serializes this object's refreshes and appends between threads; callers that
         fold records hold it across refresh and fold."""
@@ -98,7 +103,8 @@ class ChainLog:
         return fd
 
     def reset(self) -> None:
-        """Forget the cached position: the next refresh verifies the whole log."""
+        """Forget the cached position: the next refresh verifies the whole log (and still
+        requires the highest record verified so far)."""
         self._offset, self._seq, self._hash = 0, 0, GENESIS_HASH
         self._identity = None
         self._torn = None
@@ -115,18 +121,19 @@ class ChainLog:
             behind a record already read, or cannot be opened safely.
         """
         with self.lock:
+            saved = (self._offset, self._seq, self._hash, self._identity, self._torn)
             try:
                 return self._refresh()
             except ChainLogError:
-                # Forget the position so the next refresh re-verifies from the start and
-                # reports the same defect (it never resumes from a half-read state).
-                self.reset()
+                # Back to the last verified position: the next refresh meets the same
+                # defect again (a shrunk, replaced or vanished log stays refused).
+                self._offset, self._seq, self._hash, self._identity, self._torn = saved
                 raise
 
     def _refresh(self) -> tuple[bool, list[dict[str, Any]]]:
         fd = self._open_read()
         if fd is None:
-            if self._identity is not None:
+            if self._identity is not None or self._floor[0] > 0:
                 raise self._fail("disappeared after records were read from it")
             return False, []
         try:
@@ -141,8 +148,17 @@ class ChainLog:
                     f"shrank to {st.st_size} bytes below {self._offset} bytes of verified "
                     "records; refusing to trust it"
                 )
+            from_start = self._offset == 0
             self._identity = identity
-            return reset, self._read_from(fd, st.st_size)
+            floor_seq, floor_hash = self._floor
+            self._watch_seq, self._floor_seen = floor_seq, None
+            records = self._read_from(fd, st.st_size)
+            if from_start and floor_seq > 0 and self._floor_seen != floor_hash:
+                raise self._fail(
+                    f"no longer holds record {floor_seq} that this process verified before "
+                    "(cut, replaced or rewritten); refusing to trust it"
+                )
+            return reset, records
         finally:
             os.close(fd)
 
@@ -202,6 +218,10 @@ class ChainLog:
         record["hash"] = claimed
         self._seq += 1
         self._hash = claimed
+        if self._seq == self._watch_seq:
+            self._floor_seen = claimed
+        if self._seq > self._floor[0]:
+            self._floor = (self._seq, claimed)
         return record
 
     def append(
@@ -263,6 +283,7 @@ class ChainLog:
         self._offset += len(line)
         self._seq += 1
         self._hash = digest
+        self._floor = (self._seq, digest)
         record["hash"] = digest
         return before, record
 
