@@ -375,3 +375,62 @@ def test_grep_is_fed_through_user_space_where_splice_does_not_exist(
 
     assert 150_001 in [s.line_no for s in stats.salient]
     assert stats.scanned_bytes == len(data)
+
+
+def _children() -> list[str]:
+    """Process IDs whose parent is this process (from /proc)."""
+    me = str(os.getpid())
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == me:
+                found.append(pid)
+    return found
+
+
+def test_long_matching_lines_near_the_end_do_not_hide_the_last_matches(dir_fd: int) -> None:
+    lines = [b"ok %06d" % i for i in range(100_000)]
+    for i in range(50_000, 50_100):
+        lines[i] = b"error %d" % i
+    lines[99_000] = b"ERROR: " + b"x" * 300_000  # one huge matching line after them
+    data = b"\n".join(lines) + b"\n"
+    capture, stats = _capture(dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=1)
+    capture.discard()
+
+    numbers = {s.line_no for s in stats.salient}
+    assert {50_001, 50_100, 99_001} <= numbers  # first, last of the run, and the huge one
+    assert numbers >= set(range(50_077, 50_101))  # the last 24 before the huge line
+    assert stats.scanned_bytes == len(data)
+
+
+def test_a_giant_line_stops_grep_and_the_python_scans_take_over(dir_fd: int) -> None:
+    data = b"ok\n" * 400_000 + b"x" * (10 << 20) + b"\nerror: after the giant line\n"
+    capture, stats = _capture(
+        dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=256 * 1024
+    )
+    capture.discard()
+
+    assert [s.text for s in stats.salient] == ["error: after the giant line"]
+    assert stats.tail_scan_start is not None  # grep gave up: the pointer will say so
+    assert _children() == []
+
+
+def test_an_interrupted_scan_leaves_no_grep_process_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolswap import ToolResultExternalizer, capture
+
+    def interrupted(self: object, chunk: bytes) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(capture._Scanner, "feed", interrupted)
+    ext = ToolResultExternalizer(tmp_path / "s1")
+    with pytest.raises(KeyboardInterrupt):
+        ext.process(b"x" * 99 + b"\n" * 1 + b"y\n" * 2_000_000, "t")
+    assert _children() == []
+    assert list(ext.tool_results_dir.iterdir()) == []

@@ -16,18 +16,21 @@ import os
 import shutil
 import subprocess
 import threading
+from collections import deque
 
 __all__ = ["GrepStream"]
 
-_TAIL_KEEP = 64 << 10
 _READ = 1 << 20
-_FIRST_BYTES_MAX = 1 << 20
 _PIPE_SIZE = 1 << 20
+# Of each matching line, the pointer shows at most 240 characters: keep enough bytes.
+_LINE_CAP = 1024
+# The last matches kept: enough to find those before the tail preview.
+_LAST_KEEP = 256
 
 
 class GrepStream:
-    """A ``grep`` process fed an output as it is written. Keeps little: the first
-    ``first`` matching lines, and the last 64 KiB of grep's output (the last matches).
+    """A ``grep`` process fed an output as it is written. Keeps little: the start of the
+    first ``first`` matching lines and of the last 256, whatever their length.
 
     Raises:
         OSError: no ``grep`` on PATH, or it could not be started.
@@ -52,9 +55,8 @@ class GrepStream:
             with contextlib.suppress(OSError):
                 fcntl.fcntl(self._in, set_size, _PIPE_SIZE)
         self._first_n = first
-        self._first: list[bytes] = []
-        self._tail = bytearray()
-        self._trimmed = False
+        self._first: list[tuple[int, bytes]] = []
+        self._last: deque[tuple[int, bytes]] = deque(maxlen=_LAST_KEEP)
         self.failed = False
         self._reader = threading.Thread(target=self._read, name="toolswap-grep", daemon=True)
         self._reader.start()
@@ -94,49 +96,58 @@ class GrepStream:
             self.failed = True
 
     def _read(self) -> None:
+        """Split grep's output into lines as it streams, keeping each line's first
+        ``_LINE_CAP`` bytes: the first ``first`` lines and the last ``_LAST_KEEP``."""
         assert self._proc.stdout is not None
         out = self._proc.stdout.fileno()
-        head = bytearray()
+        carry = bytearray()
         try:
             while block := os.read(out, _READ):
-                if len(self._first) < self._first_n and len(head) < _FIRST_BYTES_MAX:
-                    head += block
-                    *complete, rest = head.split(b"\n")
-                    head = bytearray(rest)
-                    room = self._first_n - len(self._first)
-                    self._first.extend(bytes(line) for line in complete[:room])
-                self._tail += block
-                if len(self._tail) > 2 * _TAIL_KEEP:
-                    del self._tail[: len(self._tail) - _TAIL_KEEP]
-                    self._trimmed = True
+                lines = block.split(b"\n")
+                if len(carry) < _LINE_CAP:
+                    carry += lines[0][: _LINE_CAP - len(carry)]
+                if len(lines) == 1:
+                    continue  # the line goes on (its excess is dropped)
+                self._take(bytes(carry))
+                middle = lines[1:-1]
+                if len(self._first) >= self._first_n and len(middle) > _LAST_KEEP:
+                    middle = middle[-_LAST_KEEP:]
+                for line in middle:
+                    self._take(line[:_LINE_CAP])
+                carry = bytearray(lines[-1][:_LINE_CAP])
+            if carry:
+                self._take(bytes(carry))
         except (OSError, ValueError):
             self.failed = True
+
+    def _take(self, line: bytes) -> None:
+        number, sep, text = line.partition(b":")
+        if not (sep and number.isdigit()):
+            return
+        hit = (int(number), text)
+        if len(self._first) < self._first_n:
+            self._first.append(hit)
+        self._last.append(hit)
 
     def finish(self) -> list[tuple[int, bytes]] | None:
         """End the input and wait for grep.
 
         Returns:
-            ``(line number counted from the first byte written, 1-based; line)`` for the
-            first matches and for those in the last 64 KiB of grep's output, or None when
-            the search did not complete.
+            ``(line number counted from the first byte written, 1-based; line start)`` for
+            the first and the last matches, or None when the search did not complete.
         """
-        with contextlib.suppress(OSError):
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-        self._reader.join()
-        code = self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
+        try:
+            with contextlib.suppress(OSError):
+                assert self._proc.stdin is not None
+                self._proc.stdin.close()
+            self._reader.join()
+        finally:
+            code = self._proc.wait()
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()
         if self.failed or code not in (0, 1):  # 1: no line matched
             return None
-        tail = bytes(self._tail)
-        cut = tail.find(b"\n") + 1 if self._trimmed else 0  # a partial first line
-        found: dict[int, bytes] = {}
-        for raw in [*self._first, *tail[cut:].split(b"\n")]:
-            number, sep, text = raw.partition(b":")
-            if sep and number.isdigit():
-                found[int(number)] = text
-        return sorted(found.items())
+        return sorted(dict([*self._first, *self._last]).items())
 
     def kill(self) -> None:
         """Stop grep (the capture failed)."""

@@ -55,6 +55,8 @@ _READ_BACK = 1 << 20
 _BOUNDARY_PROBE = 64 << 10
 # Where grep takes over from the Python scan (GNU grep searches about 5x faster).
 _GREP_HANDOFF = 1 << 20
+# A line longer than this stops grep (which would hold all of it in memory).
+_GREP_MAX_LINE = 8 << 20
 # ASCII lowercase as a translate table (bytes.translate is about twice as fast as lower()).
 _LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 
@@ -427,6 +429,7 @@ class StreamCapture:
         self._grep: GrepStream | None = None
         self._grep_from = 0
         self._grep_off = False
+        self._line_run = 0
 
     def _drain(self) -> None:
         try:
@@ -507,6 +510,14 @@ class StreamCapture:
             self._grep_from = limit - probe + newline + 1
             self._grep.copy_from(self._fd, self._grep_from, self._bytes_written - self._grep_from)
             return
+        # grep holds a whole line in memory: stop it on a giant line (the Python scans
+        # take over, and the pointer says what they did not reach).
+        newline = chunk.rfind(b"\n")
+        self._line_run = self._line_run + len(chunk) if newline < 0 else len(chunk) - newline - 1
+        if self._line_run > _GREP_MAX_LINE:
+            self._grep.kill()
+            self._grep, self._grep_off = None, True
+            return
         self._grep.copy_from(self._fd, start, len(chunk))
 
     def _forward_scan(self, pos: int, limit: int) -> int:
@@ -524,9 +535,17 @@ class StreamCapture:
         """Find failure lines: a Python scan forward up to the scan limit, then grep's
         results for the rest, or (without them) a Python scan of the last ``tail_scan``
         bytes. Returns where that last scan began (None: no such scan)."""
+        grep, self._grep = self._grep, None
+        try:
+            return self._scan_with(grep)
+        except BaseException:
+            if grep is not None:
+                grep.kill()  # never leave a grep process or its reader thread behind
+            raise
+
+    def _scan_with(self, grep: GrepStream | None) -> int | None:
         scanner, counter = self._scanner, self._counter
         total = counter.size
-        grep, self._grep = self._grep, None
         if counter.binary:
             if grep is not None:
                 grep.kill()
@@ -535,7 +554,8 @@ class StreamCapture:
         if grep is not None:
             found = grep.finish()
             if found is not None and self._grep_from == scanner.lines_end:
-                tail_first = counter.newlines - self._tail.count(b"\n") + 1
+                shown_tail = self._tail[-self._tail_keep :] if self._tail_keep else b""
+                tail_first = counter.newlines - shown_tail.count(b"\n") + 1
                 scanner.add_middle(found, scanner.newlines, tail_first)
                 self._middle_scanned = True
                 return scanner.finish(counter)
