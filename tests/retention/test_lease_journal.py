@@ -393,3 +393,14 @@ def test_default_owner_is_bound_once_its_database_exists(env: Env) -> None:
     journal.commit("a")
     assert env.owner().journal_head(journal.journal_key) == journal.head
     assert ArtifactRetentionJournal(env.session_dir, owner=None).owner is None
+
+
+def test_a_journal_for_a_session_that_does_not_exist_is_refused_and_nothing_is_created(
+    tmp_path: Any,
+) -> None:
+    from toolswap import ArtifactAccessError, ArtifactRetentionJournal
+
+    missing = tmp_path / "no-such-workspace" / "s1"
+    with pytest.raises(ArtifactAccessError, match="does not exist"):
+        ArtifactRetentionJournal(missing)
+    assert not (tmp_path / "no-such-workspace").exists()

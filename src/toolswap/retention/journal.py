@@ -221,7 +221,11 @@ class ArtifactRetentionJournal:
         owner: ArtifactReferenceOwner | Literal["default"] | None = "default",
         now: Callable[[], datetime] | None = None,
     ) -> None:
-        self.session = session_dir if isinstance(session_dir, Session) else Session.at(session_dir)
+        self.session = (
+            session_dir
+            if isinstance(session_dir, Session)
+            else Session.at(session_dir, create=False)
+        )
         self.path = self.session.journal_path
         self._log = ChainLog(self.path, self.session.session_id, error=ArtifactLeaseJournalError)
         self._reader = ArtifactReader(
