@@ -230,6 +230,17 @@ class ToolResultExternalizer:
         self._check_tool(tool_name)
         summary = validate_summary(summary)
         rule = self.settings.rule_for(tool_name)
+
+        def spill(chunks: Iterable[bytes]) -> ExternalizedToolResult:
+            return self._capture(
+                chunks,
+                tool_name,
+                summary=summary,
+                argv=argv,
+                exit_code=exit_code,
+                media_type=media_type,
+            )
+
         buffered: list[bytes] = []
         size = 0
         chars = 0
@@ -240,34 +251,23 @@ class ToolResultExternalizer:
             if rule.max_chars is not None:
                 chars += _utf8_chars(chunk)
             if self._over(rule, size, chars):
-                return self._capture(
-                    _prepend(buffered, stream),
-                    tool_name,
-                    summary=summary,
-                    argv=argv,
-                    exit_code=exit_code,
-                    media_type=media_type,
-                )
+                return spill(_prepend(buffered, stream))
         if isinstance(output, str):
             return InlineToolResult(context_text=output)
         data = b"".join(buffered)
+        text: str | None
         try:
             text = data.decode("utf-8")
-            binary = "\x00" in text[:8192]
         except UnicodeDecodeError:
-            binary = True
+            text = None
+        binary = text is None or "\x00" in text[:8192]
         if binary and not rule.never:
             # Binary output never goes into the context, however small: it gets an artifact
             # and a pointer that says its size and kind.
-            return self._capture(
-                iter([data]),
-                tool_name,
-                summary=summary,
-                argv=argv,
-                exit_code=exit_code,
-                media_type=media_type,
-            )
-        return InlineToolResult(context_text=data.decode("utf-8", "replace"))
+            return spill(iter([data]))
+        return InlineToolResult(
+            context_text=text if text is not None else data.decode("utf-8", "replace")
+        )
 
     def externalize(
         self,

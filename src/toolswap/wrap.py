@@ -134,29 +134,37 @@ def _as_text(value: Any) -> tuple[str | bytes, str | None] | None:
         return str(value), None
 
 
-def _shrink_sync(
-    value: Any, tool: str, resolve: Callable[[], ToolResultExternalizer], summary: str | None
-) -> Any:
+def _oversized(
+    value: Any, tool: str, resolve: Callable[[], ToolResultExternalizer]
+) -> tuple[ToolResultExternalizer, str | bytes, str | None] | None:
+    """The externalizer, text and media type of a value over the tool's threshold."""
     rendered = _as_text(value)
     if rendered is None:
-        return value
+        return None
     text, media_type = rendered
     ext = resolve()
     if not ext.should_externalize(text, tool):
+        return None
+    return ext, text, media_type
+
+
+def _shrink_sync(
+    value: Any, tool: str, resolve: Callable[[], ToolResultExternalizer], summary: str | None
+) -> Any:
+    big = _oversized(value, tool, resolve)
+    if big is None:
         return value
+    ext, text, media_type = big
     return ext.externalize(text, tool, summary=summary, media_type=media_type).context_text
 
 
 async def _shrink_async(
     value: Any, tool: str, resolve: Callable[[], ToolResultExternalizer], summary: str | None
 ) -> Any:
-    rendered = _as_text(value)
-    if rendered is None:
+    big = _oversized(value, tool, resolve)
+    if big is None:
         return value
-    text, media_type = rendered
-    ext = resolve()
-    if not ext.should_externalize(text, tool):
-        return value
+    ext, text, media_type = big
 
     def write() -> str:
         return ext.externalize(text, tool, summary=summary, media_type=media_type).context_text
