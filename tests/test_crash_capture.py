@@ -41,10 +41,10 @@ EXPECTED: dict[str, tuple[bool, bool, bool]] = {
     "capture.tmp_created": (False, False, True),
     "capture.tmp_fsynced": (False, False, True),
     "capture.linked": (True, False, True),
-    "capture.dir_fsynced": (True, False, True),
-    "manifest.appended": (True, True, True),
-    "manifest.fsynced": (True, True, True),
-    "capture.tmp_unlinked": (True, True, False),
+    "capture.tmp_unlinked": (True, False, False),
+    "capture.dir_fsynced": (True, False, False),
+    "manifest.appended": (True, True, False),
+    "manifest.fsynced": (True, True, False),
 }
 
 

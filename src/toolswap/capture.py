@@ -424,6 +424,7 @@ class StreamCapture:
         self._worker: threading.Thread | None = None
         self._written = threading.Event()
         self._closed = False
+        self._tmp_unlinked = False
         self._middle_scanned = False
         self._bytes_written = 0
         self._grep: GrepStream | None = None
@@ -606,7 +607,12 @@ class StreamCapture:
         )
 
     def link_as(self, final_name: str) -> bool:
-        """Hard-link the finished file to ``final_name``; False if that name is taken."""
+        """Hard-link the finished file to ``final_name``; False if that name is taken.
+
+        The temporary name is unlinked before the directory fsync, so both changes are
+        durable together and the inode's link count (and so its ctime) never changes once
+        the caller records the artifact: a reader that verified the file sees it unchanged.
+        """
         try:
             os.link(
                 self.tmp_name,
@@ -618,6 +624,7 @@ class StreamCapture:
         except FileExistsError:
             return False
         crash_point("capture.linked")
+        self._unlink_tmp()
         os.fsync(self._dir_fd)
         crash_point("capture.dir_fsynced")
         return True
@@ -634,6 +641,12 @@ class StreamCapture:
                 self._grep = None
             os.close(self._fd)
             self._closed = True
+        self._unlink_tmp()
+
+    def _unlink_tmp(self) -> None:
+        if self._tmp_unlinked:
+            return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.tmp_name, dir_fd=self._dir_fd)
+        self._tmp_unlinked = True
         crash_point("capture.tmp_unlinked")

@@ -185,6 +185,13 @@ def _identity(st: os.stat_result) -> _Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _remember(key: _Identity, info: _Verified) -> None:
+    with _VERIFIED_GUARD:
+        if len(_VERIFIED) >= _VERIFIED_MAX:
+            _VERIFIED.clear()
+        _VERIFIED[key] = info
+
+
 def _hash_and_index(fd: int, size: int) -> tuple[str, int, int, list[int]]:
     """One pass over the file: (sha256, bytes read, newlines, line-index checkpoints).
 
@@ -281,11 +288,26 @@ class _OpenArtifact:
         self.identity = identity
 
     def check_unchanged(self) -> None:
-        """Raise if the file changed after it was verified (bytes read may not be the output)."""
-        if _identity(os.fstat(self.fd)) != self.identity:
-            raise ArtifactIntegrityError(
-                f"{self.source_id}: the file changed while it was being read; nothing was returned"
-            )
+        """Raise if the file changed after it was verified (bytes read may not be the output).
+
+        A change of the ctime alone (a hard link made or removed, a chmod) leaves the bytes
+        alone: the digest is checked again and, when it still matches, the read stands.
+        """
+        st = os.fstat(self.fd)
+        now = _identity(st)
+        if now == self.identity:
+            return
+        if now[:4] == self.identity[:4]:
+            digest, size, _, _ = _hash_and_index(self.fd, st.st_size)
+            if (digest, size) == (self.info.sha256, self.info.size) and _identity(
+                os.fstat(self.fd)
+            ) == now:
+                self.identity = now
+                _remember(now, self.info)
+                return
+        raise ArtifactIntegrityError(
+            f"{self.source_id}: the file changed while it was being read; nothing was returned"
+        )
 
     def pread(self, length: int, offset: int) -> bytes:
         return os.pread(self.fd, length, offset)
@@ -402,7 +424,14 @@ class ArtifactReader:
                 )
             return cached
         digest, pos, newlines, checkpoints = _hash_and_index(fd, st.st_size)
-        if _identity(os.fstat(fd)) != key:
+        after = _identity(os.fstat(fd))
+        if after != key and after[:4] == key[:4]:
+            # Only the ctime moved (a link or mode change): hash once more under the new
+            # identity rather than trust bytes hashed before it.
+            key = after
+            digest, pos, newlines, checkpoints = _hash_and_index(fd, st.st_size)
+            after = _identity(os.fstat(fd))
+        if after != key:
             raise ArtifactIntegrityError(f"{ref.source_id}: the file changed while being verified")
         if digest != ref.content_sha256 or pos != ref.byte_size:
             raise ArtifactIntegrityError(
@@ -410,10 +439,7 @@ class ArtifactReader:
                 "output (changed or corrupt); nothing was returned"
             )
         info = _Verified(sha256=digest, size=pos, newlines=newlines, checkpoints=checkpoints)
-        with _VERIFIED_GUARD:
-            if len(_VERIFIED) >= _VERIFIED_MAX:
-                _VERIFIED.clear()
-            _VERIFIED[key] = info
+        _remember(key, info)
         return info
 
     def verify(self, source: str | ArtifactReference) -> ArtifactReference:
