@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -66,3 +70,52 @@ def session_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def externalizer(session_dir: Path, clock: Clock) -> Iterator[ToolResultExternalizer]:
     yield ToolResultExternalizer(session_dir, now=clock)
+
+
+# -- a real full disk ----------------------------------------------------------------
+
+
+def _can_mount_tmpfs(where: Path) -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    where.mkdir(parents=True, exist_ok=True)
+    probe = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size=64k tmpfs {shlex.quote(str(where))}",
+        ],
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+def full_disk_command(
+    mount_dir: Path, script: str, *, size_kib: int
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``script`` (sh) with a ``size_kib`` tmpfs mounted at ``mount_dir``.
+
+    The mount lives in a private mount namespace and disappears with the script. Without
+    mount namespaces the script runs under a file-size limit of the same size instead, so
+    a write past it fails with EFBIG, the same error path as ENOSPC.
+    """
+    if _can_mount_tmpfs(mount_dir):
+        quoted = shlex.quote(str(mount_dir))
+        wrapped = f"mount -t tmpfs -o size={size_kib}k,mode=0700 tmpfs {quoted} && {script}"
+        return subprocess.run(
+            ["unshare", "-m", "sh", "-c", wrapped], capture_output=True, check=False
+        )
+    if os.name != "posix":
+        pytest.skip("needs a POSIX system")
+    mount_dir.mkdir(parents=True, exist_ok=True)
+    limited = f"ulimit -f {size_kib} && trap '' XFSZ && {script}"
+    return subprocess.run(["sh", "-c", limited], capture_output=True, check=False)
+
+
+@pytest.fixture
+def full_disk() -> Callable[..., subprocess.CompletedProcess[bytes]]:
+    """``full_disk(mount_dir, script, size_kib=N)``: see :func:`full_disk_command`."""
+    return full_disk_command

@@ -36,6 +36,7 @@ EXPECTED = [
     "ArtifactReferenceTombstonedError",
     "ArtifactRetentionClaim",
     "ArtifactRetentionError",
+    "ArtifactWriteError",
     "ArtifactRetentionJournal",
     "ArtifactSource",
     "ByteRange",

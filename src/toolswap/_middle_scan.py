@@ -15,8 +15,9 @@ import fcntl
 import os
 import shutil
 import subprocess
-import threading
 from collections import deque
+
+from ._threads import start_helper_thread
 
 __all__ = ["GrepStream"]
 
@@ -58,8 +59,7 @@ class GrepStream:
         self._first: list[tuple[int, bytes]] = []
         self._last: deque[tuple[int, bytes]] = deque(maxlen=_LAST_KEEP)
         self.failed = False
-        self._reader = threading.Thread(target=self._read, name="toolswap-grep", daemon=True)
-        self._reader.start()
+        self._reader = start_helper_thread(self._read, "toolswap-grep")
 
     def write(self, data: bytes | memoryview) -> None:
         """Feed bytes (blocks while grep catches up; never raises)."""

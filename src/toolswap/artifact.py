@@ -210,6 +210,8 @@ class ArtifactReference:
     media_type: str = "text/plain"
     argv: tuple[str, ...] | None = None
     exit_code: int | None = None
+    interrupted: str | None = None
+    """The signal that interrupted the capture (``"SIGTERM"``...): the output is incomplete."""
 
     @property
     def source_id(self) -> str:
@@ -244,6 +246,7 @@ class ArtifactReference:
             "media_type": self.media_type,
             "argv": list(self.argv) if self.argv is not None else None,
             "exit_code": self.exit_code,
+            "interrupted": self.interrupted,
         }
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from ._fs import write_all
 from ._middle_scan import GrepStream
+from ._threads import start_helper_thread
 from .crashpoints import crash_point
 
 __all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect_media_type"]
@@ -396,13 +397,20 @@ class StreamCapture:
     ) -> None:
         self._dir_fd = dir_fd
         self.tmp_name = f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}{TMP_SUFFIX}"
+        self._error: BaseException | None = None
+        """The first write error (a full disk, an I/O error): from then on the output is
+        only counted and its head and tail kept, so the caller still gets a preview."""
         # Read-write: the failure-line scan reads the finished file back.
-        self._fd = os.open(
-            self.tmp_name,
-            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=dir_fd,
-        )
+        try:
+            self._fd = os.open(
+                self.tmp_name,
+                os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dir_fd,
+            )
+        except OSError as exc:
+            self._fd = -1
+            self._error = exc
         crash_point("capture.tmp_created")
         self._head_keep = head_keep
         self._tail_keep = tail_keep
@@ -420,11 +428,10 @@ class StreamCapture:
         self._counter = _Counter()
         self._sha = hashlib.sha256()
         self._queue: queue.Queue[bytes | None] = queue.Queue(_QUEUE_DEPTH)
-        self._error: BaseException | None = None
         self._worker: threading.Thread | None = None
         self._written = threading.Event()
-        self._closed = False
-        self._tmp_unlinked = False
+        self._closed = self._fd < 0
+        self._tmp_unlinked = self._fd < 0
         self._middle_scanned = False
         self._bytes_written = 0
         self._grep: GrepStream | None = None
@@ -433,10 +440,12 @@ class StreamCapture:
         self._line_run = 0
 
     def _drain(self) -> None:
+        ended = False
         try:
             while True:
                 chunk = self._queue.get()
                 if chunk is None:
+                    ended = True
                     # fsync here, without the GIL, while the caller scans for failure lines.
                     self._written.set()
                     os.fsync(self._fd)
@@ -447,7 +456,7 @@ class StreamCapture:
         except BaseException as exc:  # handed to the caller thread in finish()
             self._error = exc
             self._written.set()
-            while self._queue.get() is not None:
+            while not ended and self._queue.get() is not None:
                 pass
 
     def write(self, chunk: bytes) -> None:
@@ -464,19 +473,20 @@ class StreamCapture:
             if len(self._tail) > 2 * self._tail_keep:
                 del self._tail[: len(self._tail) - self._tail_keep]
         self._counter.feed(chunk)
+        if self._error is not None:
+            return  # nothing more reaches the disk; head, tail and counts still do
         if len(chunk) < 65536 and self._worker is None:
             # Small outputs are hashed and written inline: a thread is not worth it.
             self._sha.update(chunk)
-            write_all(self._fd, chunk)
+            try:
+                write_all(self._fd, chunk)
+            except OSError as exc:
+                self._error = exc
+                return
             self._feed_grep(chunk)
             return
         if self._worker is None:
-            self._worker = threading.Thread(
-                target=self._drain, name="toolswap-capture", daemon=True
-            )
-            self._worker.start()
-        if self._error is not None:
-            raise self._error
+            self._worker = start_helper_thread(self._drain, "toolswap-capture")
         self._queue.put(chunk)
 
     def _feed_grep(self, chunk: bytes) -> None:
@@ -582,8 +592,10 @@ class StreamCapture:
             self._worker = None
             if self._error is not None:
                 raise self._error
-        else:
+        elif self._error is None:
             os.fsync(self._fd)
+        if self._error is not None:
+            raise self._error
         os.close(self._fd)
         self._closed = True
         crash_point("capture.tmp_fsynced")
@@ -604,6 +616,24 @@ class StreamCapture:
                 else scanner.lines_end
             ),
             tail_scan_start=None if self._middle_scanned else tail_scan_start,
+        )
+
+    def partial_stats(self) -> CaptureStats:
+        """What is known of an output whose file could not be written: sizes, head, tail
+        (no digest, no failure lines)."""
+        counter = self._counter
+        counter.finish()
+        tail = bytes(self._tail[-self._tail_keep :]) if self._tail_keep else b""
+        return CaptureStats(
+            byte_size=counter.size,
+            newline_count=counter.newlines,
+            char_count=counter.chars,
+            sha256="",
+            binary=counter.binary,
+            head=bytes(self._head),
+            tail=tail,
+            salient=(),
+            scanned_bytes=0,
         )
 
     def link_as(self, final_name: str) -> bool:

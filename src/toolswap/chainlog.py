@@ -17,6 +17,7 @@ refresh verifies only the appended suffix.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -272,10 +273,13 @@ class ChainLog:
             encoded = canonical_json(record)
             digest = hashlib.sha256(encoded).hexdigest()
             line = encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
-            write_all(fd, line)
-            crash_point(f"{crash_prefix}.appended")
-            os.fsync(fd)
-            fsync_dir(self.path.parent)
+            try:
+                write_all(fd, line)
+                crash_point(f"{crash_prefix}.appended")
+                os.fsync(fd)
+                fsync_dir(self.path.parent)
+            except OSError as exc:
+                self._take_back(fd, exc)
             crash_point(f"{crash_prefix}.fsynced")
         finally:
             os.close(fd)
@@ -286,6 +290,20 @@ class ChainLog:
         self._floor = (self._seq, digest)
         record["hash"] = digest
         return before, record
+
+    def _take_back(self, fd: int, exc: OSError) -> None:
+        """A failed append (a full disk, an I/O error) leaves no part of its record."""
+        try:
+            os.ftruncate(fd, self._offset)
+            os.fsync(fd)
+        except OSError as again:
+            raise self._fail(
+                f"append failed ({exc.strerror}) and its partial record could not be removed "
+                f"({again.strerror}); the next append cuts it off"
+            ) from exc
+        raise self._fail(
+            f"append failed ({exc.strerror}); nothing was recorded. Free disk space and retry"
+        ) from exc
 
     def _cut_torn_tail(self, fd: int) -> None:
         assert self._torn is not None
@@ -305,12 +323,21 @@ class ChainLog:
                 break
             except FileExistsError:
                 attempt += 1
+        kept = self.path.with_name(self.path.name + suffix)
         try:
             write_all(kfd, cut)
             os.fsync(kfd)
+            fsync_dir(self.path.parent)  # the kept bytes are durable before the cut
+        except OSError as exc:
+            # No empty or partial copy is left behind, and nothing is cut.
+            with contextlib.suppress(OSError):
+                os.unlink(kept)
+            raise self._fail(
+                f"cannot keep the torn final record before cutting it ({exc.strerror}); "
+                "nothing was changed. Free disk space and retry"
+            ) from exc
         finally:
             os.close(kfd)
-        fsync_dir(self.path.parent)  # the kept bytes are durable before the cut
         os.ftruncate(fd, offset)
         os.fsync(fd)
         self._torn = None

@@ -19,7 +19,8 @@ callers can catch either::
     │   ├── ArtifactReferenceTombstonedError   the publication ID is sealed; it can never be written
     │   ├── ArtifactPublicationConflictError   the publication ID already names another reference
     │   └── ArtifactFenceStaleError            the owner's generation moved before the seal
-    └── CleanupError (ValueError)              a cleanup plan or apply was refused
+    ├── CleanupError (ValueError)              a cleanup plan or apply was refused
+    └── ArtifactWriteError (OSError)           the output could not be saved; carries a preview
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "ArtifactReferenceOwnerError",
     "ArtifactReferenceTombstonedError",
     "ArtifactRetentionError",
+    "ArtifactWriteError",
     "ChainLogError",
     "CleanupError",
     "ConfigurationError",
@@ -111,3 +113,20 @@ class ArtifactFenceStaleError(ArtifactReferenceOwnerError):
 
 class CleanupError(ToolswapError, ValueError):
     """A cleanup plan or apply was refused before anything was deleted."""
+
+
+class ArtifactWriteError(ToolswapError, OSError):
+    """The output could not be written to an artifact (a full disk, an I/O error).
+
+    Nothing partial is left on disk. ``preview`` is the bounded head and tail of the output
+    (what the caller can still show), ``byte_size`` how much output there was, and
+    ``exit_code`` the tool's exit status when it was known.
+    """
+
+    def __init__(
+        self, message: str, *, preview: str, byte_size: int, exit_code: int | None
+    ) -> None:
+        super().__init__(message)
+        self.preview = preview
+        self.byte_size = byte_size
+        self.exit_code = exit_code

@@ -37,12 +37,24 @@ from .cleanup import (
     CleanupClaim,
     JournalLike,
 )
-from .errors import CleanupError, ConfigurationError
+from .errors import (
+    ArtifactWriteError,
+    ChainLogError,
+    CleanupError,
+    ConfigurationError,
+)
 from .manifest import Manifest
-from .pointer import ReadHint, default_summary, make_pointer, validate_summary
+from .pointer import (
+    ReadHint,
+    default_summary,
+    human_size,
+    make_pointer,
+    make_unsaved_preview,
+    validate_summary,
+)
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
 from .session import Session, toolswap_home
-from .settings import ExternalizerSettings, ToolThreshold
+from .settings import SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
 
 __all__ = ["Output", "ToolResultExternalizer"]
 
@@ -211,6 +223,18 @@ class ToolResultExternalizer:
 
     # -- capture ---------------------------------------------------------------------
 
+    def check_ready(self) -> None:
+        """Check what can be checked before a tool runs, so its output is never lost to a
+        problem known in advance: the manifest verifies and the tool-results directory
+        opens.
+
+        Raises:
+            ChainLogError: the manifest is corrupt or cannot be trusted.
+            ArtifactAccessError: the tool-results directory cannot be opened.
+        """
+        self.manifest.refresh()
+        os.close(open_dir_nofollow(self.session.tool_results_dir))
+
     def process(
         self,
         output: Output,
@@ -220,6 +244,7 @@ class ToolResultExternalizer:
         argv: list[str] | tuple[str, ...] | None = None,
         exit_code: int | Callable[[], int | None] | None = None,
         media_type: str | None = None,
+        interrupted: str | Callable[[], str | None] | None = None,
     ) -> ExternalizedToolResult | InlineToolResult:
         """Return small output inline (writing nothing) and externalize large output.
 
@@ -239,6 +264,7 @@ class ToolResultExternalizer:
                 argv=argv,
                 exit_code=exit_code,
                 media_type=media_type,
+                interrupted=interrupted,
             )
 
         buffered: list[bytes] = []
@@ -278,6 +304,7 @@ class ToolResultExternalizer:
         argv: list[str] | tuple[str, ...] | None = None,
         exit_code: int | Callable[[], int | None] | None = None,
         media_type: str | None = None,
+        interrupted: str | Callable[[], str | None] | None = None,
     ) -> ExternalizedToolResult:
         """Write ``output`` to a new immutable artifact and return the pointer for the context.
 
@@ -294,6 +321,7 @@ class ToolResultExternalizer:
             argv=argv,
             exit_code=exit_code,
             media_type=media_type,
+            interrupted=interrupted,
         )
 
     @staticmethod
@@ -312,9 +340,11 @@ class ToolResultExternalizer:
         argv: list[str] | tuple[str, ...] | None,
         exit_code: int | Callable[[], int | None] | None,
         media_type: str | None,
+        interrupted: str | Callable[[], str | None] | None = None,
     ) -> ExternalizedToolResult:
         if argv is not None and not all(isinstance(a, str) for a in argv):
             raise TypeError("argv must be a sequence of strings")
+        self.check_ready()  # before any output is consumed
         s = self.settings
         dir_fd = open_dir_nofollow(self.session.tool_results_dir)
         capture: StreamCapture | None = None
@@ -330,23 +360,28 @@ class ToolResultExternalizer:
             )
             for chunk in chunks:
                 capture.write(chunk)
-            stats = capture.finish()
+            try:
+                stats = capture.finish()
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+                raise self._unsaved(capture, tool_name, exit_code, reason) from exc
             code = exit_code() if callable(exit_code) else exit_code
             kind = media_type or detect_media_type(stats.head, binary=stats.binary)
             text_summary = summary or default_summary(stats, tool_name, kind, code)
+            stopped = interrupted() if callable(interrupted) else interrupted
+            if stopped and summary is None:
+                text_summary = _clip(f"[interrupted by {stopped}] {text_summary}")
             captured_at = self._now()
             if captured_at.tzinfo is None:
                 raise ValueError("the clock must return timezone-aware datetimes")
             with self.session.lock():
-                number = self.manifest.high_water() + 1
-                while not capture.link_as(artifact_filename(number)):
-                    number += 1  # a name left by a crash before its manifest record
-                filename = artifact_filename(number)
-                source_id = format_source_id(self.session.session_id, filename, stats.sha256)
-                self.manifest.append(
-                    {
+                filename = self._publish(
+                    capture,
+                    lambda filename: {
                         "event": "artifact",
-                        "source_id": source_id,
+                        "source_id": format_source_id(
+                            self.session.session_id, filename, stats.sha256
+                        ),
                         "filename": filename,
                         "tool": tool_name,
                         "summary": text_summary,
@@ -359,8 +394,12 @@ class ToolResultExternalizer:
                         "captured_at": captured_at.astimezone(UTC).isoformat(),
                         "argv": list(argv) if argv is not None else None,
                         "exit_code": code,
-                    }
+                        **({"interrupted": stopped} if stopped else {}),
+                    },
+                    tool_name=tool_name,
+                    exit_code=code,
                 )
+                source_id = format_source_id(self.session.session_id, filename, stats.sha256)
         finally:
             if capture is not None:
                 capture.discard()
@@ -383,9 +422,81 @@ class ToolResultExternalizer:
             media_type=kind,
             argv=tuple(argv) if argv is not None else None,
             exit_code=code,
+            interrupted=stopped or None,
         )
         return ExternalizedToolResult(
             context_text=self.make_pointer(stats, artifact), artifact=artifact
+        )
+
+    def _publish(
+        self,
+        capture: StreamCapture,
+        record_for: Callable[[str], dict[str, object]],
+        *,
+        tool_name: str,
+        exit_code: int | None,
+    ) -> str:
+        """Link the finished capture under the next free name and record it; the caller
+        holds the session lock. A name that cannot be recorded is removed again: no final
+        name is ever left without its manifest record by an error (a crash can leave one,
+        which ``verify`` reports and cleanup collects)."""
+        number = self.manifest.high_water() + 1
+        filename = ""
+        try:
+            while True:
+                filename = artifact_filename(number)
+                if capture.link_as(filename):
+                    break
+                number += 1  # a name left by a crash before its manifest record
+        except OSError as exc:
+            self._unlink_unrecorded(filename)
+            raise self._unsaved(capture, tool_name, exit_code, exc.strerror or str(exc)) from exc
+        try:
+            self.manifest.append(record_for(filename))
+        except (OSError, ChainLogError) as exc:
+            self._unlink_unrecorded(filename)
+            reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
+            raise self._unsaved(capture, tool_name, exit_code, reason) from exc
+        return filename
+
+    def _unlink_unrecorded(self, filename: str) -> None:
+        """Remove ``filename`` unless the manifest records it (the lock is held)."""
+        if not filename:
+            return
+        try:
+            if self.manifest.record_for(filename) is not None:
+                return
+        except ChainLogError:
+            return  # cannot prove it is unrecorded: keep it (verify reports it)
+        dir_fd = open_dir_nofollow(self.session.tool_results_dir)
+        try:
+            os.unlink(filename, dir_fd=dir_fd)
+            os.fsync(dir_fd)
+        except OSError:
+            pass  # left for verify and cleanup; it has no record, so nothing trusts it
+        finally:
+            os.close(dir_fd)
+
+    def _unsaved(
+        self,
+        capture: StreamCapture,
+        tool_name: str,
+        exit_code: int | Callable[[], int | None] | None,
+        reason: str,
+    ) -> ArtifactWriteError:
+        stats = capture.partial_stats()
+        code = exit_code() if callable(exit_code) else exit_code
+        message = f"the output ({human_size(stats.byte_size)}) could not be saved: {reason}"
+        preview = make_unsaved_preview(
+            stats,
+            tool=tool_name,
+            reason=message,
+            exit_code=code,
+            head_bytes=self.settings.head_bytes,
+            tail_bytes=self.settings.tail_bytes,
+        )
+        return ArtifactWriteError(
+            message, preview=preview, byte_size=stats.byte_size, exit_code=code
         )
 
     def make_pointer(self, stats: CaptureStats, artifact: ArtifactReference) -> str:
@@ -508,6 +619,10 @@ class ToolResultExternalizer:
                 f"the journal belongs to session {journal.session.session_id!r} at "
                 f"{journal.session.root}, not to this externalizer's session"
             )
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= SUMMARY_MAX_CHARS else text[: SUMMARY_MAX_CHARS - 1] + "…"
 
 
 def _prepend(first: list[bytes], rest: Iterable[bytes]) -> Iterable[bytes]:

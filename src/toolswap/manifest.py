@@ -129,4 +129,5 @@ class Manifest:
             media_type=record["media_type"],
             argv=tuple(argv) if isinstance(argv, list) else None,
             exit_code=record.get("exit_code"),
+            interrupted=record.get("interrupted"),
         )

@@ -20,6 +20,7 @@ __all__ = [
     "default_summary",
     "human_size",
     "make_pointer",
+    "make_unsaved_preview",
     "validate_summary",
 ]
 
@@ -298,3 +299,46 @@ def make_pointer(
         body += "\n"
     read_more = _READ_MORE[hint].format(offset=offset, **fields)
     return POINTER_TEMPLATE.format(**fields, size_text=size_text, body=body, read_more=read_more)
+
+
+UNSAVED_TEMPLATE = """\
+[Output NOT saved: {reason}]
+Source: {tool}{status}
+Size: {size_text}. No artifact exists: this preview is all that is left of the output; run
+the tool again once the problem is fixed if you need the rest.
+{body}"""
+
+
+def make_unsaved_preview(
+    stats: CaptureStats,
+    *,
+    tool: str,
+    reason: str,
+    exit_code: int | None,
+    head_bytes: int,
+    tail_bytes: int,
+) -> str:
+    """The bounded preview given when an output could not be written to an artifact."""
+    status = "" if exit_code is None else f"; exit status {exit_code}"
+    fields = {"reason": _clip(" ".join(reason.split()), 300), "tool": tool, "status": status}
+    if stats.binary:
+        size_text = f"{human_size(stats.byte_size)}, binary"
+        return UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body="")
+    size_text = f"{human_size(stats.byte_size)}, {_lines(stats.line_count)}"
+    frame = len(UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body="").encode()) + 200
+    head_budget = min(head_bytes, max(POINTER_MAX_BYTES - frame - 1024, 0))
+    tail_budget = min(tail_bytes, max(POINTER_MAX_BYTES - frame - head_budget, 0))
+    cut = _cut(stats, head_budget, tail_budget)
+    if cut.tail_start <= cut.head_end and not cut.tail:
+        body = cut.head.decode("utf-8", "replace")
+    else:
+        omitted = cut.tail_start - cut.head_end
+        body = cut.head.decode("utf-8", "replace")
+        if body and not body.endswith("\n"):
+            body += "\n"
+        if omitted > 0:
+            body += f"--- {human_size(omitted)} not shown and not saved ---\n"
+        body += cut.tail.decode("utf-8", "replace")
+    if body and not body.endswith("\n"):
+        body += "\n"
+    return UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body=body)

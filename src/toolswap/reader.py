@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ._fs import open_dir_nofollow
+from ._threads import start_helper_thread
 from .artifact import ArtifactReference, parse_artifact_source_id
 from .errors import (
     ArtifactAccessError,
@@ -209,8 +210,7 @@ def _hash_and_index(fd: int, size: int) -> tuple[str, int, int, list[int]]:
             while (block := blocks.get()) is not None:
                 sha.update(block)
 
-        worker = threading.Thread(target=drain, name="toolswap-verify", daemon=True)
-        worker.start()
+        worker = start_helper_thread(drain, "toolswap-verify")
     checkpoints = [0]
     newlines = 0
     pos = 0

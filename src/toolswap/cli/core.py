@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..artifact import ExternalizedToolResult, InlineToolResult
+from ..errors import ArtifactWriteError
 from ..pointer import human_size, validate_summary
 from ..reader import ArtifactReader
 from ..verify import verify_session
@@ -23,6 +24,7 @@ from ._common import (
     source_options,
 )
 from ._group import main
+from ._signals import forward_signals
 
 __all__: list[str] = []
 
@@ -103,21 +105,55 @@ def run(
     Example: toolswap run -- pytest -v
     """
     ext = open_externalizer(session_id, workspace, session_dir)
+    # What can be checked before the command runs (and has side effects) is checked now.
+    ext.check_ready()
     try:
         proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as exc:
         click.echo(f"toolswap: cannot run {command[0]!r}: {exc.strerror}", err=True)
         sys.exit(127)
     assert proc.stdout is not None
-    try:
-        result = ext.process(
-            proc.stdout, tool, summary=summary, argv=list(command), exit_code=proc.wait
-        )
-    finally:
-        proc.stdout.close()
-    code = proc.wait()
-    _emit_result(result, code, as_json)
+    with forward_signals(proc) as received:
+        try:
+            result = ext.process(
+                proc.stdout,
+                tool,
+                summary=summary,
+                argv=list(command),
+                exit_code=proc.wait,
+                interrupted=lambda: received.name,
+            )
+        except ArtifactWriteError as exc:
+            result = None
+            unsaved = exc
+        finally:
+            proc.stdout.close()
+        code = proc.wait()
+        if result is None:
+            # The command ran: its status and what we can show of its output still count.
+            _emit_unsaved(unsaved, code, as_json)
+        else:
+            _emit_result(result, code, as_json)
+    received.exit_like_the_signal()
     sys.exit(code if code >= 0 else 128 - code)
+
+
+def _emit_unsaved(exc: ArtifactWriteError, exit_code: int, as_json: bool) -> None:
+    if as_json:
+        echo_json(
+            {
+                "externalized": False,
+                "saved": False,
+                "context_text": exc.preview,
+                "artifact": None,
+                "exit_code": exit_code,
+                "error": f"{type(exc).__name__}: {exc}",
+            }
+        )
+    else:
+        sys.stdout.write(exc.preview)
+        sys.stdout.flush()
+    click.echo(f"toolswap: {type(exc).__name__}: {exc}", err=True)
 
 
 @main.command()
