@@ -130,6 +130,21 @@ class ArtifactCleanupPolicy:
         if not isinstance(self.dry_run, bool):
             raise CleanupError("dry_run must be a bool")
 
+    def stricter(self, other: ArtifactCleanupPolicy) -> ArtifactCleanupPolicy:
+        """The policy that deletes no more than either: the longer TTL, the lower deletion
+        limit, the larger size budget (a set budget beats none), dry run if either is."""
+
+        def low(a: int | None, b: int | None) -> int | None:
+            return b if a is None else a if b is None else min(a, b)
+
+        budgets = [b for b in (self.max_bytes, other.max_bytes) if b is not None]
+        return ArtifactCleanupPolicy(
+            orphan_ttl_seconds=max(self.orphan_ttl_seconds, other.orphan_ttl_seconds),
+            max_deletions=low(self.max_deletions, other.max_deletions),
+            dry_run=self.dry_run or other.dry_run,
+            max_bytes=max(budgets) if budgets else None,
+        )
+
     def to_dict(self) -> dict[str, object]:
         return {
             "orphan_ttl_seconds": self.orphan_ttl_seconds,
@@ -650,8 +665,14 @@ def apply_cleanup(
     *,
     now: datetime | None = None,
     progress: Callable[[int, int], None] | None = None,
+    policy: ArtifactCleanupPolicy | None = None,
 ) -> ArtifactCleanupReport:
-    """Apply a plan against the current claims the caller passes (no durable journal)."""
+    """Apply a plan against the current claims the caller passes (no durable journal).
+
+    Every decision is made again from the current state (claims, TTL, limits): a plan
+    only narrows what may go. ``policy`` is the policy in force now (a saved plan's own
+    policy is combined with it, the stricter wins).
+    """
     if claims is None:
         raise CleanupError("apply_cleanup needs the current claims; pass an empty list if none")
     _refuse_raw_claims(session)
@@ -663,7 +684,7 @@ def apply_cleanup(
         _refuse_raw_claims(session)
         return current, ()
 
-    return _apply(session, plan, raw, _utc_now(now), progress)
+    return _apply(session, plan, raw, _utc_now(now), progress, policy)
 
 
 def apply_cleanup_from_journal(
@@ -672,14 +693,19 @@ def apply_cleanup_from_journal(
     *,
     now: datetime | None = None,
     progress: Callable[[int, int], None] | None = None,
+    policy: ArtifactCleanupPolicy | None = None,
 ) -> ArtifactCleanupReport:
-    """Apply a plan, re-folding the journal's claims under the session lock."""
+    """Apply a plan, re-folding the journal's claims under the session lock.
+
+    As :func:`apply_cleanup`: TTL, recency and limits are decided again from the current
+    state with the stricter of ``policy`` and the plan's own.
+    """
 
     def current(when: datetime) -> tuple[list[CleanupClaim], tuple[str, ...]]:
         view = journal.recover(now=when)
         return _claims_of(view), tuple(view.pending_transaction_ids)
 
-    return _apply(journal.session, plan, current, _utc_now(now), progress)
+    return _apply(journal.session, plan, current, _utc_now(now), progress, policy)
 
 
 def _apply(
@@ -688,6 +714,7 @@ def _apply(
     current_claims: Callable[[datetime], tuple[list[CleanupClaim], tuple[str, ...]]],
     now: datetime,
     progress: Callable[[int, int], None] | None,
+    policy: ArtifactCleanupPolicy | None = None,
 ) -> ArtifactCleanupReport:
     if plan.session_id != session.session_id:
         raise CleanupError(
@@ -710,20 +737,33 @@ def _apply(
                 pending_transaction_ids=pending,
             )
         manifest = Manifest(session.manifest_path, session.session_id, session.tool_results_dir)
+        rules = plan.policy if policy is None else plan.policy.stricter(policy)
+        records = {r["filename"]: r["sha256"] for r in manifest.records()}
         dir_fd = open_dir_nofollow(session.tool_results_dir)
         deleted_any = False
         try:
-            for done, entry in enumerate(plan.entries, 1):
+            limits = _Limits(rules, _current_total(dir_fd))
+            # Oldest first, as planning ranks them, so the limits keep the newest.
+            order = sorted(
+                range(len(plan.entries)),
+                key=lambda i: (plan.entries[i].mtime_ns or 0, plan.entries[i].name),
+            )
+            outcomes: dict[int, CleanupEntry] = {}
+            for done, i in enumerate(order, 1):
+                entry = plan.entries[i]
                 if progress:
                     progress(done, len(plan.entries))
                 if entry.status is not S.PLANNED_DELETE:
-                    results.append(entry)
+                    outcomes[i] = entry
                     continue
-                outcome = _apply_one(dir_fd, entry, index, manifest, now)
+                kept = limits.check(entry)
+                outcome = kept or _apply_one(dir_fd, entry, index, manifest, now, rules, records)
                 if outcome.status is S.DELETED:
                     deleted_any = True
                     freed += entry.size or 0
-                results.append(outcome)
+                    limits.deleted(entry)
+                outcomes[i] = outcome
+            results = [outcomes[i] for i in range(len(plan.entries))]
             if deleted_any:
                 os.fsync(dir_fd)
                 crash_point("cleanup.dir_fsynced")
@@ -740,8 +780,48 @@ def _apply(
     )
 
 
+class _Limits:
+    """``max_deletions`` and ``max_bytes`` counted again at apply time."""
+
+    def __init__(self, policy: ArtifactCleanupPolicy, total: int) -> None:
+        self.left = policy.max_deletions
+        self.excess = None if policy.max_bytes is None else total - policy.max_bytes
+
+    def check(self, entry: CleanupEntry) -> CleanupEntry | None:
+        if self.left is not None and self.left <= 0:
+            return replace(entry, status=S.RETAINED_LIMIT, reason="max_deletions reached this run")
+        if self.excess is not None and self.excess <= 0:
+            return replace(entry, status=S.RETAINED_LIMIT, reason="within the size budget")
+        return None
+
+    def deleted(self, entry: CleanupEntry) -> None:
+        if self.left is not None:
+            self.left -= 1
+        if self.excess is not None:
+            self.excess -= entry.size or 0
+
+
+def _current_total(dir_fd: int) -> int:
+    """Bytes in ``tool-results/`` now (regular files, lstat only)."""
+    total = 0
+    for name in os.listdir(dir_fd):
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+    return total
+
+
 def _apply_one(
-    dir_fd: int, entry: CleanupEntry, index: _ClaimIndex, manifest: Manifest, now: datetime
+    dir_fd: int,
+    entry: CleanupEntry,
+    index: _ClaimIndex,
+    manifest: Manifest,
+    now: datetime,
+    policy: ArtifactCleanupPolicy,
+    records: Mapping[str, str],
 ) -> CleanupEntry:
     name = entry.name
     if not _owned_name(name):
@@ -781,6 +861,20 @@ def _apply_one(
                 entry,
                 status=S.RACE_DETECTED,
                 reason="size, mtime, device or inode changed since planning",
+            )
+        # The plan's verdict is not trusted (a saved plan is only a file): the TTL and the
+        # manifest's digest are checked again against the current state.
+        age_ns = int(now.timestamp() * 1_000_000_000) - st.st_mtime_ns
+        if age_ns < int(policy.orphan_ttl_seconds * 1_000_000_000):
+            return replace(
+                entry, status=S.RETAINED_RECENT, reason="younger than the orphan TTL (at apply)"
+            )
+        recorded = records.get(name)
+        if recorded is not None and recorded != entry.sha256:
+            return replace(
+                entry,
+                status=S.RETAINED_CORRUPT,
+                reason="the file does not match its manifest SHA-256; kept for inspection",
             )
         if _hash_fd(fd) != entry.sha256:
             return replace(entry, status=S.RACE_DETECTED, reason="content changed since planning")

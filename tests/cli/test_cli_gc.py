@@ -64,7 +64,7 @@ def test_gc_apply_from_a_saved_plan_deletes_and_read_says_collected(
     source_id = _make_artifact("s1")
     plan_file = tmp_path / "plan.json"
     toolswap("gc", "plan", "--session", "s1", "--ttl", "0s", "--save", str(plan_file))
-    done = toolswap("gc", "apply", "--plan", str(plan_file), "--yes", "--json")
+    done = toolswap("gc", "apply", "--plan", str(plan_file), "--ttl", "0s", "--yes", "--json")
     report = json.loads(done.stdout)["reports"][0]["report"]
     assert report["counts"] == {"deleted": 1}
     gone = toolswap("read", source_id, check=False)
@@ -136,7 +136,62 @@ def test_gc_apply_honours_session_dir_with_a_saved_plan(
         "gc", "plan", "--session-dir", str(session_dir), "--ttl", "0s", "--save", str(plan_file)
     )
     done = toolswap(
-        "gc", "apply", "--plan", str(plan_file), "--session-dir", str(session_dir), "--yes"
+        "gc",
+        "apply",
+        "--plan",
+        str(plan_file),
+        "--session-dir",
+        str(session_dir),
+        "--ttl",
+        "0s",
+        "--yes",
     )
     assert "deleted 1" in done.stdout
     assert not list((session_dir / "tool-results").glob("tool_result_*.txt"))
+
+
+def test_an_edited_plan_cannot_delete_what_the_current_ttl_keeps(
+    toolswap_home: Path, tmp_path: Path
+) -> None:
+    source_id = _make_artifact("s1")
+    plan_file = tmp_path / "plan.json"
+    toolswap("gc", "plan", "--session", "s1", "--save", str(plan_file))  # default 24 h TTL
+    document = json.loads(plan_file.read_text(encoding="utf-8"))
+    plan = document["plans"][0]["plan"]
+    assert [e["status"] for e in plan["entries"]] == ["retained_recent"]
+    # Someone edits the saved plan: the status and the policy's TTL both say "delete".
+    plan["entries"][0]["status"] = "planned_delete"
+    plan["policy"]["orphan_ttl_seconds"] = 0
+    plan_file.write_text(json.dumps(document), encoding="utf-8")
+
+    done = toolswap("gc", "apply", "--plan", str(plan_file), "--yes", "--json")
+
+    report = json.loads(done.stdout)["reports"][0]["report"]
+    assert report["counts"] == {"retained_recent": 1}
+    assert toolswap("read", source_id, "--limit", "1").stdout.startswith("xxx")
+
+
+def test_an_edited_plan_cannot_exceed_the_deletion_limit_given_at_apply(
+    toolswap_home: Path, tmp_path: Path
+) -> None:
+    ids = [_make_artifact("s1") for _ in range(3)]
+    plan_file = tmp_path / "plan.json"
+    toolswap("gc", "plan", "--session", "s1", "--ttl", "0s", "--save", str(plan_file))
+
+    done = toolswap(
+        "gc",
+        "apply",
+        "--plan",
+        str(plan_file),
+        "--ttl",
+        "0s",
+        "--max-deletions",
+        "1",
+        "--yes",
+        "--json",
+    )
+
+    report = json.loads(done.stdout)["reports"][0]["report"]
+    assert report["counts"] == {"deleted": 1, "retained_limit": 2}
+    kept = [toolswap("read", i, "--limit", "1", check=False).returncode for i in ids]
+    assert sorted(kept) == [0, 0, 1]

@@ -89,9 +89,12 @@ def _plan_session(
 
 
 def _apply_session(
-    session: Session, plan: ArtifactCleanupPlan, progress: Callable[[int, int], None] | None
+    session: Session,
+    plan: ArtifactCleanupPlan,
+    policy: ArtifactCleanupPolicy,
+    progress: Callable[[int, int], None] | None,
 ) -> ArtifactCleanupReport:
-    return apply_cleanup_from_journal(plan, _journal(session), progress=progress)
+    return apply_cleanup_from_journal(plan, _journal(session), progress=progress, policy=policy)
 
 
 def _all_sessions() -> list[tuple[str, Session]]:
@@ -277,12 +280,15 @@ def gc_apply(
     """Delete what a plan marked planned_delete, re-verifying each file first.
 
     Every file is re-checked under the session lock (current claims, ownership, type,
-    size/mtime/inode snapshot, full SHA-256); anything that changed is kept.
+    size/mtime/inode snapshot, full SHA-256); anything that changed is kept. The TTL and
+    limits are applied again from the current state: with --plan, the stricter of the
+    saved plan's policy and this command's --ttl/--max-deletions/--max-bytes.
     """
+    # The policy in force now: a saved plan's entries and policy only narrow it.
+    policy = replace(_policy(ttl, max_deletions, max_bytes), dry_run=False)
     if plan_file is not None:
         plans = _load_plans(plan_file)
     else:
-        policy = _policy(ttl, max_deletions, max_bytes)
         plans = _make_plans(session_id, workspace, session_dir, all_sessions, policy, not as_json)
         if not as_json:
             for ws, plan in plans:
@@ -310,7 +316,7 @@ def gc_apply(
             session = Session.open(plan.session_id, workspace=ws, create=False)
         live = replace(plan, policy=replace(plan.policy, dry_run=False))
         with _progress("deleting", not as_json) as progress:
-            reports.append((ws, _apply_session(session, live, progress)))
+            reports.append((ws, _apply_session(session, live, policy, progress)))
     if as_json:
         echo_json(
             {
