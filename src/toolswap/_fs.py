@@ -37,26 +37,36 @@ def open_dir_nofollow(path: Path) -> int:
 
 
 def ensure_private_dir(path: Path) -> None:
-    """Create ``path`` (and parents) with mode 0700, refusing symlinks and foreign owners.
+    """Create ``path`` and any missing parents, each with mode 0700; refuse symlinks and
+    foreign owners.
 
-    Parents that already exist are left as they are; the last component must be a real
-    directory owned by this user.
+    Parents that already exist are left as they are; each directory created is fsynced
+    into its parent; the last component must be a real directory owned by this user.
     """
     missing = []
     probe = path
     while not os.path.lexists(probe) and probe != probe.parent:
         missing.append(probe)
         probe = probe.parent
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except FileExistsError as exc:
-        raise ArtifactAccessError(f"{path} exists and is not a directory") from exc
-    # New directory entries are durable only once their parents are fsynced.
+    if missing and not probe.is_dir():
+        raise ArtifactAccessError(f"{probe} is not a directory; cannot create {path} in it")
     for created in reversed(missing):
-        fsync_dir(created.parent)
+        try:
+            os.mkdir(created, 0o700)  # makedirs would give the parents the umask's mode
+        except FileExistsError:
+            pass  # made by someone else meanwhile: checked like any existing directory
+        except OSError as exc:
+            raise ArtifactAccessError(f"cannot create {created}: {exc.strerror}") from exc
+        # New directory entries are durable only once their parents are fsynced (the first
+        # parent may be a symlink the caller chose: fsyncing through it is harmless).
+        fd = os.open(created.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise ArtifactAccessError(f"{path} must be a real directory, not a symlink")
+        raise ArtifactAccessError(f"{path} must be a real directory, not a symlink or a file")
     if st.st_uid != os.geteuid():
         raise ArtifactAccessError(f"{path} is owned by uid {st.st_uid}, not by this user")
     if stat.S_IMODE(st.st_mode) & 0o077:

@@ -25,6 +25,8 @@ __all__ = [
     "format_source_id",
     "parse_artifact_filename",
     "parse_artifact_source_id",
+    "parse_temporary_filename",
+    "temporary_filename",
     "validate_session_id",
 ]
 
@@ -61,6 +63,28 @@ def parse_artifact_filename(filename: str) -> int | None:
     if number < 1 or artifact_filename(number) != filename:
         return None
     return number
+
+
+TMP_PREFIX = ".tmp-"
+TMP_SUFFIX = ".partial"
+# The writer's pid (Linux allows at most 2**22; 10 digits bound any system) and 16 hex.
+_TMP_RE = re.compile(re.escape(TMP_PREFIX) + r"([1-9]\d{0,9})-[0-9a-f]{16}" + re.escape(TMP_SUFFIX))
+_PID_MAX = 2**31 - 1
+
+
+def temporary_filename(pid: int, token: str) -> str:
+    """The temporary name a capture by process ``pid`` writes to (``token``: 16 hex)."""
+    return f"{TMP_PREFIX}{pid}-{token}{TMP_SUFFIX}"
+
+
+def parse_temporary_filename(filename: str) -> int | None:
+    """The writer's pid of a capture's temporary file name, or None if the name is not one
+    toolswap writes (a planted name with an impossible pid included)."""
+    match = _TMP_RE.fullmatch(filename)
+    if match is None:
+        return None
+    pid = int(match.group(1))
+    return pid if pid <= _PID_MAX else None
 
 
 @dataclass(frozen=True, slots=True)

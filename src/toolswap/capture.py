@@ -29,12 +29,11 @@ from dataclasses import dataclass
 from ._fs import write_all
 from ._middle_scan import GrepStream
 from ._threads import start_helper_thread
+from .artifact import TMP_PREFIX, temporary_filename
 from .crashpoints import crash_point
 
 __all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect_media_type"]
 
-TMP_PREFIX = ".tmp-"
-TMP_SUFFIX = ".partial"
 SALIENT_KEYWORDS: tuple[bytes, ...] = (
     b"error",
     b"exception",
@@ -396,7 +395,7 @@ class StreamCapture:
         tail_scan: int = 0,
     ) -> None:
         self._dir_fd = dir_fd
-        self.tmp_name = f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}{TMP_SUFFIX}"
+        self.tmp_name = temporary_filename(os.getpid(), secrets.token_hex(8))
         self._error: BaseException | None = None
         """The first write error (a full disk, an I/O error): from then on the output is
         only counted and its head and tail kept, so the caller still gets a preview."""

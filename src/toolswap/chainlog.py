@@ -87,7 +87,8 @@ class ChainLog:
 
     def _open_read(self) -> int | None:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO planted in the log's place must not hang the reader.
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -253,7 +254,7 @@ class ChainLog:
             raise self._fail("was replaced while in use; reopen it")
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(self.path, flags, 0o600)
+            fd = os.open(self.path, flags | os.O_NONBLOCK, 0o600)
         except OSError as exc:
             raise self._fail(f"cannot open for append: {exc.strerror}") from exc
         try:
@@ -308,7 +309,7 @@ class ChainLog:
     def _cut_torn_tail(self, fd: int) -> None:
         assert self._torn is not None
         offset, length = self._torn
-        rfd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        rfd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             cut = os.pread(rfd, length, offset)
         finally:

@@ -29,8 +29,12 @@ from enum import StrEnum
 from typing import Any, Protocol, cast
 
 from ._fs import open_dir_nofollow
-from .artifact import parse_artifact_filename, parse_artifact_source_id, validate_session_id
-from .capture import TMP_PREFIX, TMP_SUFFIX
+from .artifact import (
+    parse_artifact_filename,
+    parse_artifact_source_id,
+    parse_temporary_filename,
+    validate_session_id,
+)
 from .crashpoints import crash_point
 from .errors import CleanupError
 from .manifest import Manifest
@@ -52,7 +56,6 @@ __all__ = [
     "plan_cleanup_from_journal",
 ]
 
-_TMP_RE = re.compile(re.escape(TMP_PREFIX) + r"\d+-[0-9a-f]{16}" + re.escape(TMP_SUFFIX))
 _HASH_BLOCK = 1 << 20
 
 
@@ -330,7 +333,7 @@ class ArtifactCleanupReport:
 
 
 def _owned_name(name: str) -> bool:
-    return parse_artifact_filename(name) is not None or _TMP_RE.fullmatch(name) is not None
+    return parse_artifact_filename(name) is not None or parse_temporary_filename(name) is not None
 
 
 def _utc_now(now: datetime | None) -> datetime:
@@ -496,7 +499,7 @@ def _plan_file(
         return CleanupEntry(name=name, status=S.DENIED, reason="permission denied")
     if stat.S_ISLNK(st.st_mode):
         return CleanupEntry(name=name, status=S.DENIED, reason="symlink: never followed or deleted")
-    is_tmp = _TMP_RE.fullmatch(name) is not None
+    is_tmp = parse_temporary_filename(name) is not None
     if not is_tmp and parse_artifact_filename(name) is None:
         return CleanupEntry(
             name=name, status=S.RETAINED_UNKNOWN, reason="not a name toolswap writes"
@@ -595,8 +598,8 @@ def _plan_file(
 
 def _capture_alive(tmp_name: str) -> bool:
     """Whether the process that named this temporary file still runs on this host."""
-    pid = int(tmp_name[len(TMP_PREFIX) :].split("-", 1)[0])
-    if pid <= 0:
+    pid = parse_temporary_filename(tmp_name)
+    if pid is None:
         return False
     try:
         os.kill(pid, 0)
@@ -832,7 +835,7 @@ def _apply_one(
             status=S.RETAINED_REFERENCED,
             reason="a claim was added after planning; the file is kept",
         )
-    if _TMP_RE.fullmatch(name) and _capture_alive(name):
+    if parse_temporary_filename(name) is not None and _capture_alive(name):
         return replace(entry, status=S.RACE_DETECTED, reason="a capture is writing this file")
     if entry.sha256 is None or None in (entry.size, entry.mtime_ns, entry.device, entry.inode):
         return replace(entry, status=S.RACE_DETECTED, reason="the plan entry has no snapshot")

@@ -42,13 +42,23 @@ LOCK_NAME = ".lock"
 
 
 def toolswap_home() -> Path:
-    """``$TOOLSWAP_HOME``, or ``~/.toolswap``."""
-    value = os.environ.get("TOOLSWAP_HOME")
-    if value is not None:
-        if not value.strip():
-            raise ConfigurationError("TOOLSWAP_HOME is set but empty")
-        return Path(value).expanduser()
-    return Path.home() / ".toolswap"
+    """``$TOOLSWAP_HOME`` (an empty value means unset), or ``~/.toolswap``.
+
+    The home is the user's own choice, so a symlink to it (or in its parents) is followed
+    once, here: everything below it must then be real directories.
+
+    Raises:
+        ConfigurationError: the home exists but is not a directory.
+    """
+    value = os.environ.get("TOOLSWAP_HOME", "").strip()
+    home = Path(value).expanduser() if value else Path.home() / ".toolswap"
+    home = home.absolute().resolve()
+    if home.exists() and not home.is_dir():
+        origin = f"TOOLSWAP_HOME={value}" if value else str(home)
+        raise ConfigurationError(
+            f"{origin} is not a directory; point TOOLSWAP_HOME at a directory (or unset it)"
+        )
+    return home
 
 
 def workspace_slug(path: Path | str | None = None) -> str:
@@ -74,6 +84,9 @@ class Session:
         """Use ``session_dir`` as the session root; its last component is the session ID."""
         root = Path(session_dir).expanduser().absolute()
         session_id = validate_session_id(root.name)
+        # The caller chose the parent; a symlink there is followed once. The root itself
+        # must be a real directory.
+        root = root.parent.resolve() / root.name
         session = cls(root=root, session_id=session_id)
         if create:
             ensure_private_dir(root)
@@ -107,7 +120,13 @@ class Session:
         """Open ``<home>/projects/<workspace>/<session_id>``."""
         validate_session_id(session_id)
         ws = validate_session_id(workspace) if workspace is not None else workspace_slug()
-        base = home if home is not None else toolswap_home()
+        base = home.absolute().resolve() if home is not None else toolswap_home()
+        # Below the home nothing is followed: refuse before anything is created.
+        for inner in (base / "projects", base / "projects" / ws):
+            if os.path.islink(inner) or (os.path.lexists(inner) and not inner.is_dir()):
+                raise ArtifactAccessError(
+                    f"{inner} must be a real directory, not a symlink or a file; move it aside"
+                )
         return cls.at(base / "projects" / ws / session_id, create=create)
 
     @property
@@ -158,12 +177,22 @@ def session_lock(path: Path) -> Iterator[None]:
     with state.rlock:
         if state.depth == 0:
             try:
-                fd = os.open(key, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                fd = os.open(
+                    key,
+                    os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                    0o600,
+                )
             except OSError as exc:
                 raise ArtifactAccessError(
                     f"cannot open session lock {key}: {exc.strerror}"
                 ) from exc
             try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                    raise ArtifactAccessError(
+                        f"session lock {key} is not a regular file owned by this user; "
+                        "move it aside"
+                    )
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except BaseException:
                 os.close(fd)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +17,7 @@ from typing import Any
 
 import click
 
+from .._fs import write_all
 from ..artifact import validate_session_id
 from ..cleanup import (
     ArtifactCleanupPlan,
@@ -220,7 +225,7 @@ def gc_plan(
         "plans": [{"workspace": ws, "plan": plan.to_dict()} for ws, plan in plans],
     }
     if save is not None:
-        save.write_text(json.dumps(document, indent=1), encoding="utf-8")
+        _save_private(save, json.dumps(document, indent=1).encode())
     if as_json:
         echo_json(document)
         return
@@ -230,11 +235,45 @@ def gc_plan(
         click.echo("no sessions", err=True)
 
 
+def _save_private(path: Path, data: bytes) -> None:
+    """Write ``path`` (mode 0600) through a temporary name, so it is whole or absent."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise CleanupError(f"cannot save the plan to {path}: {exc.strerror}") from None
+
+
+def _read_regular(path: Path) -> bytes:
+    """A plan file's bytes; a FIFO or device in its place is refused, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _load_plans(path: Path) -> list[tuple[str, ArtifactCleanupPlan]]:
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(_read_regular(path))
     except (OSError, json.JSONDecodeError) as exc:
-        raise CleanupError(f"cannot read plan file {path}: {exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise CleanupError(f"cannot read plan file {path}: {why}") from None
     if not isinstance(document, dict) or document.get("kind") != "toolswap.cleanup_plans":
         raise CleanupError(f"{path} is not a file written by `toolswap gc plan --save`")
     out = []
