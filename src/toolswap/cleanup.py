@@ -36,7 +36,7 @@ from .artifact import (
     validate_session_id,
 )
 from .crashpoints import crash_point
-from .errors import CleanupError
+from .errors import ChainLogError, CleanupError
 from .manifest import Manifest
 from .session import Session
 
@@ -401,7 +401,8 @@ def _plan(
     progress: Callable[[int, int], None] | None = None,
 ) -> ArtifactCleanupPlan:
     index = _index_claims(session, claims, now)
-    manifest = Manifest(session.manifest_path, session.session_id, session.tool_results_dir)
+    manifest = Manifest.of(session)
+    _check_manifest(manifest)
     records = {r["filename"]: r for r in manifest.records()}
     collected = {c.filename for c in manifest.collected_records()}
     ttl_ns = int(policy.orphan_ttl_seconds * 1_000_000_000)
@@ -596,6 +597,14 @@ def _plan_file(
     return replace(base, reason=why)
 
 
+def _check_manifest(manifest: Manifest) -> None:
+    """Cleanup trusts no manifest that lost records (its journal anchor may be gone)."""
+    try:
+        manifest.check_head()
+    except ChainLogError as exc:
+        raise CleanupError(str(exc)) from exc
+
+
 def _capture_alive(tmp_name: str) -> bool:
     """Whether the process that named this temporary file still runs on this host."""
     pid = parse_temporary_filename(tmp_name)
@@ -739,7 +748,8 @@ def _apply(
                 budget_note=plan.budget_note,
                 pending_transaction_ids=pending,
             )
-        manifest = Manifest(session.manifest_path, session.session_id, session.tool_results_dir)
+        manifest = Manifest.of(session)
+        _check_manifest(manifest)
         rules = plan.policy if policy is None else plan.policy.stricter(policy)
         records = {r["filename"]: r["sha256"] for r in manifest.records()}
         dir_fd = open_dir_nofollow(session.tool_results_dir)

@@ -168,9 +168,7 @@ class ToolResultExternalizer:
         self.settings = settings if settings is not None else ExternalizerSettings.from_env()
         self._now = now or (lambda: datetime.now(UTC))
         self.read_hint: ReadHint = read_hint
-        self.manifest = Manifest(
-            self.session.manifest_path, self.session.session_id, self.session.tool_results_dir
-        )
+        self.manifest = Manifest.of(self.session)
         self.reader = ArtifactReader(self.session, self.manifest)
 
     @classmethod
@@ -229,10 +227,10 @@ class ToolResultExternalizer:
         opens.
 
         Raises:
-            ChainLogError: the manifest is corrupt or cannot be trusted.
+            ChainLogError: the manifest or its head file is corrupt or cannot be trusted.
             ArtifactAccessError: the tool-results directory cannot be opened.
         """
-        self.manifest.refresh()
+        self.manifest.high_water()  # the manifest and its head file both verify
         os.close(open_dir_nofollow(self.session.tool_results_dir))
 
     def process(
@@ -440,17 +438,18 @@ class ToolResultExternalizer:
         holds the session lock. A name that cannot be recorded is removed again: no final
         name is ever left without its manifest record by an error (a crash can leave one,
         which ``verify`` reports and cleanup collects)."""
-        number = self.manifest.high_water() + 1
         filename = ""
         try:
+            number = self.manifest.high_water() + 1
             while True:
                 filename = artifact_filename(number)
                 if capture.link_as(filename):
                     break
                 number += 1  # a name left by a crash before its manifest record
-        except OSError as exc:
+        except (OSError, ChainLogError) as exc:
             self._unlink_unrecorded(filename)
-            raise self._unsaved(capture, tool_name, exit_code, exc.strerror or str(exc)) from exc
+            reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
+            raise self._unsaved(capture, tool_name, exit_code, reason) from exc
         try:
             self.manifest.append(record_for(filename))
         except (OSError, ChainLogError) as exc:

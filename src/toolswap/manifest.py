@@ -2,22 +2,56 @@
 
 ``<session>/manifest.jsonl`` is a :class:`~toolswap.chainlog.ChainLog`. An ``artifact``
 record carries everything needed to rebuild an :class:`ArtifactReference` from its source
-ID after a restart; a ``collected`` record says when and why cleanup removed a file. The
-highest number ever recorded is the high-water mark: a name is never handed out twice.
+ID after a restart; a ``collected`` record says when and why cleanup removed a file; a
+``journal`` record anchors the lease journal's head (see
+:class:`~toolswap.ArtifactRetentionJournal`), so a journal deleted or rolled back is
+noticed even without a memory owner.
+
+``<session>/manifest.head`` is evidence about the manifest itself: the highest name ever
+handed out and the manifest head it has seen (sequence and hash), rewritten after every
+append. It only moves forward along the same chain, so a manifest deleted, cut or
+replaced by an older copy no longer reaches it: names are still never reused (the high
+water mark is the higher of the two), and cleanup refuses to trust the manifest.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .artifact import ArtifactReference, ArtifactSource, parse_artifact_filename
-from .chainlog import ChainLog
+from .chainlog import GENESIS_HASH, ChainLog
 from .errors import ChainLogError
+from .session import MANIFEST_HEAD_NAME, Session
 
-__all__ = ["CollectedRecord", "Manifest"]
+__all__ = ["CollectedRecord", "JournalAnchor", "Manifest", "ManifestHead"]
+
+_HEAD_SIZE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class JournalAnchor:
+    """The lease journal's head as the manifest last recorded it."""
+
+    seq: int
+    hash: str
+    owner_seq: int
+    """The highest journal record the memory owner had acknowledged when this anchor was
+    written (0: no owner): the owner may never later know less."""
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestHead:
+    """What ``manifest.head`` says: the furthest manifest head seen, the highest name."""
+
+    seq: int
+    hash: str
+    high_water: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +70,18 @@ class Manifest:
     def __init__(self, path: Path, session: str, tool_results_dir: Path) -> None:
         self._log = ChainLog(path, session)
         self._dir = tool_results_dir
+        self._head_path = path.with_name(MANIFEST_HEAD_NAME)
         self._artifacts: dict[str, dict[str, Any]] = {}
         self._collected: dict[str, CollectedRecord] = {}
         self._high_water = 0
+        self._hashes: list[str] = []
+        """The hash of every record, by sequence - 1 (checks the head file in O(1))."""
+        self._anchor: JournalAnchor | None = None
+
+    @classmethod
+    def of(cls, session: Session) -> Manifest:
+        """The manifest of ``session``."""
+        return cls(session.manifest_path, session.session_id, session.tool_results_dir)
 
     @property
     def log(self) -> ChainLog:
@@ -46,7 +89,11 @@ class Manifest:
 
     def _fold(self, records: list[dict[str, Any]]) -> None:
         for record in records:
+            self._hashes.append(record["hash"])
             event = record.get("event")
+            if event == "journal":
+                self._anchor = _anchor(record)
+                continue
             filename = record.get("filename")
             number = parse_artifact_filename(filename) if isinstance(filename, str) else None
             if number is None:
@@ -76,18 +123,142 @@ class Manifest:
                 self._artifacts.clear()
                 self._collected.clear()
                 self._high_water = 0
+                self._hashes.clear()
+                self._anchor = None
             self._fold(records)
 
     def high_water(self) -> int:
+        """The highest artifact number ever handed out, by every piece of evidence kept:
+        the manifest's records and the head file (which outlives a lost manifest).
+
+        Raises:
+            ChainLogError: the manifest or its head file cannot be trusted.
+        """
         self.refresh()
-        return self._high_water
+        head = self.read_head()
+        return max(self._high_water, head.high_water if head else 0)
 
     def append(self, body: dict[str, Any]) -> dict[str, Any]:
         """Append a record durably; the caller holds the session lock."""
         with self._log.lock:
             before, record = self._log.append(body, crash_prefix="manifest")
             self._fold([*before, record])
+            self._advance_head()
             return record
+
+    def journal_anchor(self) -> JournalAnchor | None:
+        """The lease journal's head as last recorded here (None: never recorded)."""
+        self.refresh()
+        return self._anchor
+
+    # -- the head file ---------------------------------------------------------------
+
+    def read_head(self) -> ManifestHead | None:
+        """The head file's contents (None when there is none yet).
+
+        Raises:
+            ChainLogError: the file is not a regular file of this user, or is corrupt.
+        """
+        try:
+            fd = os.open(self._head_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._head_error(f"cannot be opened ({exc.strerror})") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise self._head_error("is not a regular file owned by this user")
+            raw = os.read(fd, _HEAD_SIZE + 1)
+        finally:
+            os.close(fd)
+        try:
+            data = json.loads(raw)
+            head = ManifestHead(
+                seq=int(data["seq"]), hash=str(data["hash"]), high_water=int(data["high_water"])
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise self._head_error("is corrupt") from exc
+        if data.get("session") != self._log.session or head.seq < 0 or head.high_water < 0:
+            raise self._head_error("belongs to another session or is corrupt")
+        return head
+
+    def _head_error(self, what: str) -> ChainLogError:
+        return ChainLogError(
+            f"{MANIFEST_HEAD_NAME} {what}; it is the evidence that no artifact name is reused: "
+            "restore it, or move it aside only if the manifest is known to be complete"
+        )
+
+    def behind_head(self) -> str | None:
+        """Why the manifest is behind its head file (deleted, cut or rolled back), or None."""
+        self.refresh()
+        head = self.read_head()
+        if head is None or head.seq == 0:
+            return None
+        if len(self._hashes) < head.seq:
+            return (
+                f"{self._log.path.name} holds {len(self._hashes)} records but "
+                f"{MANIFEST_HEAD_NAME} saw {head.seq}: it was deleted, cut or restored from an "
+                "older copy"
+            )
+        if self._hashes[head.seq - 1] != head.hash:
+            return (
+                f"{self._log.path.name} record {head.seq} is not the one {MANIFEST_HEAD_NAME} "
+                "saw: the manifest was replaced"
+            )
+        return None
+
+    def check_head(self) -> None:
+        """Raise unless the manifest reaches the head its head file saw.
+
+        Raises:
+            ChainLogError: the manifest lost records (or its head file is unusable).
+        """
+        why = self.behind_head()
+        if why is not None:
+            raise ChainLogError(
+                f"{why}; restore it from a backup. Until then cleanup refuses to run (records "
+                "it needs, such as the lease journal's anchor, may be gone)"
+            )
+
+    def _advance_head(self) -> None:
+        """Move the head file forward after an append (the lock is held).
+
+        The head moves only along the same chain, so a rolled-back manifest never resets
+        it; the high water mark only grows. A failed write leaves an older head, which is
+        still a valid bound.
+        """
+        try:
+            old = self.read_head()
+        except ChainLogError:
+            return  # keep the unusable file as it is: it is evidence, and says so
+        seq, digest = len(self._hashes), self._hashes[-1] if self._hashes else GENESIS_HASH
+        if old is not None and self.behind_head() is not None:
+            seq, digest = old.seq, old.hash
+        high_water = max(self._high_water, old.high_water if old else 0)
+        body = json.dumps(
+            {
+                "session": self._log.session,
+                "seq": seq,
+                "hash": digest,
+                "high_water": high_water,
+            },
+            sort_keys=True,
+        ).encode()
+        data = body.ljust(_HEAD_SIZE - 1) + b"\n"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(self._head_path, flags, 0o600)
+        except OSError:
+            return
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.pwrite(fd, data, 0)  # one sector: whole or not at all
+                os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def record_for(self, filename: str) -> dict[str, Any] | None:
         self.refresh()
@@ -131,3 +302,17 @@ class Manifest:
             exit_code=record.get("exit_code"),
             interrupted=record.get("interrupted"),
         )
+
+
+def _anchor(record: dict[str, Any]) -> JournalAnchor:
+    seq, digest = record.get("journal_seq"), record.get("journal_hash")
+    owner_seq = record.get("owner_seq", 0)
+    if (
+        not isinstance(seq, int)
+        or seq < 1
+        or not isinstance(digest, str)
+        or not isinstance(owner_seq, int)
+        or owner_seq < 0
+    ):
+        raise ChainLogError(f"manifest record {record.get('seq')} is a malformed journal anchor")
+    return JournalAnchor(seq=seq, hash=digest, owner_seq=owner_seq)

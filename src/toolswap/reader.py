@@ -341,9 +341,7 @@ class ArtifactReader:
 
     def __init__(self, session: Session, manifest: Manifest | None = None) -> None:
         self.session = session
-        self.manifest = manifest or Manifest(
-            session.manifest_path, session.session_id, session.tool_results_dir
-        )
+        self.manifest = manifest or Manifest.of(session)
 
     # -- resolving -------------------------------------------------------------------
 
@@ -368,9 +366,14 @@ class ArtifactReader:
                     f"({collected.reason}); its output is gone: run the tool again if you "
                     "still need it"
                 )
+            lost = self.manifest.behind_head()
             raise ArtifactNotFoundError(
                 f"no artifact {source_id} in session {self.session.session_id!r}; "
-                "list the session's artifacts with `toolswap ls`"
+                + (
+                    f"its record may be lost: {lost}"
+                    if lost
+                    else "list the session's artifacts with `toolswap ls`"
+                )
             )
         ref = self.manifest.reference(record)
         if isinstance(source, ArtifactReference) and source.content_sha256 != ref.content_sha256:

@@ -5,6 +5,7 @@ Layout of one session directory (every file 0600, every directory 0700)::
     <home>/projects/<workspace>/<session>/
         tool-results/tool_result_NNN.txt   immutable artifacts
         manifest.jsonl                     one record per artifact and per collection
+        manifest.head                      the manifest's highest head and name (evidence)
         retention-leases.jsonl             the lease journal
         .lock                              the session lock (flock)
 
@@ -37,6 +38,7 @@ __all__ = [
 
 TOOL_RESULTS_DIR = "tool-results"
 MANIFEST_NAME = "manifest.jsonl"
+MANIFEST_HEAD_NAME = "manifest.head"
 JOURNAL_NAME = "retention-leases.jsonl"
 LOCK_NAME = ".lock"
 
@@ -136,6 +138,10 @@ class Session:
     @property
     def manifest_path(self) -> Path:
         return self.root / MANIFEST_NAME
+
+    @property
+    def manifest_head_path(self) -> Path:
+        return self.root / MANIFEST_HEAD_NAME
 
     @property
     def journal_path(self) -> Path:

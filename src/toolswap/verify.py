@@ -45,6 +45,8 @@ class FindingKind(StrEnum):
     unlink; the next cleanup removes it."""
     MANIFEST_CORRUPT = "manifest_corrupt"
     """The manifest itself fails verification; nothing else was checked."""
+    MANIFEST_BEHIND = "manifest_behind"
+    """The manifest lost records its head file saw (deleted, cut, or an older copy)."""
 
     @property
     def is_problem(self) -> bool:
@@ -84,12 +86,17 @@ def verify_session(
     session: Session, *, progress: Callable[[int, int], None] | None = None
 ) -> list[VerifyFinding]:
     """Check every artifact of ``session`` against its manifest record (read-only)."""
-    manifest = Manifest(session.manifest_path, session.session_id, session.tool_results_dir)
+    manifest = Manifest.of(session)
+    findings: list[VerifyFinding] = []
     try:
         records = {r["filename"]: r for r in manifest.records()}
+        behind = manifest.behind_head()
     except ChainLogError as exc:
         return [VerifyFinding(FindingKind.MANIFEST_CORRUPT, session.manifest_path.name, str(exc))]
-    findings: list[VerifyFinding] = []
+    if behind is not None:
+        findings.append(
+            VerifyFinding(FindingKind.MANIFEST_BEHIND, session.manifest_path.name, behind)
+        )
     dir_fd = open_dir_nofollow(session.tool_results_dir)
     try:
         names = sorted(os.listdir(dir_fd))

@@ -64,10 +64,15 @@ def test_rebuilding_an_untouched_journal_gives_the_same_bytes(env: Env) -> None:
 
 
 def test_torn_tail_sweep_every_cut_inside_the_last_record_is_ignored(env: Env) -> None:
+    manifest = env.session_dir / "manifest.jsonl"
     data = _build(env)
     last_start = data.rstrip(b"\n").rfind(b"\n") + 1
     expected = _fresh(env).recover()
     assert expected.pending_transaction_ids == ("d",)
+    # A crash tears the append before it is fsynced, so before the manifest anchors it:
+    # the session manifest ends with the anchor of record 7.
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    manifest.write_bytes(b"".join(lines[:-1]))
     path = _path(env)
     for cut in range(last_start, len(data)):
         path.write_bytes(data[:cut])
@@ -293,8 +298,10 @@ def test_truncating_whole_trailing_records_fails_recovery_against_the_owner(env:
     data = _two_publications(env)
     lines = data.splitlines(keepends=True)
     _path(env).write_bytes(b"".join(lines[:2]))  # b's PREPARED and COMMITTED are gone
-    # Without its owner the truncated journal is a valid chain; the owner notices.
-    assert _fresh(env).recover().journal_seq == 2
+    # The truncated journal is a valid chain: the session manifest's anchor notices even
+    # without an owner, and the owner notices.
+    with pytest.raises(ArtifactLeaseJournalError, match="session manifest anchored record 4"):
+        _fresh(env).recover()
     with pytest.raises(ArtifactLeaseJournalError, match="behind its memory owner"):
         env.journal().recover()
     # The default binding (<session>/memory.sqlite3) notices too, so cleanup does.
@@ -318,7 +325,8 @@ def test_journal_rewritten_up_to_the_acknowledged_head_fails_against_the_owner(
     records = _load(data)
     records[-1]["recorded_at"] = "2020-01-01T00:00:00+00:00"
     _path(env).write_bytes(_encode(records))
-    assert _fresh(env).recover().journal_seq == 4
+    with pytest.raises(ArtifactLeaseJournalError, match="the session manifest anchored"):
+        _fresh(env).recover()
     with pytest.raises(ArtifactLeaseJournalError, match="rewritten"):
         env.journal().recover()
 

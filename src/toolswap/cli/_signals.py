@@ -11,14 +11,16 @@ second signal kills the command with SIGKILL.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
+from typing import IO
 
-__all__ = ["ReceivedSignal", "forward_signals"]
+__all__ = ["ReceivedSignal", "forward_signals", "pipe_chunks"]
 
 _HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _FORWARDED = frozenset({signal.SIGTERM, signal.SIGHUP})
@@ -70,3 +72,27 @@ def _send(proc: subprocess.Popen[bytes], signum: int) -> None:
     if proc.poll() is None:
         with suppress(ProcessLookupError):
             proc.send_signal(signum)
+
+
+_CHUNK = 1 << 20
+_WAKE_SECONDS = 0.5
+
+
+def pipe_chunks(pipe: IO[bytes]) -> Iterator[bytes]:
+    """The bytes of ``pipe`` as they arrive, returning to Python at least twice a second.
+
+    Python runs a signal handler only between bytecodes. A plain blocking ``read()`` on a
+    pipe whose writer went quiet never returns, so a signal that arrived just before the
+    read would wait for the next output, maybe forever: waiting in ``poll`` with a
+    timeout bounds that delay.
+    """
+    fd = pipe.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    while True:
+        if not poller.poll(_WAKE_SECONDS * 1000):
+            continue
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            return
+        yield chunk

@@ -24,7 +24,7 @@ from ._common import (
     source_options,
 )
 from ._group import main
-from ._signals import forward_signals
+from ._signals import forward_signals, pipe_chunks
 
 __all__: list[str] = []
 
@@ -116,7 +116,7 @@ def run(
     with forward_signals(proc) as received:
         try:
             result = ext.process(
-                proc.stdout,
+                pipe_chunks(proc.stdout),
                 tool,
                 summary=summary,
                 argv=list(command),

@@ -57,9 +57,10 @@ from ..errors import (
     ArtifactPublicationRejected,
     ArtifactReferenceOwnerError,
     ArtifactRetentionError,
+    ChainLogError,
     SourceIdError,
 )
-from ..manifest import Manifest
+from ..manifest import JournalAnchor, Manifest
 from ..reader import ArtifactReader
 from ..session import Session
 from .claims import MAX_REFERENCE_COUNT, ArtifactClaimView, ArtifactRetentionClaim
@@ -228,12 +229,10 @@ class ArtifactRetentionJournal:
         )
         self.path = self.session.journal_path
         self._log = ChainLog(self.path, self.session.session_id, error=ArtifactLeaseJournalError)
-        self._reader = ArtifactReader(
-            self.session,
-            Manifest(
-                self.session.manifest_path, self.session.session_id, self.session.tool_results_dir
-            ),
-        )
+        self._manifest = Manifest.of(self.session)
+        self._reader = ArtifactReader(self.session, self._manifest)
+        self._owner_seq = 0
+        """The owner's acknowledged head seen by the last owner-checked sync."""
         self._now = now or (lambda: datetime.now(UTC))
         if (
             owner is not None
@@ -413,18 +412,87 @@ class ArtifactRetentionJournal:
                 "journal was rewritten)"
             )
 
+    def _read_anchor(self) -> JournalAnchor | None:
+        try:
+            return self._manifest.journal_anchor()
+        except ChainLogError as exc:
+            raise self._fail(f"its anchor in the session manifest cannot be read ({exc})") from exc
+
+    def _check_anchor(self, head: JournalHead | None, seen: JournalAnchor | None) -> None:
+        """Check the journal (and the owner's head) against the session manifest's anchor.
+
+        Every append anchors the journal's head in the hash-chained manifest, with the
+        highest record the owner had acknowledged by then. A journal deleted, emptied or
+        rolled back no longer reaches the anchor, and an owner database deleted, emptied
+        or swapped for another session's knows less than it once did: both are refused
+        even when no owner holds the journal's head.
+
+        ``seen`` is the anchor read before the owner's head was (None: the owner is not
+        checked): the owner cannot know less than the anchor it had acknowledged by then.
+        The owner's head is never read under the lock, so a newer anchor may name a head
+        the owner acknowledged after that read.
+        """
+        anchor = self._read_anchor()
+        if anchor is None:
+            return
+        seq = self._log.head[0]
+        if seq < anchor.seq:
+            raise self._fail(
+                f"ends at record {seq} but the session manifest anchored record {anchor.seq}: "
+                "the journal was deleted, emptied or restored from an older copy"
+            )
+        if self._hash_at(anchor.seq) != anchor.hash:
+            raise self._fail(
+                f"record {anchor.seq} is not the record the session manifest anchored (the "
+                "journal was rewritten)"
+            )
+        if seen is not None and seen.owner_seq > (head.seq if head is not None else 0):
+            known = "no memory owner is bound" if head is None else f"it knows {head.seq}"
+            raise self._fail(
+                f"its memory owner had acknowledged record {seen.owner_seq} but {known}: "
+                "the owner database was deleted, emptied or replaced by another session's"
+            )
+
+    def _anchor(self) -> None:
+        """Record the journal's new head in the session manifest (the lock is held).
+
+        Best effort: a missing anchor only leaves an older one, which is still a valid
+        lower bound; the journal record itself is already durable.
+        """
+        seq, digest = self._log.head
+        with suppress(ChainLogError, OSError):
+            self._manifest.append(
+                {
+                    "event": "journal",
+                    "journal_seq": seq,
+                    "journal_hash": digest,
+                    "owner_seq": self._owner_seq,
+                }
+            )
+
     @contextmanager
-    def _synced(self, owner: ArtifactReferenceOwner | None) -> Iterator[None]:
-        """Hold the session lock with the folded view current and checked against ``owner``.
+    def _synced(
+        self, owner: ArtifactReferenceOwner | None, *, owner_checked: bool = True
+    ) -> Iterator[None]:
+        """Hold the session lock with the folded view current and checked against ``owner``
+        and the session manifest's anchor.
 
         The owner's head is read before the lock is taken (and before the journal is
         read): a head the owner acknowledged was appended before it was acknowledged, so
         the refresh that follows always sees it. The owner is never called under the lock.
+        ``owner_checked=False`` is for reads that never decide anything about the owner.
         """
+        # A journal opened with owner=None on purpose checks no owner; the default binding
+        # whose database is gone must still prove the owner was never acknowledged.
+        bound = owner is not None or self._owner_spec is not None
+        seen = self._read_anchor() if owner_checked and bound else None
         head = owner.journal_head(self.journal_key) if owner is not None else None
         with self.session.lock():
             self._sync()
             self._check_owner_head(head)
+            self._check_anchor(head, seen)
+            if owner_checked:
+                self._owner_seq = head.seq if head is not None else 0
             yield
 
     def _acknowledge(self, owner: ArtifactReferenceOwner | None) -> None:
@@ -463,6 +531,7 @@ class ArtifactRetentionJournal:
         except ArtifactLeaseJournalError:
             self._forget()
             raise
+        self._anchor()
         return self._leases[transaction_id]
 
     def _require(self, transaction_id: str) -> ArtifactLeaseTransaction:
@@ -689,12 +758,12 @@ class ArtifactRetentionJournal:
 
     def transaction(self, transaction_id: str) -> ArtifactLeaseTransaction | None:
         """The lease with this ID as the journal records it now, or None."""
-        with self._synced(None):
+        with self._synced(None, owner_checked=False):
             return self._leases.get(transaction_id)
 
     def transactions(self) -> list[ArtifactLeaseTransaction]:
         """Every lease, in the order they were prepared."""
-        with self._synced(None):
+        with self._synced(None, owner_checked=False):
             return sorted(self._leases.values(), key=lambda lease: lease.prepared_seq)
 
     def has_durable_journal(self) -> bool:
@@ -703,7 +772,7 @@ class ArtifactRetentionJournal:
         Raises:
             ArtifactLeaseJournalError: the journal exists but is corrupt or unsafe.
         """
-        with self._synced(None):
+        with self._synced(None, owner_checked=False):
             return self._log.head[0] > 0
 
     @property

@@ -210,6 +210,12 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
             raise ArtifactReferenceOwnerError(
                 f"memory owner database {self.path} is owned by uid {st.st_uid}, not by this user"
             )
+        if not create and st.st_size == 0:
+            # SQLite would open it as a new, empty database: every reference forgotten.
+            raise ArtifactReferenceOwnerError(
+                f"memory owner database {self.path} is empty (0 bytes): it was truncated or "
+                "replaced; restore it from a backup"
+            )
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
