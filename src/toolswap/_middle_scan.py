@@ -121,7 +121,7 @@ class GrepStream:
         offset, sep2, text = rest.partition(b":")
         if not (sep and sep2 and number.isdigit() and offset.isdigit()):
             return
-        self.candidates.add(int(number), int(offset), text)
+        self.candidates.add(int(number), int(offset), text, long_line=len(line) >= _LINE_CAP)
 
     def finish(self) -> Candidates | None:
         """End the input and wait for grep.

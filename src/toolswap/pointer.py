@@ -180,14 +180,19 @@ def _row(line: SalientLine) -> str:
 
 
 def _salient_section(
-    lines: tuple[SalientLine, ...], first: int, last: int, *, budget: int, hard: int
+    lines: tuple[SalientLine, ...], cut: _Cut, first: int, last: int, *, budget: int, hard: int
 ) -> str:
-    """The failure lines between line numbers ``first`` and ``last`` (inclusive), chosen by
-    rank with their context lines: at most ``budget`` bytes not counting leading
-    timestamps, and at most ``hard`` bytes in all. Shown in line order."""
+    """The failure lines between line numbers ``first`` and ``last`` (inclusive; windows
+    inside long lines: between the head and the tail bytes), chosen by rank with their
+    context lines: at most ``budget`` bytes not counting leading timestamps, and at most
+    ``hard`` bytes in all. Shown in line order."""
     groups: dict[int, list[SalientLine]] = {}
     for line in lines:
-        if first <= line.line_no <= last:
+        if (
+            cut.head_end <= line.byte_offset < cut.tail_start
+            if line.byte_offset is not None
+            else first <= line.line_no <= last
+        ):
             groups.setdefault(line.rank, []).append(line)
     matched = [rank for rank, group in groups.items() if any(not x.context for x in group)]
     if not matched:
@@ -279,6 +284,7 @@ def make_pointer(
         omitted = cut.tail_start - cut.head_end
         return _salient_section(
             stats.salient,
+            cut,
             cut.head.count(b"\n") + 1,
             tail_first - 1,
             budget=min(salient_bytes, omitted),

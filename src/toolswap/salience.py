@@ -96,6 +96,7 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"nonzero", 3),
     (b"missing", 3),
     (b"expected", 2),
+    (b"detected", 2),
     (b"undefined", 2),
     (b"deprecat", 1),
     (b"warn", 1),
@@ -282,8 +283,16 @@ class Candidates:
         self.entries: dict[bytes, _Entry] = {}
 
     def add(
-        self, line_no: int, line_offset: int, raw: bytes, match_offset: int | None = None
+        self,
+        line_no: int,
+        line_offset: int,
+        raw: bytes,
+        match_offset: int | None = None,
+        *,
+        long_line: bool = False,
     ) -> None:
+        """Count one matching line. ``raw`` is its start, or, with ``match_offset``, a
+        window of it from that byte; ``long_line``: the match may lie past ``raw``."""
         raw = raw[:_RAW_KEEP]
         key = template(raw)
         entry = self.entries.get(key)
@@ -291,7 +300,9 @@ class Candidates:
             entry.count += 1
             return
         score = score_line(raw)
-        if score <= 0 and match_offset is None:
+        if score <= 0 and long_line:
+            score = 2.0  # the word is further on; the window read back will show it
+        elif score <= 0 and match_offset is None:
             return
         self.entries[key] = _Entry(
             line_no, line_offset, raw, max(score, 0.5), match_offset=match_offset
@@ -438,18 +449,19 @@ class ForwardScan:
             if begin >= end:
                 return
         lower = data[begin:end].translate(_LOWER)
-        starts: set[int] = set()
+        starts: dict[int, int] = {}
         for word, _ in VOCABULARY:
             pos = lower.find(word)
             while pos >= 0:
                 line_start = lower.rfind(b"\n", 0, pos) + 1
-                starts.add(line_start)
+                if pos < starts.get(line_start, pos + 1):
+                    starts[line_start] = pos
                 pos = lower.find(b"\n", pos)
                 if pos < 0:
                     break
                 pos = lower.find(word, pos)
         for match in _SHAPES.finditer(lower):
-            starts.add(match.start())
+            starts.setdefault(match.start(), match.start())
         if not starts:
             return
         counted_to = 0
@@ -457,9 +469,22 @@ class ForwardScan:
         for start in sorted(starts):
             line_no += lower.count(b"\n", counted_to, start)
             counted_to = start
+            pos = starts[start]
+            if pos - start > _RAW_KEEP - SALIENT_LINE_CHARS:
+                # The match lies deep in a long line: keep a window around it.
+                window = max(pos - _WINDOW_BEFORE, start)
+                self.candidates.add(
+                    line_no,
+                    data_offset + begin + start,
+                    data[begin + window : begin + pos + SALIENT_LINE_CHARS],
+                    match_offset=data_offset + begin + window,
+                )
+                continue
             stop = lower.find(b"\n", start)
             stop = stop if stop >= 0 else len(lower)
-            self.candidates.add(line_no, data_offset + begin + start, data[begin + start : begin + stop])
+            self.candidates.add(
+                line_no, data_offset + begin + start, data[begin + start : begin + stop]
+            )
 
 
 # -- reading the chosen lines back -----------------------------------------------------
