@@ -166,7 +166,7 @@ def _cut(stats: CaptureStats, head_budget: int, tail_budget: int) -> _Cut:
 _MORE_RESERVE = 80
 _HEAD_FLOOR = 2048
 SALIENT_HEADER = (
-    "--- lines in the omitted part that look like failures, most telling first "
+    "--- lines in the omitted part that look like failures, the most telling "
     "(N: line, N- context) ---"
 )
 
@@ -265,9 +265,8 @@ def make_pointer(
     whole = min(head_bytes + tail_bytes + salient_bytes, POINTER_MAX_BYTES - frame_cost)
     if stats.byte_size <= min(len(stats.head), whole):
         # Showing it all costs no more than a cut would: no "read more".
-        body = (
-            f"--- full output ({_lines(stats.line_count)}) ---\n"
-            + clean_for_display(stats.head[: stats.byte_size].decode("utf-8", "replace"))
+        body = f"--- full output ({_lines(stats.line_count)}) ---\n" + clean_for_display(
+            stats.head[: stats.byte_size].decode("utf-8", "replace")
         )
         if not body.endswith("\n"):
             body += "\n"
