@@ -5,8 +5,9 @@ lists from the omitted middle.
 Finding. One vocabulary (``VOCABULARY``: compiler, linker, make, shell, test-runner,
 timeout and resource words, plus ``LINE_PATTERNS`` for test-runner summaries such as
 ``1) test name`` or ``[-] test name``) drives the Python scan of the first MiB
-(``ForwardScan``); the system's ``grep -E`` searches the rest for its strongest words
-(``GREP_WORDS``, run by ``_middle_scan``) as fast as the artifact is written. Every
+(``ForwardScan``); the system's ``grep -E`` searches the next 16 MiB for the same
+vocabulary and the rest for the strongest words (``GREP_WORDS``), as fast as the artifact
+is written (run by ``_middle_scan``). Every
 matching line goes to a ``Candidates`` store, keyed by its template: the line with
 numbers, hex, paths, quoted names and timestamps masked (the idea of template miners such
 as Drain). The store keeps, per template, the first occurrence and a count, in bounded
@@ -32,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "BROAD_GREP_PATTERN",
     "GREP_PATTERN",
     "GREP_WORDS",
     "LINE_PATTERNS",
@@ -111,10 +113,19 @@ LINE_PATTERNS: tuple[tuple[str, int], ...] = (
     (r"^_{3,} .* _{3,}$", 3),
     (r"^-{4} .* -{4}$", 3),
 )
-# What grep looks for past the first MiB. GNU grep slows down with every word it adds
-# (nine words: over 2 GB/s; the whole vocabulary: about 600 MB/s, slower than writing the
-# artifact), so it looks for the words that name most failures; the Python scan of the
-# first MiB and the ranking use the whole vocabulary.
+
+
+def _ere(word: bytes) -> str:
+    return re.sub(r"([\[\]().*+?{}|^$\\])", r"\\\1", word.decode())
+
+
+# What grep looks for past the Python scan: the whole vocabulary for the next 16 MiB, then
+# the words that name most failures. GNU grep slows down with every word it adds (nine
+# words: over 2 GB/s; the whole vocabulary: about 600 MB/s, slower than writing the
+# artifact), and a huge output must not wait for it.
+BROAD_GREP_PATTERN = "|".join(
+    [_ere(word) for word, _ in VOCABULARY] + [pattern for pattern, _ in LINE_PATTERNS]
+)
 GREP_WORDS: tuple[bytes, ...] = (
     b"error",
     b"exception",
@@ -125,15 +136,8 @@ GREP_WORDS: tuple[bytes, ...] = (
     b"assert",
     b"segmentation fault",
     b"abort",
-    b"denied",
-    b"killed",
-    b"cannot",
-    b"not found",
-    b"timed out",
 )
-GREP_PATTERN = "|".join(
-    re.sub(r"([\[\]().*+?{}|^$\\])", r"\\\1", word.decode()) for word in GREP_WORDS
-)
+GREP_PATTERN = "|".join(_ere(word) for word in GREP_WORDS)
 
 _LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 _SHAPES = re.compile(b"|".join(f"(?:{p})".encode() for p, _ in LINE_PATTERNS), re.M)
