@@ -246,6 +246,20 @@ def _timeout(work: Path) -> None:
     )
 
 
+def _long_job(work: Path) -> None:
+    _write(
+        work / "job.py",
+        "import subprocess, sys\n"
+        "out = sys.stdout\n"
+        "line = 'INFO request handled path=/api/v1/items/%07d status=200 duration_ms=%03d\\n'\n"
+        "for i in range(260_000):\n    out.write(line % (i, i % 997))\n"
+        "out.flush()\n"
+        "try:\n    subprocess.run(['sleep', '5'], timeout=0.2)\n"
+        "except subprocess.TimeoutExpired as exc:\n    print(f'ERROR job step failed: {exc}')\n"
+        "for i in range(260_000, 280_000):\n    out.write(line % (i, i % 997))\n",
+    )
+
+
 def _progress(work: Path) -> None:
     _write(
         work / "fetch.py",
@@ -410,6 +424,35 @@ REAL_CASES: tuple[RealCase, ...] = (
         _timeout,
         "noise 700\npython3 run.py 2>&1\nnoise 700",
         ("subprocess.TimeoutExpired: Command '['sleep', '5']' timed out",),
+    ),
+    RealCase(
+        "make-k-linker-error-200k-before-the-end",
+        ("gcc", "make"),
+        _c_project,
+        "noise 3000\nmake -k CC=gcc 2>&1\nnoise 8000",
+        ("undefined reference to",),
+    ),
+    RealCase(
+        "bash-x-permission-denied-in-3mib-trace",
+        (),
+        _bash_trace,
+        "bash -x -c 'for i in $(seq 1 60000); do : provision step $i; done; "
+        "./hooks/post-install.sh; for i in $(seq 1 60000); do : cleanup $i; done' 2>&1",
+        ("./hooks/post-install.sh: Permission denied",),
+    ),
+    RealCase(
+        "find-loop-in-500k-of-build-output",
+        ("find",),
+        _find_loop,
+        "noise 20000\nfind -L tree 2>&1 | sort\nnoise 600",
+        ("File system loop detected",),
+    ),
+    RealCase(
+        "timeout-at-20mib-of-job-log",
+        ("python3", "sleep"),
+        _long_job,
+        "python3 job.py 2>&1",
+        ("ERROR job step failed: Command '['sleep', '5']' timed out",),
     ),
     RealCase(
         "progress-then-digest-mismatch",
