@@ -107,7 +107,7 @@ def default_summary(
     first = ""
     for raw in stats.head.split(b"\n"):
         # Text output is valid UTF-8; only the cut at the end of the kept head can be partial.
-        candidate = raw.decode("utf-8", "ignore").strip()
+        candidate = clean_for_display(raw.decode("utf-8", "ignore")).strip()
         if candidate:
             first = " ".join(candidate.split())
             break
@@ -287,7 +287,7 @@ def make_pointer(
             cut.head.count(b"\n") + 1,
             tail_first - 1,
             budget=min(salient_bytes, omitted),
-            hard=budget,
+            hard=min(budget, omitted),
         )
 
     def fit(head_budget: int, tail_budget: int) -> tuple[_Cut, str, int]:
