@@ -101,6 +101,7 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"missing", 3),
     (b"expected", 2),
     (b"detected", 2),
+    (b"severity", 2),
     (b"undefined", 2),
     (b"deprecat", 1),
     (b"warn", 1),
