@@ -56,6 +56,8 @@ def test_failures_rank_above_warnings_and_names_or_zero_counts_barely_count() ->
     assert score_line(b"summary: 0 errors, 0 failures, 12 passed") < 1
     assert score_line(b"gcc -Wall -Werror=implicit -c src/error_handling.c") < 1
     assert score_line(b"GET https://github.com/x/S.C.P-Asylum-Fail 200") < 1
+    assert score_line(b"display_errors => STDOUT => STDOUT") < 1  # an identifier
+    assert score_line(b"tests/test_x.py::test_failure_case PASSED") < 1
     assert score_line(b"compiling module 12 ok") == 0
 
 

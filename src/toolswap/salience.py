@@ -152,6 +152,10 @@ _NOT_A_FAILURE = re.compile(
     rb"\.(?:c|h|cc|cpp|hpp|go|py|pyc|rs|js|ts|java|class|rb|php|o|so|a|html|xml|json|log|txt)\b"
     rb"|\b(?:on|ignore|allow|expect|handle|raise|throw|catch|log|set|get)_?(?:errors?|fail\w*)\b"
     rb"|\bfail[_-]?fast\b|\bfailover\b|\bwarn_only\b"
+    # A word joined to others by ``_`` or ``.`` is an identifier (``display_errors``,
+    # ``assert.active``, ``TRAVIS_ALLOW_FAILURE``, ``test_failure_case``), not a report.
+    rb"|[\w.]*[_.](?:errors?|fail\w*|assert\w*|exceptions?|warn\w*|fatal|panic|abort\w*)\b[\w.]*"
+    rb"|\b(?:errors?|fail\w*|assert\w*|exceptions?|warn\w*|fatal|panic|abort\w*)[_.]\w[\w.]*"
     # A word inside a path or a URL names a file, not a failure.
     rb"|[^\s'\"]*/[^\s'\"]*"
 )
