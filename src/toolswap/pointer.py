@@ -377,15 +377,15 @@ def make_unsaved_preview(
     tail_budget = min(tail_bytes, max(POINTER_MAX_BYTES - frame - head_budget, 0))
     cut = _cut(stats, head_budget, tail_budget)
     if cut.tail_start <= cut.head_end and not cut.tail:
-        body = cut.head.decode("utf-8", "replace")
+        body = clean_for_display(cut.head.decode("utf-8", "replace"))
     else:
         omitted = cut.tail_start - cut.head_end
-        body = cut.head.decode("utf-8", "replace")
+        body = clean_for_display(cut.head.decode("utf-8", "replace"))
         if body and not body.endswith("\n"):
             body += "\n"
         if omitted > 0:
             body += f"--- {human_size(omitted)} not shown and not saved ---\n"
-        body += cut.tail.decode("utf-8", "replace")
+        body += clean_for_display(cut.tail.decode("utf-8", "replace"))
     if body and not body.endswith("\n"):
         body += "\n"
     return UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body=body)
