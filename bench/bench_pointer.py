@@ -13,7 +13,8 @@
 4. Capture of 256 MiB of build-log-like text that contains failure words, against the
    floor (pipe read + sha256 + write + fsync).
 
-``TOOLSWAP_BENCH_QUICK=1`` uses tiny sizes.
+``TOOLSWAP_BENCH_QUICK=1`` uses tiny sizes; ``TOOLSWAP_BENCH_NO_CAPTURE=1`` skips 4;
+``TOOLSWAP_BENCH_VERBOSE=1`` lists the corpus logs whose failure reason the pointer missed.
 """
 
 from __future__ import annotations
