@@ -202,7 +202,7 @@ def test_failure_lines_are_found_with_line_numbers_across_chunks(dir_fd: int) ->
     capture, stats = _capture(dir_fd, _split(data, 1 << 16))
     capture.discard()
 
-    assert [(s.line_no, s.text) for s in stats.salient] == [
+    assert [(s.line_no, s.text) for s in stats.salient if not s.context] == [
         (101, "Traceback (most recent call last):"),
         (150_001, "AssertionError: expected 1"),
         (199_001, "FATAL: out of memory"),
@@ -215,7 +215,7 @@ def test_failure_keywords_match_any_case(dir_fd: int) -> None:
     capture, stats = _capture(dir_fd, [data])
     capture.discard()
 
-    assert [s.text for s in stats.salient] == [f"line {w} here" for w in words]
+    assert [s.text for s in stats.salient if not s.context] == [f"line {w} here" for w in words]
 
 
 def test_failure_lines_shown_whole_by_the_head_are_skipped(dir_fd: int) -> None:
@@ -225,7 +225,9 @@ def test_failure_lines_shown_whole_by_the_head_are_skipped(dir_fd: int) -> None:
     capture, stats = _capture(dir_fd, [data], head_keep=6152, head_shown=6144)
     capture.discard()
 
-    assert [s.text[:32] for s in stats.salient] == ["error: crosses the head boundary"]
+    assert [s.text[:32] for s in stats.salient if not s.context] == [
+        "error: crosses the head boundary"
+    ]
 
 
 def test_a_middle_failure_survives_noisy_head_and_tail(dir_fd: int) -> None:
@@ -239,7 +241,7 @@ def test_a_middle_failure_survives_noisy_head_and_tail(dir_fd: int) -> None:
     capture, stats = _capture(dir_fd, _split(data, 1 << 20), head_keep=6144, head_shown=6144)
     capture.discard()
 
-    assert "panic: the failure that matters" in [s.text for s in stats.salient]
+    assert "panic: the failure that matters" in [s.text for s in stats.salient if not s.context]
 
 
 def test_failure_lines_are_clipped_to_240_characters(dir_fd: int) -> None:
@@ -247,7 +249,7 @@ def test_failure_lines_are_clipped_to_240_characters(dir_fd: int) -> None:
     capture, stats = _capture(dir_fd, [data])
     capture.discard()
 
-    (line,) = stats.salient
+    (line,) = [s for s in stats.salient if not s.context]
     assert line.line_no == 2
     assert len(line.text) == 240
     assert line.text.endswith("…")
@@ -282,7 +284,7 @@ def test_the_middle_is_searched_by_grep_between_the_forward_and_tail_scans(
     )
     capture.discard()
 
-    assert [(s.line_no, s.text) for s in stats.salient] == [
+    assert [(s.line_no, s.text) for s in stats.salient if not s.context] == [
         (1_001, "error: early, inside the forward scan"),
         (150_001, "error: in the middle, between the two Python scans"),
         (299_001, "panic: near the end, inside the tail scan"),
@@ -302,7 +304,7 @@ def test_without_grep_the_middle_stays_unscanned_and_the_stats_say_where(
     )
     capture.discard()
 
-    assert [s.line_no for s in stats.salient] == [1_001, 299_001, 300_000]
+    assert [s.line_no for s in stats.salient if not s.context] == [1_001, 299_001, 300_000]
     assert stats.scanned_bytes < stats.tail_scan_start  # type: ignore[operator]
     assert len(data) - stats.tail_scan_start <= 256 * 1024  # type: ignore[operator]
     assert data[stats.tail_scan_start - 1] == ord("\n")  # type: ignore[operator]
@@ -313,7 +315,7 @@ def test_no_tail_scan_is_needed_when_the_forward_scan_covered_everything(dir_fd:
     capture, stats = _capture(dir_fd, [data], scan_limit=1 << 20, tail_scan=1 << 20)
     capture.discard()
 
-    assert [s.line_no for s in stats.salient] == [1001]
+    assert [s.line_no for s in stats.salient if not s.context] == [1001]
     assert stats.scanned_bytes == len(data)
     assert stats.tail_scan_start is None
 
@@ -342,24 +344,24 @@ def test_a_grep_that_fails_falls_back_to_the_python_tail_scan(
     )
     capture.discard()
 
-    assert [s.line_no for s in stats.salient] == [1_001, 299_001, 300_000]
+    assert [s.line_no for s in stats.salient if not s.context] == [1_001, 299_001, 300_000]
     assert stats.tail_scan_start is not None
 
 
-def test_grep_keeps_the_first_and_last_of_many_matches_in_bounded_memory(dir_fd: int) -> None:
-    lines = [b"error %07d" % i for i in range(400_000)]
+def test_lines_of_one_template_are_listed_once_with_their_count(dir_fd: int) -> None:
+    lines = [b"error %07d at 0x%08x" % (i, i * 7) for i in range(400_000)]
+    lines[300_000] = b"fatal: the one different line"
     data = b"\n".join(lines) + b"\n"
     capture, stats = _capture(
         dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=128 * 1024
     )
     capture.discard()
 
-    numbers = [s.line_no for s in stats.salient]
-    assert len(numbers) <= 200
-    assert numbers == sorted(set(numbers))
-    assert numbers[-1] == 400_000
-    for line in stats.salient:
-        assert line.text == f"error {line.line_no - 1:07d}"
+    hits = [(s.line_no, s.text, s.similar, s.rank) for s in stats.salient if not s.context]
+    assert hits == [
+        (1, "error 0000000 at 0x00000000", 399_998, 1),
+        (300_001, "fatal: the one different line", 0, 0),
+    ]
     assert stats.scanned_bytes == len(data)
 
 
@@ -373,7 +375,7 @@ def test_grep_is_fed_through_user_space_where_splice_does_not_exist(
     )
     capture.discard()
 
-    assert 150_001 in [s.line_no for s in stats.salient]
+    assert 150_001 in [s.line_no for s in stats.salient if not s.context]
     assert stats.scanned_bytes == len(data)
 
 
@@ -402,9 +404,8 @@ def test_long_matching_lines_near_the_end_do_not_hide_the_last_matches(dir_fd: i
     capture, stats = _capture(dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=1)
     capture.discard()
 
-    numbers = {s.line_no for s in stats.salient}
-    assert {50_001, 50_100, 99_001} <= numbers  # first, last of the run, and the huge one
-    assert numbers >= set(range(50_077, 50_101))  # the last 24 before the huge line
+    numbers = {s.line_no for s in stats.salient if not s.context}
+    assert {50_001, 99_001} <= numbers  # the run (one template) and the huge line
     assert stats.scanned_bytes == len(data)
 
 
@@ -415,7 +416,7 @@ def test_a_giant_line_stops_grep_and_the_python_scans_take_over(dir_fd: int) -> 
     )
     capture.discard()
 
-    assert [s.text for s in stats.salient] == ["error: after the giant line"]
+    assert [s.text for s in stats.salient if not s.context] == ["error: after the giant line"]
     assert stats.tail_scan_start is not None  # grep gave up: the pointer will say so
     assert _children() == []
 
@@ -423,12 +424,12 @@ def test_a_giant_line_stops_grep_and_the_python_scans_take_over(dir_fd: int) -> 
 def test_an_interrupted_scan_leaves_no_grep_process_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from toolswap import ToolResultExternalizer, capture
+    from toolswap import ToolResultExternalizer, salience
 
     def interrupted(self: object, chunk: bytes) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(capture._Scanner, "feed", interrupted)
+    monkeypatch.setattr(salience.Scanner, "feed", interrupted)
     ext = ToolResultExternalizer(tmp_path / "s1")
     with pytest.raises(KeyboardInterrupt):
         ext.process(b"x" * 99 + b"\n" * 1 + b"y\n" * 2_000_000, "t")

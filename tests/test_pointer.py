@@ -213,11 +213,16 @@ def test_failure_lines_from_the_middle_are_listed_with_line_numbers(
 
     result = externalizer.externalize("\n".join(lines), "t")
 
-    section = result.context_text.split("look like failures (line number: text) ---\n")[1]
+    section = result.context_text.split("(N: line, N- context) ---\n")[1]
     listed = section.split("--- tail")[0].splitlines()
     assert listed == [
+        "40000- ok",
         "40001: Traceback (most recent call last):",
+        "40002-     x = 1 / 0",
+        "40003- ok",  # where the traceback block ends
+        "70000- ok",
         "70001: panic: runtime error: index out of range",
+        "70002- ok",
     ]
     assert result.context_text.count("error: in the head, shown there") == 1
     assert result.context_text.count("FAILED in the tail, shown there") == 1
@@ -235,20 +240,25 @@ def test_listed_line_numbers_match_what_the_reader_returns(
     assert externalizer.read_artifact(result.artifact, int(number) - 1, 1) == lines[12_345]
 
 
-def test_too_many_failure_lines_keep_the_first_and_the_last_within_budget(
+def test_repeated_failure_lines_are_listed_once_and_never_crowd_out_a_rare_one(
     externalizer: ToolResultExternalizer,
 ) -> None:
     lines = [f"ok {i}" + "." * 100 for i in range(4_000)]
-    for i in range(1_000, 1_200):
-        lines[i] = f"error: middle failure {i} " + "y" * 60
+    for i in range(1_000, 1_150):
+        lines[i] = f"src/mod_{i}.c:{i}:5: warning: unused variable 'v{i}' [-Wunused-variable]"
+    lines[1_070] = "src/main.c:12:3: error: 'cfg' undeclared (first use in this function)"
+    for i in range(2_000, 2_300):
+        lines[i] = f"error: middle failure {i} at 0x{i * 4096:x} " + "y" * 60
     lines[3_700] = "FATAL: the last failure before the tail"
 
     result = externalizer.externalize("\n".join(lines) + "\n", "t")
 
     text = result.context_text
-    assert "1001: error: middle failure 1000" in text
+    assert "1071: src/main.c:12:3: error: 'cfg' undeclared (first use in this function)" in text
+    assert "1001: src/mod_1000.c:1000:5: warning: unused variable 'v1000'" in text
+    assert "(+148 similar)" in text and "(+299 similar)" in text
     assert "3701: FATAL: the last failure before the tail" in text
-    assert re.search(r"\(\+\d+ more in between; grep the artifact to see them all\)", text)
+    assert text.count("warning: unused variable") <= 4  # one listed, the rest context
     assert len(text.encode()) <= POINTER_MAX
 
 

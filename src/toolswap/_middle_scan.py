@@ -1,11 +1,13 @@
 """Failure lines past the Python scan's reach, found by the system's ``grep`` as the
 output streams in.
 
-The Python keyword scan runs at about 250 MB/s, so it covers only the first megabytes of
-an output. ``grep -i -E`` does the same search at over 1 GB/s in another process, on the
-other core, fed by the capture's writer thread while the output is still arriving. Where
-no ``grep`` can be run, or it fails, nothing is lost: the capture falls back to scanning
-the last megabytes in Python, and the pointer says which part was not scanned.
+The Python scan (``salience.ForwardScan``) covers only the first megabytes of an output.
+``grep -i -E`` searches the same vocabulary (``salience.GREP_PATTERN``) at over 1 GB/s in
+another process, on the other core, fed by the capture's writer thread while the output is
+still arriving; each matching line goes to a ``salience.Candidates`` store, which ranks and
+de-duplicates them in bounded memory. Where no ``grep`` can be run, or it fails, nothing is
+lost: the capture falls back to scanning the last megabytes in Python, and the pointer says
+which part was not scanned.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import fcntl
 import os
 import shutil
 import subprocess
-from collections import deque
 
 from ._threads import start_helper_thread
+from .salience import BROAD_GREP_PATTERN, GREP_PATTERN, Candidates
 
 __all__ = ["GrepStream"]
 
@@ -25,24 +27,109 @@ _READ = 1 << 20
 _PIPE_SIZE = 1 << 20
 # Of each matching line, the pointer shows at most 240 characters: keep enough bytes.
 _LINE_CAP = 1024
-# The last matches kept: enough to find those before the tail preview.
-_LAST_KEEP = 256
+
+
+# The broad vocabulary for this many bytes, then only the strongest words (GNU grep runs
+# at about 600 MB/s with the first, over 2 GB/s with the second).
+BROAD_BYTES = 16 << 20
 
 
 class GrepStream:
-    """A ``grep`` process fed an output as it is written. Keeps little: the start of the
-    first ``first`` matching lines and of the last 256, whatever their length.
+    """The middle of an output searched by grep as it is written: the first
+    ``BROAD_BYTES`` for the whole vocabulary (``salience.BROAD_GREP_PATTERN``), the rest
+    for the strongest words (``salience.GREP_PATTERN``), each by its own process, switched
+    at a line boundary. Same interface as one ``_Grep``; line numbers and byte offsets
+    count from the first byte fed.
 
     Raises:
         OSError: no ``grep`` on PATH, or it could not be started.
     """
 
-    def __init__(self, keywords: tuple[bytes, ...], *, first: int) -> None:
+    def __init__(self, *, broad_bytes: int = BROAD_BYTES) -> None:
+        self._broad_bytes = broad_bytes
+        self._stages: list[tuple[_Grep, int]] = [(_Grep(BROAD_GREP_PATTERN), 0)]
+        self._origin: int | None = None
+        self._fd = -1
+        self.failed = False
+
+    def copy_from(self, fd: int, offset: int, count: int) -> None:
+        """Feed ``count`` bytes of file ``fd`` from ``offset`` (contiguous calls)."""
+        if self._origin is None:
+            self._origin = offset
+        self._fd = fd
+        grep = self._stages[-1][0]
+        end = offset + count
+        if len(self._stages) == 1 and end - self._origin > self._broad_bytes:
+            block = os.pread(fd, count, offset)
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                # The broad search ends at a line boundary, the narrow one starts there.
+                grep.copy_from(fd, offset, newline + 1)
+                grep.close_input()
+                try:
+                    narrow = _Grep(GREP_PATTERN)
+                except OSError:
+                    self.failed = True
+                    return
+                self._stages.append((narrow, offset + newline + 1 - self._origin))
+                grep, offset = narrow, offset + newline + 1
+        grep.copy_from(fd, offset, end - offset)
+        if grep.failed:
+            self.failed = True
+
+    def finish(self) -> Candidates | None:
+        """End the input, wait for every grep and merge what they found.
+
+        Returns:
+            The matching lines (line numbers 1-based from the first byte fed, byte offsets
+            from it), or None when a search did not complete.
+        """
+        found = [grep.finish() for grep, _ in self._stages]
+        if self.failed or any(f is None for f in found):
+            return None
+        merged = Candidates()
+        lines = 0
+        for (_, start), candidates in zip(self._stages, found, strict=True):
+            assert candidates is not None
+            if start:
+                lines = self._newlines(self._origin or 0, start)
+            merged.merge(candidates, lines=lines, offset=start)
+        return merged
+
+    def _newlines(self, origin: int, start: int) -> int:
+        """Newlines in the ``start`` bytes fed before a later stage began."""
+        count = 0
+        pos = origin
+        while pos < origin + start:
+            block = os.pread(self._fd, min(_READ, origin + start - pos), pos)
+            if not block:
+                break
+            count += block.count(b"\n")
+            pos += len(block)
+        return count
+
+    def kill(self) -> None:
+        """Stop every grep (the capture failed)."""
+        self.failed = True
+        for grep, _ in self._stages:
+            grep.kill()
+
+
+class _Grep:
+    """One ``grep -E PATTERN`` process fed bytes as they are written. Its matching lines
+    (their first 1 KiB, whatever their length) go to a ``Candidates`` store, with line
+    numbers and byte offsets counted from the first byte fed.
+
+    Raises:
+        OSError: no ``grep`` on PATH, or it could not be started.
+    """
+
+    def __init__(self, pattern: str) -> None:
         grep = shutil.which("grep")
         if grep is None:
             raise OSError("no grep on PATH")
         self._proc = subprocess.Popen(
-            [grep, "-a", "-n", "-i", "-E", "-e", b"|".join(keywords).decode("ascii")],
+            [grep, "-a", "-n", "-b", "-i", "-E", "-e", pattern],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -55,9 +142,7 @@ class GrepStream:
         if set_size is not None:
             with contextlib.suppress(OSError):
                 fcntl.fcntl(self._in, set_size, _PIPE_SIZE)
-        self._first_n = first
-        self._first: list[tuple[int, bytes]] = []
-        self._last: deque[tuple[int, bytes]] = deque(maxlen=_LAST_KEEP)
+        self.candidates = Candidates()
         self.failed = False
         self._reader = start_helper_thread(self._read, "toolswap-grep")
 
@@ -95,9 +180,15 @@ class GrepStream:
         except OSError:
             self.failed = True
 
+    def close_input(self) -> None:
+        """No more bytes: grep finishes on its own (collected by ``finish``)."""
+        with contextlib.suppress(OSError):
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+
     def _read(self) -> None:
         """Split grep's output into lines as it streams, keeping each line's first
-        ``_LINE_CAP`` bytes: the first ``first`` lines and the last ``_LAST_KEEP``."""
+        ``_LINE_CAP`` bytes."""
         assert self._proc.stdout is not None
         out = self._proc.stdout.fileno()
         carry = bytearray()
@@ -109,10 +200,7 @@ class GrepStream:
                 if len(lines) == 1:
                     continue  # the line goes on (its excess is dropped)
                 self._take(bytes(carry))
-                middle = lines[1:-1]
-                if len(self._first) >= self._first_n and len(middle) > _LAST_KEEP:
-                    middle = middle[-_LAST_KEEP:]
-                for line in middle:
+                for line in lines[1:-1]:
                     self._take(line[:_LINE_CAP])
                 carry = bytearray(lines[-1][:_LINE_CAP])
             if carry:
@@ -121,20 +209,18 @@ class GrepStream:
             self.failed = True
 
     def _take(self, line: bytes) -> None:
-        number, sep, text = line.partition(b":")
-        if not (sep and number.isdigit()):
+        number, sep, rest = line.partition(b":")
+        offset, sep2, text = rest.partition(b":")
+        if not (sep and sep2 and number.isdigit() and offset.isdigit()):
             return
-        hit = (int(number), text)
-        if len(self._first) < self._first_n:
-            self._first.append(hit)
-        self._last.append(hit)
+        self.candidates.add(int(number), int(offset), text, long_line=len(line) >= _LINE_CAP)
 
-    def finish(self) -> list[tuple[int, bytes]] | None:
+    def finish(self) -> Candidates | None:
         """End the input and wait for grep.
 
         Returns:
-            ``(line number counted from the first byte written, 1-based; line start)`` for
-            the first and the last matches, or None when the search did not complete.
+            The matching lines (line numbers 1-based from the first byte written, byte
+            offsets from it), or None when the search did not complete.
         """
         try:
             with contextlib.suppress(OSError):
@@ -147,7 +233,7 @@ class GrepStream:
                 self._proc.stdout.close()
         if self.failed or code not in (0, 1):  # 1: no line matched
             return None
-        return sorted(dict([*self._first, *self._last]).items())
+        return self.candidates
 
     def kill(self) -> None:
         """Stop grep (the capture failed)."""

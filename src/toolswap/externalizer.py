@@ -54,7 +54,7 @@ from .pointer import (
 )
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
 from .session import Session, toolswap_home
-from .settings import SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
+from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
 
 __all__ = ["Output", "ToolResultExternalizer"]
 
@@ -349,8 +349,9 @@ class ToolResultExternalizer:
         try:
             capture = StreamCapture(
                 dir_fd,
-                # Enough head for the default summary's first line whatever head_bytes is.
-                head_keep=max(s.head_bytes, 1024) + _HEAD_SLACK,
+                # Enough head for the default summary's first line whatever head_bytes is,
+                # and for a pointer that shows an output whole when it fits.
+                head_keep=max(s.head_bytes, 1024, POINTER_MAX_BYTES) + _HEAD_SLACK,
                 head_shown=s.head_bytes,
                 tail_keep=s.tail_bytes,
                 scan_limit=s.salient_scan_bytes,

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .artifact import ArtifactReference
-from .capture import CaptureStats, SalientLine
+from .capture import CaptureStats
+from .salience import SalientLine, clean_for_display, timestamp_prefix
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS
 
 __all__ = [
@@ -106,7 +107,7 @@ def default_summary(
     first = ""
     for raw in stats.head.split(b"\n"):
         # Text output is valid UTF-8; only the cut at the end of the kept head can be partial.
-        candidate = raw.decode("utf-8", "ignore").strip()
+        candidate = clean_for_display(raw.decode("utf-8", "ignore")).strip()
         if candidate:
             first = " ".join(candidate.split())
             break
@@ -163,40 +164,59 @@ def _cut(stats: CaptureStats, head_budget: int, tail_budget: int) -> _Cut:
 
 
 _MORE_RESERVE = 80
+_HEAD_FLOOR = 2048
+SALIENT_HEADER = (
+    "--- lines in the omitted part that look like failures, the most telling "
+    "(N: line, N- context) ---"
+)
 
 
-def _salient_section(lines: list[SalientLine], budget: int) -> str:
-    """Failure-looking lines within ``budget`` bytes: all of them, or the first and the last
-    ones with a note in the gap saying how many were left out."""
-    if not lines:
+def _row(line: SalientLine) -> str:
+    if line.context:
+        return f"{line.line_no}- {line.text}"
+    where = f"[from byte {line.byte_offset}] " if line.byte_offset is not None else ""
+    similar = f"  (+{line.similar} similar)" if line.similar else ""
+    return f"{line.line_no}: {where}{line.text}{similar}"
+
+
+def _salient_section(
+    lines: tuple[SalientLine, ...], cut: _Cut, first: int, last: int, *, budget: int, hard: int
+) -> str:
+    """The failure lines between line numbers ``first`` and ``last`` (inclusive; windows
+    inside long lines: between the head and the tail bytes), chosen by rank with their
+    context lines: at most ``budget`` bytes not counting leading timestamps, and at most
+    ``hard`` bytes in all. Shown in line order."""
+    groups: dict[int, list[SalientLine]] = {}
+    for line in lines:
+        if (
+            cut.head_end <= line.byte_offset < cut.tail_start
+            if line.byte_offset is not None
+            else first <= line.line_no <= last
+        ):
+            groups.setdefault(line.rank, []).append(line)
+    matched = [rank for rank, group in groups.items() if any(not x.context for x in group)]
+    if not matched:
         return ""
-    header = "--- lines in the omitted part that look like failures (line number: text) ---"
-    rows = [f"{line.line_no}: {line.text}" for line in lines]
-    costs = [len(row.encode()) + 1 for row in rows]
-    used = len(header) + 1
-    if used + sum(costs) <= budget:
-        return "\n".join([header, *rows]) + "\n"
-    used += _MORE_RESERVE
-    front: list[str] = []
-    back: list[str] = []
-    lo, hi = 0, len(rows) - 1
-    while lo <= hi:
-        # Alternate ends: the first failure and the last one both matter.
-        take_front = len(front) <= len(back)
-        index = lo if take_front else hi
-        if used + costs[index] > budget:
-            break
-        used += costs[index]
-        if take_front:
-            front.append(rows[lo])
-            lo += 1
-        else:
-            back.append(rows[hi])
-            hi -= 1
-    if not front and not back and used > budget:
+    used = len(SALIENT_HEADER) + 1 + _MORE_RESERVE
+    used_all = used
+    chosen: list[SalientLine] = []
+    left_out = 0
+    for rank in sorted(matched):
+        rows = [(line, _row(line)) for line in groups[rank]]
+        cost_all = sum(len(row.encode()) + 1 for _, row in rows)
+        cost = cost_all - sum(len(timestamp_prefix(line.text).encode()) for line, _ in rows)
+        if used + cost > budget or used_all + cost_all > hard:
+            left_out += 1
+            continue
+        used += cost
+        used_all += cost_all
+        chosen.extend(line for line, _ in rows)
+    if not chosen:
         return ""
-    more = f"(+{hi - lo + 1} more in between; grep the artifact to see them all)"
-    return "\n".join([header, *front, more, *reversed(back)]) + "\n"
+    out = [SALIENT_HEADER, *(_row(line) for line in sorted(chosen, key=lambda x: x.line_no))]
+    if left_out:
+        out.append(f"(+{left_out} more failure-like lines; grep the artifact to see them all)")
+    return "\n".join(out) + "\n"
 
 
 def make_pointer(
@@ -242,33 +262,60 @@ def make_pointer(
     frame_cost = len(frame.encode()) + 400  # section markers with their numbers
     # The head never takes the whole budget, whatever the settings and the path length.
     head_budget = min(head_bytes, max(POINTER_MAX_BYTES - frame_cost - 1024, 0))
-    cut = _cut(stats, head_budget, tail_bytes)
-    head_last_line = cut.head.count(b"\n")
+    whole = min(head_bytes + tail_bytes + salient_bytes, POINTER_MAX_BYTES - frame_cost)
+    if stats.byte_size <= min(len(stats.head), whole):
+        # Showing it all costs no more than a cut would: no "read more".
+        body = f"--- full output ({_lines(stats.line_count)}) ---\n" + clean_for_display(
+            stats.head[: stats.byte_size].decode("utf-8", "replace")
+        )
+        if not body.endswith("\n"):
+            body += "\n"
+        return POINTER_TEMPLATE.format(
+            **fields, size_text=size_text, body=body, read_more="This is the whole output."
+        )
+    limit = POINTER_MAX_BYTES - frame_cost
 
     def salient_for(cut: _Cut, budget: int) -> str:
         if cut.tail_start <= cut.head_end:
             return ""
         tail_first = stats.newline_count - cut.tail.count(b"\n") + 1
-        middle = [line for line in stats.salient if head_last_line < line.line_no < tail_first]
-        return _salient_section(middle, min(salient_bytes, budget))
+        # The list never takes more room than the part it stands for.
+        omitted = cut.tail_start - cut.head_end
+        return _salient_section(
+            stats.salient,
+            cut,
+            cut.head.count(b"\n") + 1,
+            tail_first - 1,
+            budget=min(salient_bytes, omitted),
+            hard=min(budget, omitted),
+        )
 
-    spare = POINTER_MAX_BYTES - frame_cost - len(cut.head)
-    salient = salient_for(cut, spare)
-    room = spare - len(salient.encode())
-    if len(cut.tail) > room:
-        # The tail gives way to the failure lines; lines it no longer shows join the middle.
-        cut = _cut(stats, head_budget, max(room, 0))
-        salient = salient_for(cut, spare - len(cut.tail))
+    def fit(head_budget: int, tail_budget: int) -> tuple[_Cut, str, int]:
+        cut = _cut(stats, head_budget, tail_budget)
+        salient = salient_for(cut, limit - len(cut.head))
+        return cut, salient, len(cut.head) + len(salient.encode()) + len(cut.tail) - limit
+
+    cut, salient, over = fit(head_budget, tail_bytes)
+    if over > 0 and head_budget > _HEAD_FLOOR:
+        # The failure lines take their room from the head first (down to 2 KiB): the tail
+        # is where a failing run usually explains itself.
+        cut, salient, over = fit(max(_HEAD_FLOOR, head_budget - over), tail_bytes)
+    if over > 0:
+        # Then the tail gives way; lines it no longer shows join the middle.
+        room = limit - len(cut.head) - len(salient.encode())
+        cut = _cut(stats, len(cut.head), max(room, 0))
+        salient = salient_for(cut, limit - len(cut.head) - len(cut.tail))
+    head_last_line = cut.head.count(b"\n")
     tail_first_line = stats.newline_count - cut.tail.count(b"\n") + 1
     parts: list[str] = []
-    head_text = cut.head.decode("utf-8", "replace")
+    head_text = clean_for_display(cut.head.decode("utf-8", "replace"))
     if cut.tail_start <= cut.head_end and not cut.tail:
         parts.append(f"--- full output ({_lines(stats.line_count)}) ---\n{head_text}")
         offset = 0
     else:
         omitted = cut.tail_start - cut.head_end
         first_omitted = head_last_line + 1
-        parts.append(f"--- head: lines 1-{max(head_last_line, 1):,} ---\n{head_text}")
+        parts.append(f"--- head: lines 1-{max(head_last_line, 1)} ---\n{head_text}")
         if not head_text.endswith("\n"):
             parts.append("\n")
         if omitted > 0:
@@ -285,13 +332,13 @@ def make_pointer(
                 if unscanned_to < stats.byte_size:
                     scan_note += f" and the last {human_size(stats.byte_size - unscanned_to)}"
             parts.append(
-                f"--- omitted: lines {first_omitted:,}-{last_omitted:,} "
+                f"--- omitted: lines {first_omitted}-{last_omitted} "
                 f"({human_size(omitted)}){scan_note} ---\n"
             )
             parts.append(salient)
         parts.append(
-            f"--- tail: lines {tail_first_line:,}-{stats.line_count:,} ---\n"
-            + cut.tail.decode("utf-8", "replace")
+            f"--- tail: lines {tail_first_line}-{stats.line_count} ---\n"
+            + clean_for_display(cut.tail.decode("utf-8", "replace"))
         )
         offset = head_last_line
     body = "".join(parts)
@@ -330,15 +377,15 @@ def make_unsaved_preview(
     tail_budget = min(tail_bytes, max(POINTER_MAX_BYTES - frame - head_budget, 0))
     cut = _cut(stats, head_budget, tail_budget)
     if cut.tail_start <= cut.head_end and not cut.tail:
-        body = cut.head.decode("utf-8", "replace")
+        body = clean_for_display(cut.head.decode("utf-8", "replace"))
     else:
         omitted = cut.tail_start - cut.head_end
-        body = cut.head.decode("utf-8", "replace")
+        body = clean_for_display(cut.head.decode("utf-8", "replace"))
         if body and not body.endswith("\n"):
             body += "\n"
         if omitted > 0:
             body += f"--- {human_size(omitted)} not shown and not saved ---\n"
-        body += cut.tail.decode("utf-8", "replace")
+        body += clean_for_display(cut.tail.decode("utf-8", "replace"))
     if body and not body.endswith("\n"):
         body += "\n"
     return UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body=body)

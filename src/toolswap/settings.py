@@ -113,9 +113,10 @@ class ExternalizerSettings:
     threshold_bytes: int = 50 * 1024
     head_bytes: int = 6 * 1024
     tail_bytes: int = 24 * 1024
-    salient_bytes: int = 3 * 1024
-    """Budget for failure-looking lines from the omitted middle; taken from the tail when
-    the pointer would otherwise exceed 32 KiB."""
+    salient_bytes: int = 6 * 1024
+    """Budget for the failure lines listed from the omitted middle (never more than the
+    part they stand for). When the pointer would otherwise exceed 32 KiB it is taken from
+    the head (down to 2 KiB), then from the tail."""
     salient_scan_bytes: int = 16 << 20
     """How far into the output the Python failure-line scan reads.
 

@@ -1,0 +1,245 @@
+"""What the pointer shows: real failures of real programs, ranking, de-duplication,
+context, long-line windows, terminal noise and honest sizes."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from real_outputs import REAL_CASES, RealCase
+from toolswap import ExternalizerSettings, ToolResultExternalizer
+from toolswap._middle_scan import GrepStream
+from toolswap.salience import Candidates, clean_for_display, score_line, template
+
+POINTER_MAX = 32 * 1024
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def _normalise(text: str) -> str:
+    return " ".join(_ANSI.sub("", text).replace("\r", "").split())
+
+
+@pytest.mark.parametrize("case", REAL_CASES, ids=[case.name for case in REAL_CASES])
+def test_the_pointer_shows_the_failure_of_a_real_program(
+    case: RealCase, externalizer: ToolResultExternalizer, tmp_path: Path
+) -> None:
+    produced = case.produce(tmp_path / "work")
+    if produced is None:
+        pytest.skip(f"{case.programs} not on this machine")
+
+    result = externalizer.process(produced.output, "bash")
+
+    assert result.artifact is not None  # over the bash threshold: a pointer
+    pointer = "\n".join(_normalise(line) for line in result.context_text.splitlines())
+    for wanted in produced.wanted:
+        assert _normalise(wanted)[:60] in pointer, wanted
+    assert len(result.context_text.encode()) <= POINTER_MAX
+
+
+def test_templates_mask_numbers_hex_paths_and_quoted_names() -> None:
+    one = b"src/a/mod_12.c:40:5: warning: unused variable 'v12' at 0x7ffd1234 [-Wunused]"
+    two = b"lib/b/mod_9.c:7:13: warning: unused variable 'tmp' at 0xdeadbeef [-Wunused]"
+
+    assert template(one) == template(two)
+    assert template(b"error: x undeclared") != template(b"warning: x undeclared")
+
+
+def test_failures_rank_above_warnings_and_names_or_zero_counts_barely_count() -> None:
+    error = score_line(b"main.c:3:5: error: 'x' undeclared")
+    warning = score_line(b"main.c:3:5: warning: unused variable 'y'")
+    deprecation = score_line(b"DeprecationWarning: the imp module is deprecated")
+
+    assert error > warning and error > deprecation
+    assert score_line(b"summary: 0 errors, 0 failures, 12 passed") < 1
+    assert score_line(b"gcc -Wall -Werror=implicit -c src/error_handling.c") < 1
+    assert score_line(b"GET https://github.com/x/S.C.P-Asylum-Fail 200") < 1
+    assert score_line(b"display_errors => STDOUT => STDOUT") < 1  # an identifier
+    assert score_line(b"tests/test_x.py::test_failure_case PASSED") < 1
+    assert score_line(b"compiling module 12 ok") == 0
+
+
+def test_a_rare_failure_ranks_above_a_repeated_one() -> None:
+    store = Candidates()
+    for i in range(150):
+        store.add(i + 1, i * 100, b"error: retrying connection to host %d" % i)
+    store.add(500, 50_000, b"error: checksum mismatch in layer 3")
+
+    best = store.ranked()[0]
+    assert best.raw == b"error: checksum mismatch in layer 3"
+    assert [entry.count for entry in store.ranked()] == [1, 150]
+
+
+def test_the_candidate_store_stays_bounded_and_keeps_the_strongest() -> None:
+    store = Candidates()
+    store.add(1, 0, b"FATAL: the one that matters")
+    for i in range(20_000):
+        store.add(i + 2, i * 10, b"warning: distinct template " + bytes([65 + i % 26]) * (i % 90))
+
+    assert len(store.entries) <= 2048
+    assert store.ranked()[0].raw == b"FATAL: the one that matters"
+
+
+def test_a_failure_line_comes_with_the_lines_before_and_after_it(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"step {i} ok" for i in range(20_000)]
+    lines[9_999] = "test_parse_header (tests.test_http.HeaderTests) ..."
+    lines[10_000] = "AssertionError: 'content-length' != 'content-type'"
+    lines[10_001] = "make: *** [Makefile:12: check] Error 1"
+
+    text = externalizer.externalize("\n".join(lines), "t").context_text
+
+    assert "10000- test_parse_header (tests.test_http.HeaderTests) ..." in text
+    assert "10001: AssertionError: 'content-length' != 'content-type'" in text
+    assert "10002: make: *** [Makefile:12: check] Error 1" in text
+
+
+def test_a_traceback_shows_its_first_and_its_last_line(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"step {i} ok" for i in range(20_000)]
+    frames = [f'  File "job.py", line {n}, in f{n}\n    f{n + 1}()' for n in range(30)]
+    lines[10_000:10_001] = ["Traceback (most recent call last):", *frames, "KeyboardInterrupt"]
+
+    text = externalizer.externalize("\n".join(lines), "t").context_text
+
+    assert "10001: Traceback (most recent call last):" in text
+    assert "10062- KeyboardInterrupt" in text  # no failure word, but it ends the block
+
+
+def test_a_match_inside_a_huge_line_is_shown_as_a_window_that_read_bytes_finds(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    line = ('{"id": %d, "status": "ok"}, ' * 40_000) % tuple(range(40_000))
+    cut = len(line) // 2
+    text = line[:cut] + '{"status": "error", "detail": "quota exceeded"}, ' + line[cut:]
+
+    result = externalizer.externalize(text + "\n", "t")
+
+    found = re.search(r"^1: \[from byte (\d+)\] …(.*)…$", result.context_text, re.M)
+    assert found is not None, result.context_text[-3000:]
+    assert '"status": "error", "detail": "quota exceeded"' in found.group(2)
+    start = int(found.group(1))
+    assert start > 4096  # not the start of the line
+    assert result.artifact is not None
+    data = externalizer.read_bytes(result.artifact, start, 400).data
+    assert b'"status": "error", "detail": "quota exceeded"' in data
+
+
+def test_ansi_colours_are_stripped_from_the_pointer_but_kept_in_the_artifact(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"\x1b[32mPASS\x1b[0m test {i}" for i in range(5_000)]
+    lines[2_500] = "\x1b[01;31m\x1b[Kerror:\x1b[m\x1b[K build failed in stage 3"
+
+    result = externalizer.externalize("\n".join(lines), "t")
+
+    assert "\x1b" not in result.context_text
+    assert "2501: error: build failed in stage 3" in result.context_text
+    assert result.artifact is not None
+    assert b"\x1b[01;31m" in result.artifact.path.read_bytes()
+
+
+def test_progress_redrawn_with_carriage_returns_shows_its_last_state() -> None:
+    progress = "".join(f"\rdownloading: {p}%" for p in range(0, 101, 10))
+
+    assert clean_for_display(f"before\n{progress}\nafter") == "before\ndownloading: 100%\nafter"
+    # A line that is not a progress bar only loses its carriage returns.
+    assert clean_for_display("error: a\rb: c") == "error: ab: c"
+
+
+def test_timestamps_are_kept_but_not_counted_against_the_line_budget(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    stamp = "2024-03-01T10:11:12.1234567Z "
+    lines = [f"{stamp}step {i} ok" for i in range(20_000)]
+    lines[10_000] = f"{stamp}error: " + "x" * 500
+
+    text = externalizer.externalize("\n".join(lines), "t").context_text
+
+    (row,) = [row for row in text.splitlines() if row.startswith("10001: ")]
+    assert row.startswith(f"10001: {stamp}error: ")
+    assert len(row) == len("10001: ") + len(stamp) + 240
+
+
+def test_an_output_just_over_the_threshold_is_shown_whole_without_read_more(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    output = "".join(f"line {i:05d} of a build log\n" for i in range(1_200))  # 31,200 bytes
+    assert len(output) > 30_000
+
+    result = externalizer.process(output, "bash")
+
+    assert result.artifact is not None
+    assert f"--- full output (1,200 lines) ---\n{output}" in result.context_text
+    assert "Read more" not in result.context_text
+    assert len(result.context_text.encode()) <= POINTER_MAX
+
+
+@pytest.mark.parametrize("size", [30_001, 31_500, 33_000, 40_000, 64_000])
+def test_the_pointer_body_is_never_larger_than_the_output_it_replaces(
+    externalizer: ToolResultExternalizer, size: int
+) -> None:
+    line = "error: retry %05d failed with code 0x%04x\n"
+    output = "".join(line % (i, i) for i in range(size // 40 + 1))[:size]
+
+    result = externalizer.process(output, "bash")
+
+    body = result.context_text.split("tool again.\n", 1)[1].split("\n[full output at: ")[0]
+    shown = [line for line in body.splitlines(keepends=True) if not line.startswith("--- ")]
+    assert len("".join(shown).encode()) <= size + 1  # + the newline that ends the body
+
+
+def test_line_ranges_have_no_thousands_separators(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    text = externalizer.externalize("".join(f"{i}\n" for i in range(200_000)), "t").context_text
+
+    ranges = re.findall(r"--- (?:head|omitted|tail): lines ([^ ]+)", text)
+    assert len(ranges) == 3
+    assert all(re.fullmatch(r"\d+-\d+", r) for r in ranges), ranges
+
+
+def test_grep_searches_the_whole_vocabulary_first_then_the_strongest_words(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "out.txt"
+    before = b"ok\n" * 50_000 + b"ls: cannot access 'x': Permission denied\n"
+    after = b"ok\n" * 50_000 + b"hook: Permission denied\n" + b"ok\n" * 10 + b"fatal: late\n"
+    path.write_bytes(before + after)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        grep = GrepStream(broad_bytes=len(before))
+        for offset in range(0, len(before + after), 65536):
+            grep.copy_from(fd, offset, min(65536, len(before + after) - offset))
+        found = grep.finish()
+    finally:
+        os.close(fd)
+
+    assert found is not None
+    hits = sorted((e.line_no, e.line_offset, e.raw) for e in found.entries.values())
+    # "denied" is in the broad vocabulary only; "fatal" in both. Numbers count from byte 0.
+    assert hits[0] == (50_001, 150_000, b"ls: cannot access 'x': Permission denied")
+    assert hits[-1][0] == 100_001 + 1 + 10 + 1
+    assert hits[-1][2] == b"fatal: late"
+    assert b"hook: Permission denied" not in [raw for _, _, raw in hits]
+    assert before + after == path.read_bytes()
+
+
+def test_a_pointer_for_the_default_settings_stays_within_32_kib_with_many_failures(
+    tmp_path: Path,
+) -> None:
+    ext = ToolResultExternalizer(tmp_path / "s", settings=ExternalizerSettings())
+
+    def name(i: int) -> str:
+        return "".join(chr(97 + (i // 26**k) % 26) for k in range(3))
+
+    lines = [f"error: {name(i)} failed to build {name(i + 7)}" for i in range(9000)]
+
+    text = ext.externalize("\n".join(lines), "t").context_text
+
+    assert len(text.encode()) <= POINTER_MAX
+    assert "more failure-like lines; grep the artifact to see them all" in text
