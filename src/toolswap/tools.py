@@ -31,7 +31,7 @@ from .errors import (
 )
 from .externalizer import ToolResultExternalizer
 from .pointer import human_size
-from .reader import CONTINUATION_MARKER, ArtifactReader
+from .reader import CONTINUATION_MARKER, ArtifactReader, ByteRange
 from .session import Session
 
 __all__ = [
@@ -126,6 +126,61 @@ class ArtifactBytes:
     start: int
     whole: bool
     """True when the range is the whole artifact (an image can then be shown as one)."""
+
+
+_UTF8_WIDTH = 4
+"""The longest UTF-8 character, in bytes."""
+
+
+def _is_continuation(byte: int) -> bool:
+    return byte & 0xC0 == 0x80
+
+
+def _utf8_width(lead: int) -> int:
+    """Bytes in the character that starts with ``lead`` (1 for a byte that cannot start one)."""
+    if lead >= 0xF0:
+        return 4
+    if lead >= 0xE0:
+        return 3
+    if lead >= 0xC0:
+        return 2
+    return 1
+
+
+def _text_page(
+    reader: ArtifactReader, ref: ArtifactReference, start: int, length: int
+) -> ByteRange:
+    """Bytes near ``start .. start + length`` that begin and end on UTF-8 character boundaries.
+
+    A start inside a character moves back to that character's first byte; an end inside a
+    character moves back before it (or forward past it, when the page would otherwise be
+    empty). So a page never decodes a split character into U+FFFD, and following each
+    page's next offset reads every byte exactly once. Bytes that are not UTF-8 at all are
+    left where they are.
+    """
+    back = min(start, _UTF8_WIDTH - 1)
+    chunk = reader.read_bytes(ref, start - back, length + back + _UTF8_WIDTH - 1)
+    data = chunk.data
+    first = back
+    if first < len(data) and _is_continuation(data[first]):
+        lead = first
+        while lead > 0 and _is_continuation(data[lead]):
+            lead -= 1
+        if not _is_continuation(data[lead]) and lead + _utf8_width(data[lead]) > first:
+            first = lead
+    end = min(len(data), back + length)
+    if end < len(data) and _is_continuation(data[end]):
+        lead = end - 1
+        while lead > max(first, end - _UTF8_WIDTH) and _is_continuation(data[lead]):
+            lead -= 1
+        if not _is_continuation(data[lead]) and lead + _utf8_width(data[lead]) > end:
+            end = lead if lead > first else min(len(data), lead + _utf8_width(data[lead]))
+    return ByteRange(
+        source_id=chunk.source_id,
+        start=chunk.start + first,
+        data=data[first:end],
+        size=chunk.size,
+    )
 
 
 def _hint(exc: ToolswapError) -> ToolswapError:
@@ -269,10 +324,15 @@ class ArtifactTools:
             )
 
         def run(reader: ArtifactReader, sid: str) -> ArtifactBytes:
+            nonlocal start
             ref = reader.reference(sid)
             # Base64 grows by a third: keep the answer under the output bound.
             cap = self.max_output_bytes * 3 // 4 - 1024 if ref.binary else None
-            chunk = reader.read_bytes(ref, start, length)
+            if ref.binary:
+                chunk = reader.read_bytes(ref, start, length)
+            else:
+                chunk = _text_page(reader, ref, start, length)
+                start = chunk.start
             data = chunk.data
             whole = start == 0 and len(data) == chunk.size
             end = start + len(data)
