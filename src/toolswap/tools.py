@@ -33,6 +33,7 @@ from .externalizer import ToolResultExternalizer
 from .pointer import human_size
 from .reader import CONTINUATION_MARKER, ArtifactReader, ByteRange
 from .session import Session
+from .workspaces import find_session, holds
 
 __all__ = [
     "GREP_ARTIFACT_DESCRIPTION",
@@ -231,17 +232,21 @@ class ArtifactTools:
                 "or call list_artifacts()"
             ) from None
         reader = self._readers.get(parsed.session)
-        if reader is not None:
+        if reader is None:
+            sibling = self.externalizer.session.root.parent / parsed.session
+            if sibling.is_dir() and not sibling.is_symlink():
+                session = Session.at(sibling, create=False)
+                self._readers[parsed.session] = reader = ArtifactReader(session)
+        if reader is not None and holds(reader.session, str(parsed)):
             return reader
-        sibling = self.externalizer.session.root.parent / parsed.session
-        if not sibling.is_dir() or sibling.is_symlink():
-            raise ArtifactNotFoundError(
-                f"no session {parsed.session!r} beside this one ({self.externalizer.session.root})"
-                "; the artifact may belong to another workspace"
-            )
-        reader = ArtifactReader(Session.at(sibling, create=False))
-        self._readers[parsed.session] = reader
-        return reader
+        # Another workspace's session of the same name (every workspace has a `default`):
+        # the source ID's file name and digest find it.
+        if reader is None:
+            return ArtifactReader(find_session(str(parsed)))
+        try:
+            return ArtifactReader(find_session(str(parsed), prefer=reader.session.root))
+        except SourceIdError:
+            return reader  # no such session elsewhere: its own reader says what is missing
 
     def _call(self, source_id: str, fn: Callable[[ArtifactReader, str], _T]) -> _T:
         try:
