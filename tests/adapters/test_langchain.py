@@ -14,7 +14,15 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
-from scripted import BIG, NEEDLE, POINTER_MAX, expected_line, line_number, source_id
+from scripted import (
+    BIG,
+    NEEDLE,
+    POINTER_MAX,
+    expected_line,
+    line_number,
+    search_logs,
+    source_id,
+)
 
 from toolswap import ToolResultExternalizer
 from toolswap.adapters.langchain import ToolswapMiddleware, artifact_langchain_tools
@@ -54,19 +62,11 @@ class ScriptedModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
-@tool
-def search_logs(service: str) -> str:
-    """Search a service's logs.
-
-    Args:
-        service: the service name.
-    """
-    return BIG
-
-
 def test_agent_gets_a_pointer_then_greps_and_reads_the_exact_line(tmp_path: Path) -> None:
     ext = ToolResultExternalizer(tmp_path / "s1")
-    agent = create_agent(ScriptedModel(), tools=[search_logs], middleware=[ToolswapMiddleware(ext)])
+    agent = create_agent(
+        ScriptedModel(), tools=[tool(search_logs)], middleware=[ToolswapMiddleware(ext)]
+    )
 
     state = agent.invoke({"messages": [{"role": "user", "content": "why did the api fail?"}]})
 

@@ -18,7 +18,15 @@ from openai.types.responses import (
     ResponseOutputMessage,
     ResponseOutputText,
 )
-from scripted import BIG, NEEDLE, POINTER_MAX, expected_line, line_number, source_id
+from scripted import (
+    BIG,
+    NEEDLE,
+    POINTER_MAX,
+    expected_line,
+    line_number,
+    search_logs,
+    source_id,
+)
 
 from toolswap import ToolResultExternalizer
 from toolswap.adapters.openai_agents import artifact_function_tools, externalized_function_tool
@@ -81,15 +89,6 @@ class ScriptedModel(Model):
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError
-
-
-def search_logs(service: str) -> str:
-    """Search a service's logs.
-
-    Args:
-        service: the service name.
-    """
-    return BIG
 
 
 def test_agent_gets_a_pointer_then_greps_and_reads_the_exact_line(tmp_path: Path) -> None:

@@ -21,7 +21,15 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
-from scripted import BIG, NEEDLE, POINTER_MAX, expected_line, line_number, source_id
+from scripted import (
+    BIG,
+    NEEDLE,
+    POINTER_MAX,
+    expected_line,
+    line_number,
+    search_logs,
+    source_id,
+)
 
 from toolswap import ToolResultExternalizer
 from toolswap.adapters.pydantic_ai import ToolswapToolset, artifact_toolset
@@ -55,15 +63,6 @@ def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         else:
             name, args = "grep_artifact", {"source_id": sid, "pattern": "(unclosed"}
     return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"c{step}")])
-
-
-def search_logs(service: str) -> str:
-    """Search a service's logs.
-
-    Args:
-        service: the service name.
-    """
-    return BIG
 
 
 def test_agent_gets_a_pointer_then_greps_and_reads_the_exact_line(tmp_path: Path) -> None:
