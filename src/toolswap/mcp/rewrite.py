@@ -101,8 +101,12 @@ class ResultRewriter:
         new_structured: object = None
         has_structured = "structuredContent" in result and result["structuredContent"] is not None
         if has_structured:
-            structured, stripped = self._strip_media(result["structuredContent"], tool, rule, media)
-            if over(rule, _compact(structured)):
+            structured = result["structuredContent"]
+            large = over(rule, _compact(structured))
+            structured, stripped = self._strip_media(structured, tool, large, media)
+            if stripped:
+                large = over(rule, _compact(structured))
+            if large:
                 path = _find(structured, joined) if texts else None
                 if path is not None:
                     rest = _replace_at(structured, path, {"toolswap": {}})
@@ -211,16 +215,17 @@ class ResultRewriter:
         self,
         structured: object,
         tool: str,
-        rule: ToolThreshold,
+        large: bool,
         media: dict[str, ArtifactReference],
     ) -> tuple[object, bool]:
         """``structured`` with its base64 media replaced by notes, and whether any was.
 
         A string equal to a media block saved from the content is replaced by a note on
         that artifact; a long base64 string under a ``data`` or ``blob`` key beside a
-        ``mimeType`` is saved as binary first (only when the structure is over the rule).
+        ``mimeType`` is saved as binary first (only when the structure is ``large``: over
+        the rule).
         """
-        if not media and not over(rule, _compact(structured)):
+        if not media and not large:
             return structured, False
         changed = False
 
@@ -233,7 +238,8 @@ class ResultRewriter:
                 out: dict[str, object] = {}
                 for key, item in value.items():
                     if (
-                        isinstance(item, str)
+                        large
+                        and isinstance(item, str)
                         and item not in media
                         and key in ("data", "blob")
                         and isinstance(mime, str)
