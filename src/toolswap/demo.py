@@ -194,7 +194,7 @@ def _mcp_step(home: Path) -> None:
     try:
         from .mcp.demo import run_mcp_demo
     except ImportError:
-        _say("8. MCP: skipped (install the extra: pip install 'toolswap[mcp]')")
+        _say("8. MCP: skipped (install the extra: pip install '.[mcp]' in the toolswap checkout)")
         return
     _say("8. MCP: a client calls a large tool through `toolswap mcp proxy`")
     run_mcp_demo(home)

@@ -107,6 +107,24 @@ async def test_json_text_repeated_as_a_structured_subtree_is_saved_once_and_page
     assert '"status": "lost"' in _text(found)
 
 
+async def test_text_and_unrelated_structured_content_give_one_pointer_and_a_one_line_note(
+    errlog: IO[str], ext: ToolResultExternalizer
+) -> None:
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(proxy_argv(), errlog) as session:
+            result = await session.call_tool("two_parts", {"lines": 5000, "count": 3000})
+
+    pointer, note = (b.text for b in result.content if isinstance(b, TextContent))
+    reference = result.structured_content["toolswap"]  # type: ignore[index]
+    assert _source_id(pointer) != reference["source_id"]
+    assert reference["source_id"] in note and "read_artifact(" in note
+    assert len(note.encode()) < 400
+    assert _size(result) <= POINTER_MAX + 2048
+    saved = {a.source_id: a for a in ext.list_artifacts()}
+    assert saved[_source_id(pointer)].path.read_bytes() == big_lines(5000).encode()
+    assert json.loads(saved[reference["source_id"]].path.read_bytes()) == inventory(3000)
+
+
 async def test_media_repeated_in_structured_content_never_reaches_the_context_as_base64(
     errlog: IO[str], ext: ToolResultExternalizer
 ) -> None:

@@ -214,6 +214,14 @@ def media(width: int = 256, height: int = 256) -> CallToolResult:
     )
 
 
+@server.tool()
+def two_parts(lines: int = 5000, count: int = 3000) -> CallToolResult:
+    """Large text and large structured content that do not repeat each other."""
+    return CallToolResult(
+        content=[TextContent(text=big_lines(lines))], structured_content=inventory(count)
+    )
+
+
 @server.tool(structured_output=False)
 def environment() -> str:
     """The environment this process was started with, as JSON."""

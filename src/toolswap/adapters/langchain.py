@@ -1,5 +1,5 @@
 """LangChain v1 / LangGraph: middleware that externalizes large tool results, and the
-read tools as LangChain tools (``pip install 'toolswap[langchain]'``).
+read tools as LangChain tools (``pip install '.[langchain]'`` in a checkout).
 
 ::
 

@@ -1,5 +1,5 @@
 """OpenAI Agents SDK: the read tools as function tools whose errors reach the model, and
-a wrapper for your own function tools (``pip install 'toolswap[openai-agents]'``).
+a wrapper for your own function tools (``pip install '.[openai-agents]'`` in a checkout).
 
 ::
 

@@ -1,5 +1,5 @@
 """pydantic-ai: a toolset wrapper that externalizes large results, and the read tools as a
-toolset (``pip install 'toolswap[pydantic-ai]'``).
+toolset (``pip install '.[pydantic-ai]'`` in a checkout).
 
 ::
 

@@ -38,7 +38,7 @@ def _import_mcp() -> ModuleType:
     except ImportError as exc:
         click.echo(
             f"toolswap: the MCP commands need the MCP SDK ({exc}); install it with: "
-            "pip install 'toolswap[mcp]'",
+            "pip install '.[mcp]' in the toolswap checkout (docs/configuration.md)",
             err=True,
         )
         sys.exit(1)
