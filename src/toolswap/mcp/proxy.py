@@ -84,6 +84,9 @@ __all__ = ["McpProxy", "run_proxy"]
 _PARSE_IN_THREAD = 1 << 20
 """Frames larger than this are parsed on a worker thread, so other traffic keeps moving."""
 _TASK_RESULT = "tasks/result"
+_TASKS_KEPT = 4096
+"""Task IDs remembered with their tool; an older task's result is still rewritten, under
+the name ``tasks/result``."""
 
 
 def _key(request_id: object) -> str:
@@ -343,6 +346,8 @@ class McpProxy:
                 task_id = task.get("taskId")
                 if isinstance(task_id, str):
                     self._tasks[task_id] = pending.tool
+                    if len(self._tasks) > _TASKS_KEPT:  # forget the oldest: bounded memory
+                        del self._tasks[next(iter(self._tasks))]
                 return line  # a task was created; its result comes by tasks/result
             rule = self.rule_for(pending.tool)
             if _fits(rule, line):
