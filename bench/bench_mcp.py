@@ -97,6 +97,28 @@ def proxy_work(directory: Path) -> tuple[float, float]:
     return statistics.median(parse), statistics.median(save)
 
 
+def rewrite_work(directory: Path) -> tuple[float, float]:
+    """In-process medians of the rewrite of a 10 MB text result, alone and wrapped again in
+    ``structuredContent`` (server-filesystem's shape: found, saved once, one pointer)."""
+    sys.path.insert(0, str(HERE))
+    from _mcp_upstream import _blob
+    from toolswap.mcp.rewrite import ResultRewriter
+
+    text = _blob(LARGE)
+    plain = {"content": [{"type": "text", "text": text}]}
+    wrapped = {**plain, "structuredContent": {"content": text}}
+    ext = ToolResultExternalizer(directory / "rewrite", read_hint="mcp")
+    rewriter = ResultRewriter(ext)
+    rule = ext.settings.rule_for("blob")
+    runs: dict[str, list[float]] = {"plain": [], "wrapped": []}
+    for _ in range(max(LARGE_CALLS, 3)):
+        for label, result in (("plain", plain), ("wrapped", wrapped)):
+            start = time.perf_counter()
+            rewriter.tool_result("blob", result, rule)
+            runs[label].append(time.perf_counter() - start)
+    return statistics.median(runs["plain"]), statistics.median(runs["wrapped"])
+
+
 def main() -> None:
     data = HERE / ".data" / "mcp"
     shutil.rmtree(data, ignore_errors=True)
@@ -110,6 +132,7 @@ def main() -> None:
     proxy_small, proxy_large, pointer_size = anyio.run(timed, proxy, env)
     floor_large = floor(data)
     parse, save = proxy_work(data)
+    plain, wrapped = rewrite_work(data)
 
     ds, ps = statistics.median(direct_small), statistics.median(proxy_small)
     dl, pl = statistics.median(direct_large), statistics.median(proxy_large)
@@ -136,6 +159,11 @@ def main() -> None:
     print(
         f"    floor (write + fsync + sha256 of 10 MB): {floor_large * 1e3:.1f} ms; "
         f"externalize / floor: {save / floor_large:.1f}x"
+    )
+    print(
+        f"    rewrite of the 10 MB result (in-process): text alone {plain * 1e3:.1f} ms, "
+        f"also wrapped in structuredContent {wrapped * 1e3:.1f} ms "
+        f"({wrapped / plain:.2f}x; one artifact either way)"
     )
     shutil.rmtree(data, ignore_errors=True)
     sys.stdout.flush()

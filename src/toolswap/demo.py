@@ -108,19 +108,20 @@ _CRASHING_PUBLISHER = """
 import sys
 from toolswap import ArtifactRetentionClaim, ArtifactRetentionJournal, SqliteMemoryOwner
 from toolswap import ToolResultExternalizer
-session_dir, source_id = sys.argv[1], sys.argv[2]
+session_dir, source_id, tx = sys.argv[1], sys.argv[2], sys.argv[3]
 ref = ToolResultExternalizer(session_dir).get_artifact(source_id).for_memory()
 owner = SqliteMemoryOwner(session_dir + "/memory.sqlite3")
 journal = ArtifactRetentionJournal(session_dir, owner=owner)
 journal.publish_reference(
     ArtifactRetentionClaim.from_memory_reference(ref),
-    lambda: owner.publish("demo-tx-2", ref),
-    transaction_id="demo-tx-2",
+    lambda: owner.publish(tx, ref),
+    transaction_id=tx,
 )
 """
 
 
 def _retention_and_cleanup(ext: ToolResultExternalizer, source_id: str) -> None:
+    import uuid
     from datetime import UTC, datetime, timedelta
 
     from .cleanup import ArtifactCleanupPolicy
@@ -131,10 +132,13 @@ def _retention_and_cleanup(ext: ToolResultExternalizer, source_id: str) -> None:
     owner = SqliteMemoryOwner(ext.session_dir / "memory.sqlite3")
     journal = ArtifactRetentionJournal(ext.session_dir, owner=owner)
     ref = ext.get_artifact(source_id).for_memory()
+    # A transaction ID is never published twice: one per run, so the demo runs again
+    # in the same home.
+    run = uuid.uuid4().hex[:8]
     journal.publish_reference(
         ArtifactRetentionClaim.from_memory_reference(ref),
-        lambda: owner.publish("demo-tx-1", ref),
-        transaction_id="demo-tx-1",
+        lambda: owner.publish(f"demo-tx-1-{run}", ref),
+        transaction_id=f"demo-tx-1-{run}",
     )
     print("publish_reference(): PREPARED (fsync) -> owner.publish() -> COMMITTED (fsync)")
 
@@ -143,7 +147,14 @@ def _retention_and_cleanup(ext: ToolResultExternalizer, source_id: str) -> None:
     ).artifact
     env = dict(os.environ, TOOLSWAP_CRASH_POINT="owner.published")
     crashed = subprocess.run(
-        [sys.executable, "-c", _CRASHING_PUBLISHER, str(ext.session_dir), second.source_id],
+        [
+            sys.executable,
+            "-c",
+            _CRASHING_PUBLISHER,
+            str(ext.session_dir),
+            second.source_id,
+            f"demo-tx-2-{run}",
+        ],
         env=env,
         capture_output=True,
         check=False,
@@ -183,7 +194,7 @@ def _mcp_step(home: Path) -> None:
     try:
         from .mcp.demo import run_mcp_demo
     except ImportError:
-        _say("8. MCP: skipped (install the extra: pip install 'toolswap[mcp]')")
+        _say("8. MCP: skipped (install the extra: pip install '.[mcp]' in the toolswap checkout)")
         return
     _say("8. MCP: a client calls a large tool through `toolswap mcp proxy`")
     run_mcp_demo(home)

@@ -53,7 +53,7 @@ from .pointer import (
     validate_summary,
 )
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
-from .session import Session, toolswap_home
+from .session import Session, toolswap_home, workspace_slug
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
 
 __all__ = ["Output", "ToolResultExternalizer"]
@@ -520,7 +520,14 @@ class ToolResultExternalizer:
         except ConfigurationError:
             projects = None
         if root.parent.parent == projects:
-            return ""  # found from the source ID under $TOOLSWAP_HOME
+            # Found from the source ID anywhere under $TOOLSWAP_HOME; a workspace that is
+            # not this directory's is named too, so the hint works as printed.
+            workspace = root.parent.name
+            try:
+                derived = workspace_slug()
+            except (ValueError, OSError):
+                derived = None
+            return "" if workspace == derived else f" --workspace {shlex.quote(workspace)}"
         return f" --session-dir {shlex.quote(str(root))}"
 
     # -- page faults -----------------------------------------------------------------

@@ -16,6 +16,7 @@ carry paths that anything trusts.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import stat
@@ -31,6 +32,7 @@ from .errors import ArtifactAccessError, ConfigurationError
 
 __all__ = [
     "Session",
+    "legacy_workspace_slug",
     "session_lock",
     "toolswap_home",
     "workspace_slug",
@@ -63,15 +65,40 @@ def toolswap_home() -> Path:
     return home
 
 
+_SLUG_TAIL = 48
+"""Characters of the readable part of a derived workspace name (the path's end)."""
+_SLUG_HASH = 10
+"""Hex digits of the real path's SHA-256 in a derived workspace name."""
+
+
+def _slug(path: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", path).strip("-.") or "root"
+    return slug.replace("..", "-")
+
+
 def workspace_slug(path: Path | str | None = None) -> str:
-    """A single path component naming a workspace: ``$TOOLSWAP_WORKSPACE`` or the cwd."""
+    """A single path component naming a workspace: ``$TOOLSWAP_WORKSPACE`` or the cwd.
+
+    A directory's name is the end of its real path made readable, then a short hash of
+    the real path: ``/tmp/a-b`` and ``/tmp/a/b`` (or ``my project`` and ``my-project``)
+    read alike but get different names (``tmp-a-b-3f5c0e9a21`` and ``tmp-a-b-8d01b2c4f7``).
+    """
     env = os.environ.get("TOOLSWAP_WORKSPACE")
     if path is None and env:
         return validate_session_id(env)
+    real = os.path.realpath(Path(path) if path is not None else Path.cwd())
+    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:_SLUG_HASH]
+    readable = _slug(real)[-_SLUG_TAIL:].lstrip("-.") or "root"
+    return validate_session_id(f"{readable}-{digest}")
+
+
+def legacy_workspace_slug(path: Path | str | None = None) -> str:
+    """The name toolswap 0.1 gave a directory's workspace (different paths could share it).
+
+    Kept to find sessions written before the naming changed; nothing new is written there.
+    """
     resolved = str(Path(path) if path is not None else Path.cwd().resolve())
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", resolved).strip("-.") or "root"
-    slug = slug.replace("..", "-")
-    return validate_session_id(slug[-128:].lstrip("-.") or "root")
+    return validate_session_id(_slug(resolved)[-128:].lstrip("-.") or "root")
 
 
 @dataclass(frozen=True, slots=True)

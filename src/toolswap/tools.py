@@ -31,8 +31,9 @@ from .errors import (
 )
 from .externalizer import ToolResultExternalizer
 from .pointer import human_size
-from .reader import CONTINUATION_MARKER, ArtifactReader
+from .reader import CONTINUATION_MARKER, ArtifactReader, ByteRange
 from .session import Session
+from .workspaces import find_session, holds
 
 __all__ = [
     "GREP_ARTIFACT_DESCRIPTION",
@@ -128,6 +129,61 @@ class ArtifactBytes:
     """True when the range is the whole artifact (an image can then be shown as one)."""
 
 
+_UTF8_WIDTH = 4
+"""The longest UTF-8 character, in bytes."""
+
+
+def _is_continuation(byte: int) -> bool:
+    return byte & 0xC0 == 0x80
+
+
+def _utf8_width(lead: int) -> int:
+    """Bytes in the character that starts with ``lead`` (1 for a byte that cannot start one)."""
+    if lead >= 0xF0:
+        return 4
+    if lead >= 0xE0:
+        return 3
+    if lead >= 0xC0:
+        return 2
+    return 1
+
+
+def _text_page(
+    reader: ArtifactReader, ref: ArtifactReference, start: int, length: int
+) -> ByteRange:
+    """Bytes near ``start .. start + length`` that begin and end on UTF-8 character boundaries.
+
+    A start inside a character moves back to that character's first byte; an end inside a
+    character moves back before it (or forward past it, when the page would otherwise be
+    empty). So a page never decodes a split character into U+FFFD, and following each
+    page's next offset reads every byte exactly once. Bytes that are not UTF-8 at all are
+    left where they are.
+    """
+    back = min(start, _UTF8_WIDTH - 1)
+    chunk = reader.read_bytes(ref, start - back, length + back + _UTF8_WIDTH - 1)
+    data = chunk.data
+    first = back
+    if first < len(data) and _is_continuation(data[first]):
+        lead = first
+        while lead > 0 and _is_continuation(data[lead]):
+            lead -= 1
+        if not _is_continuation(data[lead]) and lead + _utf8_width(data[lead]) > first:
+            first = lead
+    end = min(len(data), back + length)
+    if end < len(data) and _is_continuation(data[end]):
+        lead = end - 1
+        while lead > max(first, end - _UTF8_WIDTH) and _is_continuation(data[lead]):
+            lead -= 1
+        if not _is_continuation(data[lead]) and lead + _utf8_width(data[lead]) > end:
+            end = lead if lead > first else min(len(data), lead + _utf8_width(data[lead]))
+    return ByteRange(
+        source_id=chunk.source_id,
+        start=chunk.start + first,
+        data=data[first:end],
+        size=chunk.size,
+    )
+
+
 def _hint(exc: ToolswapError) -> ToolswapError:
     """The same error, with what a model should do next appended."""
     if isinstance(exc, ArtifactCollectedError):
@@ -176,17 +232,21 @@ class ArtifactTools:
                 "or call list_artifacts()"
             ) from None
         reader = self._readers.get(parsed.session)
-        if reader is not None:
+        if reader is None:
+            sibling = self.externalizer.session.root.parent / parsed.session
+            if sibling.is_dir() and not sibling.is_symlink():
+                session = Session.at(sibling, create=False)
+                self._readers[parsed.session] = reader = ArtifactReader(session)
+        if reader is not None and holds(reader.session, str(parsed)):
             return reader
-        sibling = self.externalizer.session.root.parent / parsed.session
-        if not sibling.is_dir() or sibling.is_symlink():
-            raise ArtifactNotFoundError(
-                f"no session {parsed.session!r} beside this one ({self.externalizer.session.root})"
-                "; the artifact may belong to another workspace"
-            )
-        reader = ArtifactReader(Session.at(sibling, create=False))
-        self._readers[parsed.session] = reader
-        return reader
+        # Another workspace's session of the same name (every workspace has a `default`):
+        # the source ID's file name and digest find it.
+        if reader is None:
+            return ArtifactReader(find_session(str(parsed)))
+        try:
+            return ArtifactReader(find_session(str(parsed), prefer=reader.session.root))
+        except SourceIdError:
+            return reader  # no such session elsewhere: its own reader says what is missing
 
     def _call(self, source_id: str, fn: Callable[[ArtifactReader, str], _T]) -> _T:
         try:
@@ -269,10 +329,15 @@ class ArtifactTools:
             )
 
         def run(reader: ArtifactReader, sid: str) -> ArtifactBytes:
+            nonlocal start
             ref = reader.reference(sid)
             # Base64 grows by a third: keep the answer under the output bound.
             cap = self.max_output_bytes * 3 // 4 - 1024 if ref.binary else None
-            chunk = reader.read_bytes(ref, start, length)
+            if ref.binary:
+                chunk = reader.read_bytes(ref, start, length)
+            else:
+                chunk = _text_page(reader, ref, start, length)
+                start = chunk.start
             data = chunk.data
             whole = start == 0 and len(data) == chunk.size
             end = start + len(data)

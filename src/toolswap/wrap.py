@@ -33,7 +33,7 @@ from typing import Any, TypeVar, cast, overload
 from .externalizer import ToolResultExternalizer
 from .session import Session, toolswap_home, workspace_slug
 
-__all__ = ["default_externalizer", "externalize_tool"]
+__all__ = ["default_externalizer", "externalize_result", "externalize_tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -278,3 +278,16 @@ def externalize_tool(
         return _decorate(f, name, externalizer, summary)
 
     return decorator
+
+
+def externalize_result(
+    value: Any, tool: str, externalizer: ExternalizerSource | None = None
+) -> Any:
+    """One tool result through the wrapper's rule: ``value`` itself when it is small (or a
+    scalar), else the pointer text of the artifact it was saved as.
+
+    For adapters that see a tool's result after the call (framework middleware), where
+    :func:`externalize_tool` cannot wrap the function.
+    """
+    ToolResultExternalizer._check_tool(tool)
+    return _shrink_sync(value, tool, _resolver(externalizer), None)

@@ -132,8 +132,11 @@ class RawPeer:
 
 
 @asynccontextmanager
-async def raw_peer(argv: list[str], errlog: IO[str]) -> AsyncIterator[RawPeer]:
-    env = {**os.environ, **child_env()}
+async def raw_peer(
+    argv: list[str], errlog: IO[str], *, env: dict[str, str] | None = None
+) -> AsyncIterator[RawPeer]:
+    """A subprocess with pipes (environment: ours plus :func:`child_env`, or ``env``)."""
+    env = env if env is not None else {**os.environ, **child_env()}
     proc = await anyio.open_process(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, env=env
     )

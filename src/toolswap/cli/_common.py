@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 import click
 
 from ..artifact import parse_artifact_source_id
-from ..errors import SourceIdError, ToolswapError
+from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
-from ..session import Session, toolswap_home, workspace_slug
+from ..session import Session, legacy_workspace_slug, toolswap_home, workspace_slug
+from ..workspaces import find_session
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,7 +96,28 @@ def resolve_session(
 ) -> Session:
     if session_dir is not None:
         return Session.at(session_dir, create=create)
+    if workspace is None:
+        _note_legacy_workspace(session_id)
     return Session.open(session_id, workspace=workspace, create=create)
+
+
+def _note_legacy_workspace(session_id: str) -> None:
+    """Say so when this directory's session lives under the name toolswap 0.1 gave it."""
+    try:
+        projects = toolswap_home() / "projects"
+        current, legacy = workspace_slug(), legacy_workspace_slug()
+    except (ToolswapError, ValueError, OSError):
+        return
+    if legacy == current or (projects / current / session_id).exists():
+        return
+    if (projects / legacy / session_id).is_dir():
+        click.echo(
+            f"toolswap: note: session {session_id!r} of this directory from before the "
+            f"workspace naming changed is in workspace {legacy!r}; new output goes to "
+            f"{current!r}. Use --workspace {legacy} to keep using the old one "
+            "(see `toolswap sessions`).",
+            err=True,
+        )
 
 
 def open_externalizer(
@@ -111,29 +133,14 @@ def open_externalizer(
 
 
 def session_for_source(source_id: str, workspace: str | None, session_dir: Path | None) -> Session:
-    """The session that holds ``source_id``: explicit, the cwd's workspace, or a unique match."""
+    """The session that holds ``source_id``: explicit, the cwd's workspace, or wherever the
+    artifact is (the source ID's file name and digest pick it among same-named sessions)."""
     parsed = parse_artifact_source_id(source_id)
     if session_dir is not None:
         return Session.at(session_dir, create=False)
-    base = toolswap_home() / "projects"
-    ws = workspace or workspace_slug()
-    if (base / ws / parsed.session).is_dir():
-        return Session.open(parsed.session, workspace=ws, create=False)
-    if workspace is None and base.is_dir():
-        found = sorted(
-            p for p in base.glob(f"*/{parsed.session}") if p.is_dir() and not p.is_symlink()
-        )
-        if len(found) == 1:
-            return Session.at(found[0], create=False)
-        if len(found) > 1:
-            names = ", ".join(p.parent.name for p in found[:5])
-            raise SourceIdError(
-                f"session {parsed.session!r} exists in several workspaces ({names}); "
-                "pass --workspace"
-            )
-    raise SourceIdError(
-        f"no session {parsed.session!r} under {base}; pass --workspace or --session-dir"
-    )
+    home = toolswap_home()
+    prefer = home / "projects" / (workspace or workspace_slug()) / parsed.session
+    return find_session(source_id, home=home, prefer=prefer)
 
 
 def is_tty() -> bool:

@@ -38,7 +38,7 @@ def _import_mcp() -> ModuleType:
     except ImportError as exc:
         click.echo(
             f"toolswap: the MCP commands need the MCP SDK ({exc}); install it with: "
-            "pip install 'toolswap[mcp]'",
+            "pip install '.[mcp]' in the toolswap checkout (docs/configuration.md)",
             err=True,
         )
         sys.exit(1)
@@ -85,6 +85,16 @@ def serve(session_id: str, workspace: str | None, session_dir: Path | None) -> N
         "per tool)."
     ),
 )
+@click.option(
+    "--resource-threshold",
+    default=None,
+    callback=_threshold_option,
+    metavar="SIZE",
+    help=(
+        "Externalize resources/read contents over SIZE (default: as --threshold); "
+        "'never' passes resources through whole."
+    ),
+)
 @click.argument("upstream", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
 def proxy(
@@ -92,13 +102,16 @@ def proxy(
     workspace: str | None,
     session_dir: Path | None,
     threshold: ToolThreshold | None,
+    resource_threshold: ToolThreshold | None,
     upstream: tuple[str, ...],
 ) -> None:
     """Run UPSTREAM (a stdio MCP server) behind a proxy that externalizes large results.
 
     The host sees the upstream's tools unchanged plus read_artifact, read_artifact_bytes,
     grep_artifact and list_artifacts. Small results pass through byte for byte; large
-    text, structured content and images are saved as artifacts and replaced by pointers.
+    text, structured content, images, task results (tasks/result) and resource reads are
+    saved as artifacts and replaced by pointers, one per result. The upstream gets
+    exactly the environment the proxy was started with.
 
     Example: toolswap mcp proxy --threshold 20kb -- npx -y @modelcontextprotocol/server-everything
     """
@@ -106,5 +119,9 @@ def proxy(
     import anyio
 
     ext = open_externalizer(session_id, workspace, session_dir, read_hint="mcp")
-    status = anyio.run(lambda: toolswap_mcp.run_proxy(list(upstream), ext, threshold=threshold))
+    status = anyio.run(
+        lambda: toolswap_mcp.run_proxy(
+            list(upstream), ext, threshold=threshold, resource_threshold=resource_threshold
+        )
+    )
     sys.exit(status)

@@ -1,0 +1,77 @@
+"""ResultRewriter on result shapes, in process (the proxy tests cover the wire)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from toolswap import ToolResultExternalizer
+from toolswap.mcp.rewrite import ResultRewriter
+from toolswap.settings import parse_threshold
+
+RULE = parse_threshold("20kb")
+
+
+def _rewriter(tmp_path: Path) -> tuple[ResultRewriter, ToolResultExternalizer]:
+    ext = ToolResultExternalizer(tmp_path / "s1", read_hint="mcp")
+    return ResultRewriter(ext), ext
+
+
+def test_compact_json_text_is_saved_pretty_printed_once_and_pages_by_line(tmp_path: Path) -> None:
+    rewriter, ext = _rewriter(tmp_path)
+    value = {"rows": [{"id": i, "name": f"row-{i}"} for i in range(2000)]}
+    compact = json.dumps(value, separators=(",", ":"))
+    shrunk = rewriter.tool_result(
+        "t", {"content": [{"type": "text", "text": compact}], "structuredContent": value}, RULE
+    )
+
+    assert shrunk is not None
+    (saved,) = ext.list_artifacts()
+    assert shrunk["structuredContent"]["toolswap"]["source_id"] == saved.source_id
+    assert json.loads(saved.path.read_bytes()) == value
+    assert saved.line_count > 2000 and saved.media_type == "application/json"
+
+
+def test_a_wrapped_string_keeps_the_structure_around_it(tmp_path: Path) -> None:
+    rewriter, ext = _rewriter(tmp_path)
+    text = "line\n" * 10_000
+    structured = {"path": "/srv/a.log", "content": text, "truncated": False}
+    shrunk = rewriter.tool_result(
+        "read", {"content": [{"type": "text", "text": text}], "structuredContent": structured}, RULE
+    )
+
+    assert shrunk is not None
+    new = shrunk["structuredContent"]
+    assert (new["path"], new["truncated"]) == ("/srv/a.log", False)
+    (saved,) = ext.list_artifacts()
+    assert new["content"]["toolswap"]["source_id"] == saved.source_id
+    assert saved.path.read_text(encoding="utf-8") == text
+
+
+def test_large_siblings_of_the_wrapped_text_save_the_whole_structure_instead(
+    tmp_path: Path,
+) -> None:
+    rewriter, ext = _rewriter(tmp_path)
+    text = "line\n" * 10_000
+    structured = {"content": text, "index": list(range(20_000))}
+    shrunk = rewriter.tool_result(
+        "read", {"content": [{"type": "text", "text": text}], "structuredContent": structured}, RULE
+    )
+
+    assert shrunk is not None
+    assert set(shrunk["structuredContent"]) == {"toolswap"}
+    # Text and structure differ as a whole: two artifacts, but one pointer and a note.
+    assert len(ext.list_artifacts()) == 2
+    pointer, note = (b["text"] for b in shrunk["content"])
+    assert pointer.startswith("[Artifact: ")
+    assert note.startswith("[The structured result is saved too")
+
+
+def test_small_results_and_unfinished_results_are_left_alone(tmp_path: Path) -> None:
+    rewriter, ext = _rewriter(tmp_path)
+    small = {"content": [{"type": "text", "text": "hi"}], "structuredContent": {"a": 1}}
+    pending = {"resultType": "input_required", "content": [{"type": "text", "text": "x" * 99999}]}
+    assert rewriter.tool_result("t", small, RULE) is None
+    assert rewriter.tool_result("t", pending, RULE) is None
+    assert rewriter.resource_result({"contents": [{"uri": "a://b", "text": "hi"}]}, RULE) is None
+    assert ext.list_artifacts() == []
