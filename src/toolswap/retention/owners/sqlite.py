@@ -66,7 +66,7 @@ from ...errors import (
     ArtifactRetentionError,
     SourceIdError,
 )
-from ..journal import ArtifactLeaseTransaction, validate_transaction_id
+from ..lease import ArtifactLeaseTransaction, validate_transaction_id
 from ..owner import (
     ArtifactObservationState,
     ArtifactReferenceFence,
