@@ -84,6 +84,16 @@ SCENARIOS: dict[str, Scenario] = {
             "journal.released.fsynced": R,
         },
     ),
+    "checkpoint": (
+        _committed,
+        ("checkpoint",),
+        {
+            "journal.checkpoint.tmp_written": C,
+            "journal.checkpoint.tmp_fsynced": C,
+            "journal.checkpoint.renamed": C,
+            "journal.checkpoint.dir_fsynced": C,
+        },
+    ),
     "reconcile an absent reference": (
         _pending_absent,
         ("reconcile",),

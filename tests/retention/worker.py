@@ -9,6 +9,7 @@ Actions:
     owner-publish SOURCE_ID TX                       the owner's write alone (a late write)
     remove TX                                        remove_reference through the owner
     reconcile [optimistic]                           reconcile_pending, print the reports
+    checkpoint                                       write a checkpoint of the fold
     publish-many PREFIX COUNT SOURCE_ID...           COUNT publishes, round-robin on artifacts
     prepare-many PREFIX COUNT GATE SOURCE_ID...      wait for a shared lock on GATE, then
                                                      COUNT prepares, round-robin on artifacts
@@ -98,6 +99,9 @@ def main(argv: list[str]) -> None:
         out = journal.remove_reference(tx, lambda: owner.remove(tx)).phase.value
     elif action == "reconcile":
         out = [r.to_dict() for r in journal.reconcile_pending(owner)]
+    elif action == "checkpoint":
+        head = journal.checkpoint()
+        out = head.seq if head else None
     elif action == "publish-many":
         prefix, count, *sources = rest
         claims = [claim_for(s) for s in sources]

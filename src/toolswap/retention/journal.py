@@ -21,7 +21,10 @@ memory owner. Removing runs the remover first and appends RELEASED only after it
 
 The folded view is cached: later operations verify and fold only the records appended
 since (the chain log keeps its verified position), so one operation costs the same on a
-journal of a hundred records as on one of a hundred thousand.
+journal of a hundred records as on one of a hundred thousand. A cold start loads the
+verified checkpoint of the fold beside the journal and folds only the records after it
+(see :mod:`toolswap.retention.checkpoint`); the journal writes a new checkpoint every
+``checkpoint_every`` records.
 
 A journal bound to a memory owner acknowledges its head (sequence, hash) to the owner
 after each append and checks it before each operation, so a journal that lost whole
@@ -60,6 +63,7 @@ from ..errors import (
 from ..manifest import Manifest
 from ..reader import ArtifactReader
 from ..session import Session
+from . import checkpoint as _checkpoint
 from .claims import MAX_REFERENCE_COUNT, ArtifactClaimView, ArtifactRetentionClaim
 from .lease import (
     TRANSACTION_ID_RE,
@@ -149,6 +153,9 @@ class ArtifactRetentionJournal:
             ``<session>/memory.sqlite3`` whenever that database exists; pass ``None`` to
             bind nothing, or the owner you publish to.
         now: clock for ``recorded_at`` and for deadlines (timezone-aware UTC).
+        checkpoint_every: write a checkpoint of the fold once this many records were
+            appended after the last one (0: never write one; an existing one is still
+            used).
     """
 
     def __init__(
@@ -157,7 +164,10 @@ class ArtifactRetentionJournal:
         *,
         owner: ArtifactReferenceOwner | Literal["default"] | None = "default",
         now: Callable[[], datetime] | None = None,
+        checkpoint_every: int = _checkpoint.CHECKPOINT_INTERVAL,
     ) -> None:
+        if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+            raise ValueError("checkpoint_every must be a non-negative number of records")
         self.session = (
             session_dir
             if isinstance(session_dir, Session)
@@ -187,6 +197,9 @@ class ArtifactRetentionJournal:
         """The 32-byte hash of every record, by sequence: checks an owner's head in O(1)."""
         self._intents: dict[str, tuple[dict[str, Any], ArtifactRetentionClaim]] = {}
         """Intents already validated, by intent hash (many leases repeat an intent)."""
+        self._checkpoint_every = checkpoint_every
+        self._checkpoint_seq = 0
+        """The record the newest checkpoint this object loaded or wrote covers."""
 
     # -- identity and owner ----------------------------------------------------------
 
@@ -238,10 +251,12 @@ class ArtifactRetentionJournal:
     def _hash_at(self, seq: int) -> str:
         return self._hashes[(seq - 1) * 32 : seq * 32].hex()
 
-    def _sync(self) -> None:
+    def _sync(self, *, use_checkpoint: bool = True) -> None:
         """Verify and fold the records appended since the last sync (hold the lock)."""
         previous = self._log.head
         try:
+            if use_checkpoint and previous[0] == 0 and self._log.offset == 0:
+                self._load_checkpoint()
             reset, records = self._log.refresh()
             if reset:
                 self._clear()
@@ -258,6 +273,59 @@ class ArtifactRetentionJournal:
         except ArtifactLeaseJournalError:
             self._forget()
             raise
+        self._checkpoint_if_due()
+
+    def _load_checkpoint(self) -> None:
+        loaded = _checkpoint.load_checkpoint(self.path, self.session.session_id)
+        if loaded is None or not self._log.resume(
+            loaded.offset, loaded.seq, loaded.hash, loaded.identity
+        ):
+            return
+        self._clear()
+        for lease in loaded.leases:
+            self._leases[lease.transaction_id] = lease
+            if not lease.phase.is_terminal:
+                self._live[lease.transaction_id] = lease
+        self._hashes = bytearray(loaded.hashes)
+        self._checkpoint_seq = loaded.seq
+
+    def _checkpoint_if_due(self) -> None:
+        seq = self._log.head[0]
+        if self._checkpoint_every and seq - self._checkpoint_seq >= self._checkpoint_every:
+            # An optimization: a checkpoint that cannot be written leaves the journal whole.
+            with suppress(OSError):
+                self._write_checkpoint()
+            self._checkpoint_seq = seq
+
+    def _write_checkpoint(self) -> bool:
+        seq, digest = self._log.head
+        return seq > 0 and _checkpoint.write_checkpoint(
+            self.path,
+            self.session.session_id,
+            seq=seq,
+            digest=digest,
+            offset=self._log.offset,
+            identity=self._log.identity,
+            leases=list(self._leases.values()),
+            hashes=bytes(self._hashes),
+        )
+
+    def checkpoint(self) -> JournalHead | None:
+        """Write a checkpoint of the fold as of the journal's head now.
+
+        Returns:
+            The record it covers, or None when the journal holds no record.
+
+        Raises:
+            ArtifactLeaseJournalError: the journal cannot be trusted.
+            OSError: the checkpoint could not be written (the previous one stays).
+        """
+        with self.session.lock():
+            self._sync()
+            if not self._write_checkpoint():
+                return None
+            self._checkpoint_seq = self._log.head[0]
+            return self.head
 
     def _fold(self, record: dict[str, Any]) -> None:
         seq = record["seq"]
@@ -400,6 +468,7 @@ class ArtifactRetentionJournal:
         except ArtifactLeaseJournalError:
             self._forget()
             raise
+        self._checkpoint_if_due()
         return self._leases[transaction_id]
 
     def _require(self, transaction_id: str) -> ArtifactLeaseTransaction:
@@ -660,8 +729,9 @@ class ArtifactRetentionJournal:
         head = owner.journal_head(self.journal_key) if owner is not None else None
         with self.session.lock():
             self._forget()
-            self._sync()
+            self._sync(use_checkpoint=False)
             self._check_owner_head(head)
+            _checkpoint.check_against(self.path, self.session.session_id, bytes(self._hashes))
             phases = {p.value: 0 for p in ArtifactLeasePhase}
             for lease in self._leases.values():
                 phases[lease.phase.value] += 1
