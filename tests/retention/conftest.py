@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -30,6 +31,9 @@ from toolswap import (
 
 WORKER = Path(__file__).with_name("worker.py")
 TIMEOUT = 60
+BACKENDS = ["sqlite", "postgres"]
+"""Owner backends; a module whose tests hold for any owner parametrizes ``env`` with them:
+``pytestmark = pytest.mark.parametrize("env", BACKENDS, indirect=True)``."""
 
 
 @dataclass
@@ -53,6 +57,9 @@ class Env:
     ext: ToolResultExternalizer
     source_ids: list[str]
     _sync_count: list[int] = field(default_factory=lambda: [0])
+    backend: str = "sqlite"
+    dsn: str = ""
+    schema: str = ""
 
     def reference(self, index: int = 0) -> ArtifactMemoryReference:
         return self.ext.get_artifact(self.source_ids[index]).for_memory()
@@ -60,8 +67,32 @@ class Env:
     def claim(self, index: int = 0, **kw: Any) -> ArtifactRetentionClaim:
         return ArtifactRetentionClaim.from_memory_reference(self.reference(index), **kw)
 
-    def owner(self, **kw: Any) -> SqliteMemoryOwner:
+    def owner(self, **kw: Any) -> Any:
+        """The memory owner of this backend (a new object: another process, later)."""
+        if self.backend == "postgres":
+            from toolswap.retention.owners.postgres import PostgresMemoryOwner
+
+            return PostgresMemoryOwner(self.dsn, schema=self.schema, **kw)
         return SqliteMemoryOwner(self.owner_db, **kw)
+
+    @property
+    def owner_spec(self) -> str:
+        """How a worker process opens the same owner (see worker.py)."""
+        if self.backend == "postgres":
+            return f"postgres|{self.schema}|{self.dsn}"
+        return str(self.owner_db)
+
+    def owner_sql(self, statement: str) -> None:
+        """Run one statement on the owner's database directly (a damaged record, ...)."""
+        if self.backend == "postgres":
+            import psycopg
+
+            with psycopg.connect(self.dsn, options=f"-c search_path={self.schema}") as conn:
+                conn.execute(statement)
+            return
+        with sqlite3.connect(self.owner_db) as conn:
+            conn.execute(statement)
+        conn.close()
 
     def journal(self, **kw: Any) -> ArtifactRetentionJournal:
         if "owner" not in kw:
@@ -94,7 +125,7 @@ class Env:
     ) -> subprocess.Popen[str]:
         action, *rest = args
         return subprocess.Popen(
-            [sys.executable, str(WORKER), action, str(self.session_dir), str(self.owner_db), *rest],
+            [sys.executable, str(WORKER), action, str(self.session_dir), self.owner_spec, *rest],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -148,7 +179,13 @@ class Env:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Env:
+def env(tmp_path: Path, request: pytest.FixtureRequest) -> Env:
+    """A session with three artifacts and its owner (SQLite unless parametrized)."""
+    backend = getattr(request, "param", "sqlite")
+    dsn = schema = ""
+    if backend == "postgres":
+        dsn = request.getfixturevalue("postgres_server").dsn
+        schema = request.getfixturevalue("postgres_schema")
     session_dir = tmp_path / "sessions" / "s1"
     ext = ToolResultExternalizer(session_dir)
     source_ids = [
@@ -161,4 +198,7 @@ def env(tmp_path: Path) -> Env:
         owner_db=session_dir / "memory.sqlite3",
         ext=ext,
         source_ids=source_ids,
+        backend=backend,
+        dsn=dsn,
+        schema=schema,
     )

@@ -1,10 +1,11 @@
 """Crash matrix: SIGKILL the protocol at every named durable step, then recover.
 
 Each case prepares a state in this process, runs one step of the protocol (publish,
-rejected publish, remove, reconcile) in a worker process that kills itself with SIGKILL
-at one crash point, then runs a fresh recovery process that verifies the journal,
-reconciles every pending lease with the SQLite owner and finishes removals whose owner
-side completed. The checks:
+rejected publish, remove, reconcile, checkpoint) in a worker process that kills itself
+with SIGKILL at one crash point, then runs a fresh recovery process that verifies the
+journal, reconciles every pending lease with the owner and finishes removals whose owner
+side completed. Every case runs with the SQLite owner and with the PostgreSQL owner. The
+checks:
 
 - no reference the owner holds is unprotected, before and after reconciliation;
 - no corrupt journal is accepted (the recovery verifies it from the first byte);
@@ -21,7 +22,7 @@ import pytest
 
 from toolswap import CRASH_POINTS
 
-from .conftest import Env
+from .conftest import BACKENDS, Env
 
 RETENTION_POINTS = {p for p in CRASH_POINTS if p.split(".")[0] in ("journal", "owner", "reconcile")}
 
@@ -134,6 +135,7 @@ def _check_owner_references_are_protected(state: dict[str, Any]) -> None:
         assert state["leases"].get(tx) in ("PREPARED", "COMMITTED"), (tx, state)
 
 
+@pytest.mark.parametrize("env", BACKENDS, indirect=True)
 @pytest.mark.parametrize(("scenario", "point", "final"), CASES)
 def test_crash_at_a_durable_step_never_leaves_a_reference_unprotected(
     env: Env, scenario: str, point: str, final: str

@@ -1,6 +1,7 @@
 """One step of the retention protocol, run in its own process by the crash and race tests.
 
-Usage: ``python worker.py ACTION SESSION_DIR OWNER_DB [ARGS...]``; prints one JSON line.
+Usage: ``python worker.py ACTION SESSION_DIR OWNER [ARGS...]``; prints one JSON line.
+OWNER is a SQLite owner database, or ``postgres|SCHEMA|DSN``.
 The tests kill it with ``TOOLSWAP_CRASH_POINT`` or stop it with ``TOOLSWAP_SYNC_POINT``.
 
 Actions:
@@ -22,7 +23,7 @@ from __future__ import annotations
 import fcntl
 import json
 import sys
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from toolswap import (
     ArtifactPublicationRejected,
@@ -32,8 +33,22 @@ from toolswap import (
     ToolResultExternalizer,
 )
 
+if TYPE_CHECKING:
+    from toolswap.retention.owners.postgres import PostgresMemoryOwner
 
-def _state(journal: ArtifactRetentionJournal, owner: SqliteMemoryOwner) -> dict[str, object]:
+    Owner = SqliteMemoryOwner | PostgresMemoryOwner
+
+
+def open_owner(spec: str, fence: Literal["immediate", "optimistic"]) -> Owner:
+    if spec.startswith("postgres|"):
+        from toolswap.retention.owners.postgres import PostgresMemoryOwner
+
+        _, schema, dsn = spec.split("|", 2)
+        return PostgresMemoryOwner(dsn, schema=schema, fence=fence)
+    return SqliteMemoryOwner(spec, fence=fence)
+
+
+def _state(journal: ArtifactRetentionJournal, owner: Owner) -> dict[str, object]:
     view = journal.recover()
     leases = journal.transactions()
     return {
@@ -58,7 +73,7 @@ def main(argv: list[str]) -> None:
     fence: Literal["immediate", "optimistic"] = (
         "optimistic" if rest[-1:] == ["optimistic"] else "immediate"
     )
-    owner = SqliteMemoryOwner(owner_db, fence=fence)
+    owner = open_owner(owner_db, fence)
     ext = ToolResultExternalizer(session_dir)
     journal = ArtifactRetentionJournal(session_dir, owner=owner)
 
