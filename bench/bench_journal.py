@@ -8,6 +8,8 @@
    COMMITTED fsync) on a journal of 100 records and on one of 100,000, each journal
    object warm. The folded view is cached and only appended records are verified, so
    the two should cost the same. Target: within 1.2x.
+3. One publish_reference whose publisher writes to SqliteMemoryOwner and to
+   PostgresMemoryOwner (a server started for the run, on a Unix socket), side by side.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from toolswap import (
     SqliteMemoryOwner,
     ToolResultExternalizer,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from postgres_server import PostgresServer, unavailable_reason
 from toolswap.chainlog import GENESIS_HASH, SCHEMA_VERSION, canonical_json
 from toolswap.retention.checkpoint import CHECKPOINT_INTERVAL, checkpoint_path
 
@@ -128,6 +133,28 @@ def checkpoint_at(ext: ToolResultExternalizer, ends: list[int], seq: int) -> Non
         f.write(full[ends[seq - 1] :])
 
 
+def sqlite_owner(root: Path) -> SqliteMemoryOwner:
+    return SqliteMemoryOwner(root / "memory.sqlite3")
+
+
+def owned_publish(ext: ToolResultExternalizer, refs: list[Any], owner: Any) -> float:
+    """Median seconds of one publish_reference whose publisher writes to ``owner``."""
+    journal = ArtifactRetentionJournal(ext.session, owner=owner)
+    journal.recover()
+    owned: list[float] = []
+    tag = type(owner).__name__
+    for i in range(PUBLISHES):
+        ref = refs[i % len(refs)]
+        claim = ArtifactRetentionClaim.from_memory_reference(ref)
+        tx = f"{tag}-{i}"
+        start = time.perf_counter()
+        journal.publish_reference(
+            claim, lambda tx=tx, ref=ref: owner.publish(tx, ref), transaction_id=tx
+        )  # type: ignore[misc]
+        owned.append(time.perf_counter() - start)
+    return statistics.median(owned)
+
+
 def main() -> None:
     root = Path(__file__).resolve().parent / ".data" / "journal"
     shutil.rmtree(root, ignore_errors=True)
@@ -173,23 +200,27 @@ def main() -> None:
     print(f"  at {LARGE:>7,} records: {large_t * 1e3:7.2f} ms")
     print(f"  ratio large / small:  {large_t / small_t:.2f}x  (target <= 1.2x)")
 
-    owner = SqliteMemoryOwner(root / "memory.sqlite3")
-    journal = ArtifactRetentionJournal(large_ext.session, owner=owner)
-    journal.recover()
-    owned: list[float] = []
-    for i in range(PUBLISHES):
-        ref = large_refs[i % len(large_refs)]
-        claim = ArtifactRetentionClaim.from_memory_reference(ref)
-        tx = f"owned-{i}"
-        start = time.perf_counter()
-        journal.publish_reference(
-            claim, lambda tx=tx, ref=ref: owner.publish(tx, ref), transaction_id=tx
-        )  # type: ignore[misc]
-        owned.append(time.perf_counter() - start)
-    print(
-        f"  through SqliteMemoryOwner at {LARGE:,} records (publish + head acks): "
-        f"{statistics.median(owned) * 1e3:.2f} ms"
-    )
+    owned = {"SqliteMemoryOwner": owned_publish(large_ext, large_refs, sqlite_owner(root))}
+    reason = unavailable_reason()
+    if reason is None:
+        from toolswap.retention.owners.postgres import PostgresMemoryOwner
+
+        server = PostgresServer().start()
+        try:
+            with PostgresMemoryOwner(server.dsn) as pg_owner:
+                owned["PostgresMemoryOwner"] = owned_publish(large_ext, large_refs, pg_owner)
+        finally:
+            server.stop()
+            server.remove()
+    print(f"one publish_reference through a memory owner at {LARGE:,} records")
+    print("  (PREPARED fsync, head ack, owner.publish, COMMITTED fsync, head ack)")
+    for name, took in owned.items():
+        print(f"  {name:<20} {took * 1e3:7.2f} ms")
+    if len(owned) == 2:
+        ratio = owned["PostgresMemoryOwner"] / owned["SqliteMemoryOwner"]
+        print(f"  PostgreSQL / SQLite: {ratio:.2f}x  (PostgreSQL on a local Unix socket)")
+    else:
+        print(f"  PostgresMemoryOwner: not measured ({reason})")
     shutil.rmtree(root, ignore_errors=True)
     sys.stdout.flush()
 
