@@ -28,6 +28,7 @@ journal; a leftover temporary file is replaced by the next write.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -49,7 +50,10 @@ __all__ = [
     "CHECKPOINT_INTERVAL",
     "FoldCheckpoint",
     "check_against",
+    "checkpoint_fold",
     "checkpoint_path",
+    "decode_checkpoint",
+    "encode_checkpoint",
     "load_checkpoint",
     "write_checkpoint",
 ]
@@ -122,6 +126,10 @@ def _read_body(path: Path) -> dict[str, Any] | None:
             data = f.read()
     except OSError as exc:
         raise _Ignored(exc.strerror) from exc
+    return _body(data)
+
+
+def _body(data: bytes) -> dict[str, Any]:
     body, sep, rest = data.rpartition(b"\n")
     if sep and not rest:
         body, sep, digest = body.rpartition(b"\n")
@@ -179,6 +187,52 @@ def _leases(
     return leases
 
 
+def _header(body: dict[str, Any], session: str) -> tuple[int, str, bytes]:
+    if body.get("format") != FORMAT or body.get("v") != VERSION:
+        raise _Ignored("another format")
+    if body.get("session") != session:
+        raise _Ignored("of another session")
+    seq, digest, raw_hashes = body["seq"], body["hash"], body["hashes"]
+    if not (
+        isinstance(seq, int) and seq > 0 and isinstance(digest, str) and isinstance(raw_hashes, str)
+    ):
+        raise _Ignored("malformed header")
+    hashes = base64.b64decode(raw_hashes, validate=True)
+    if len(hashes) != 32 * seq or hashes[-32:].hex() != digest:
+        raise _Ignored("record hashes do not match the head")
+    return seq, digest, hashes
+
+
+def _fold(body: dict[str, Any], session: str, seq: int) -> list[ArtifactLeaseTransaction] | None:
+    try:
+        claims = _claims(body.get("intents"), session)
+        return _leases(body.get("leases"), claims, seq)
+    except (_Ignored, KeyError, TypeError, ValueError, ArtifactRetentionError, SourceIdError):
+        return None
+
+
+def decode_checkpoint(data: bytes, session: str) -> tuple[int, str, dict[str, Any]] | None:
+    """``(seq, hash, body)`` of an intact checkpoint of ``session``, else None."""
+    try:
+        body = _body(data)
+        seq, digest, _ = _header(body, session)
+    except (_Ignored, KeyError, TypeError, ValueError):
+        return None
+    return seq, digest, body
+
+
+def checkpoint_fold(body: dict[str, Any], session: str) -> FoldCheckpoint | None:
+    """The fold a decoded checkpoint body holds (None if it is malformed)."""
+    try:
+        seq, digest, hashes = _header(body, session)
+    except (_Ignored, KeyError, TypeError, ValueError):
+        return None
+    leases = _fold(body, session, seq)
+    if leases is None:
+        return None
+    return FoldCheckpoint(seq, digest, 0, (0, 0), leases, hashes)
+
+
 def load_checkpoint(journal_path: Path, session: str) -> FoldCheckpoint | None:
     """The checkpoint beside ``journal_path``, checked against the journal (see module doc).
 
@@ -194,25 +248,10 @@ def load_checkpoint(journal_path: Path, session: str) -> FoldCheckpoint | None:
         body = _read_body(path)
         if body is None:
             return None
-        if body.get("format") != FORMAT or body.get("v") != VERSION:
-            raise _Ignored("another format")
-        if body.get("session") != session:
-            raise _Ignored("of another session")
-        seq, digest, offset = body["seq"], body["hash"], body["offset"]
-        prefix, raw_hashes = body["prefix_sha256"], body["hashes"]
-        if not (
-            isinstance(seq, int)
-            and isinstance(offset, int)
-            and seq > 0
-            and offset > 0
-            and isinstance(digest, str)
-            and isinstance(prefix, str)
-            and isinstance(raw_hashes, str)
-        ):
+        seq, _, _ = _header(body, session)
+        offset, prefix = body["offset"], body["prefix_sha256"]
+        if not (isinstance(offset, int) and offset > 0 and isinstance(prefix, str)):
             raise _Ignored("malformed header")
-        hashes = base64.b64decode(raw_hashes, validate=True)
-        if len(hashes) != 32 * seq or hashes[-32:].hex() != digest:
-            raise _Ignored("record hashes do not match the head")
     except (_Ignored, KeyError, TypeError, ValueError):
         return None
     fd = None
@@ -237,12 +276,10 @@ def load_checkpoint(journal_path: Path, session: str) -> FoldCheckpoint | None:
         identity = (st.st_dev, st.st_ino)
     finally:
         os.close(fd)
-    try:
-        claims = _claims(body.get("intents"), session)
-        leases = _leases(body.get("leases"), claims, seq)
-    except (_Ignored, KeyError, TypeError, ValueError, ArtifactRetentionError, SourceIdError):
+    fold = checkpoint_fold(body, session)
+    if fold is None:
         return None
-    return FoldCheckpoint(seq, digest, offset, identity, leases, hashes)
+    return dataclasses.replace(fold, offset=offset, identity=identity)
 
 
 def _refuse(path: Path, message: str) -> ArtifactLeaseJournalError:
@@ -270,6 +307,48 @@ def check_against(journal_path: Path, session: str, hashes: bytes) -> None:
         return
     if seq < 1 or hashes[(seq - 1) * 32 : seq * 32].hex() != digest:
         raise _refuse(path, f"the journal does not hold record {seq} that its checkpoint covers")
+
+
+def encode_checkpoint(
+    session: str,
+    *,
+    seq: int,
+    digest: str,
+    leases: list[ArtifactLeaseTransaction],
+    hashes: bytes,
+    extra: dict[str, object],
+) -> bytes:
+    """The bytes of a checkpoint of a fold as of record ``seq`` (``extra``: store fields)."""
+    intents: dict[str, object] = {}
+    rows: list[list[object]] = []
+    for lease in leases:
+        if lease.intent_hash not in intents:
+            intents[lease.intent_hash] = lease.claim.to_dict()
+        rows.append(
+            [
+                lease.transaction_id,
+                lease.intent_hash,
+                lease.phase.value,
+                lease.prepared_at.isoformat(),
+                lease.updated_at.isoformat(),
+                lease.prepared_seq,
+                lease.last_seq,
+            ]
+        )
+    body = canonical_json(
+        {
+            **extra,
+            "format": FORMAT,
+            "v": VERSION,
+            "session": session,
+            "seq": seq,
+            "hash": digest,
+            "hashes": base64.b64encode(hashes).decode("ascii"),
+            "intents": intents,
+            "leases": rows,
+        }
+    )
+    return body + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n"
 
 
 def write_checkpoint(
@@ -301,37 +380,14 @@ def write_checkpoint(
         prefix = _prefix_sha256(fd, offset)
     finally:
         os.close(fd)
-    intents: dict[str, object] = {}
-    rows: list[list[object]] = []
-    for lease in leases:
-        if lease.intent_hash not in intents:
-            intents[lease.intent_hash] = lease.claim.to_dict()
-        rows.append(
-            [
-                lease.transaction_id,
-                lease.intent_hash,
-                lease.phase.value,
-                lease.prepared_at.isoformat(),
-                lease.updated_at.isoformat(),
-                lease.prepared_seq,
-                lease.last_seq,
-            ]
-        )
-    body = canonical_json(
-        {
-            "format": FORMAT,
-            "v": VERSION,
-            "session": session,
-            "seq": seq,
-            "hash": digest,
-            "offset": offset,
-            "prefix_sha256": prefix,
-            "hashes": base64.b64encode(hashes).decode("ascii"),
-            "intents": intents,
-            "leases": rows,
-        }
+    data = encode_checkpoint(
+        session,
+        seq=seq,
+        digest=digest,
+        leases=leases,
+        hashes=hashes,
+        extra={"offset": offset, "prefix_sha256": prefix},
     )
-    data = body + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n"
     path = checkpoint_path(journal_path)
     tmp = path.with_name(path.name + ".tmp")
     with suppress(FileNotFoundError):

@@ -35,16 +35,12 @@ before any write raises :class:`~toolswap.errors.ArtifactPublicationRejected`.
 
 from __future__ import annotations
 
-import os
-import re
-import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import psycopg
-from psycopg import sql
 
 from ...artifact import ArtifactMemoryReference
 from ...crashpoints import crash_point
@@ -54,6 +50,7 @@ from ...errors import (
     ArtifactReferenceOwnerError,
     ArtifactReferenceTombstonedError,
 )
+from .._postgres import SCHEMA_VERSION, TOMBSTONED_SQLSTATE, PgConnections, error_text
 from ..lease import ArtifactLeaseTransaction, validate_transaction_id
 from ..owner import (
     ArtifactObservationState,
@@ -74,102 +71,6 @@ from ._shared import (
 
 __all__ = ["TOMBSTONED_SQLSTATE", "PostgresMemoryOwner"]
 
-SCHEMA_VERSION = 1
-TOMBSTONED_SQLSTATE = "TS001"
-"""The SQLSTATE the server raises for a write under a tombstoned publication ID."""
-_SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_IDLE_CONNECTIONS = 4
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS owner_meta (
-    key text PRIMARY KEY,
-    value text NOT NULL
-);
-CREATE TABLE IF NOT EXISTS publications (
-    transaction_id text PRIMARY KEY,
-    generation bigint NOT NULL DEFAULT 0 CHECK (generation >= 0)
-);
-CREATE TABLE IF NOT EXISTS memory_references (
-    transaction_id text PRIMARY KEY REFERENCES publications,
-    session text NOT NULL,
-    source_id text NOT NULL,
-    content_sha256 text NOT NULL,
-    reference text NOT NULL,
-    published_at timestamptz NOT NULL
-);
-CREATE INDEX IF NOT EXISTS memory_references_by_source
-    ON memory_references (session, source_id);
-CREATE TABLE IF NOT EXISTS tombstones (
-    transaction_id text PRIMARY KEY REFERENCES publications,
-    generation bigint NOT NULL,
-    reason text NOT NULL,
-    sealed_at timestamptz NOT NULL
-);
-CREATE TABLE IF NOT EXISTS journal_heads (
-    journal_key text PRIMARY KEY,
-    seq bigint NOT NULL,
-    hash text NOT NULL,
-    acknowledged_at timestamptz NOT NULL
-);
-
-CREATE OR REPLACE FUNCTION refuse_tombstoned_reference() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    PERFORM 1 FROM publications WHERE transaction_id = NEW.transaction_id FOR UPDATE;
-    IF EXISTS (SELECT 1 FROM tombstones WHERE transaction_id = NEW.transaction_id) THEN
-        RAISE EXCEPTION 'publication ID % is tombstoned', NEW.transaction_id
-            USING ERRCODE = 'TS001';
-    END IF;
-    RETURN NEW;
-END $$;
-CREATE OR REPLACE TRIGGER memory_references_not_tombstoned
-    BEFORE INSERT OR UPDATE ON memory_references
-    FOR EACH ROW EXECUTE FUNCTION refuse_tombstoned_reference();
-
-CREATE OR REPLACE FUNCTION check_tombstone_insert() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    PERFORM 1 FROM publications WHERE transaction_id = NEW.transaction_id FOR UPDATE;
-    IF EXISTS (SELECT 1 FROM memory_references WHERE transaction_id = NEW.transaction_id)
-    THEN
-        RAISE EXCEPTION 'publication ID % holds a reference; remove it before the tombstone',
-            NEW.transaction_id USING ERRCODE = 'TS002';
-    END IF;
-    RETURN NEW;
-END $$;
-CREATE OR REPLACE TRIGGER tombstones_only_beside_nothing
-    BEFORE INSERT ON tombstones
-    FOR EACH ROW EXECUTE FUNCTION check_tombstone_insert();
-
-CREATE OR REPLACE FUNCTION refuse_tombstone_change() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'tombstones are permanent' USING ERRCODE = 'TS003';
-END $$;
-CREATE OR REPLACE TRIGGER tombstones_are_permanent
-    BEFORE UPDATE OR DELETE ON tombstones
-    FOR EACH ROW EXECUTE FUNCTION refuse_tombstone_change();
-CREATE OR REPLACE TRIGGER tombstones_are_never_truncated
-    BEFORE TRUNCATE ON tombstones
-    FOR EACH STATEMENT EXECUTE FUNCTION refuse_tombstone_change();
-
-CREATE OR REPLACE FUNCTION check_generation_step() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.transaction_id <> OLD.transaction_id
-        OR NEW.generation <> OLD.generation + 1 THEN
-        RAISE EXCEPTION 'a generation only moves up by one' USING ERRCODE = 'TS004';
-    END IF;
-    RETURN NEW;
-END $$;
-CREATE OR REPLACE TRIGGER generations_move_up_by_one
-    BEFORE UPDATE ON publications
-    FOR EACH ROW EXECUTE FUNCTION check_generation_step();
-CREATE OR REPLACE TRIGGER publications_are_never_deleted
-    BEFORE DELETE ON publications
-    FOR EACH ROW EXECUTE FUNCTION refuse_tombstone_change();
-"""
-
 
 def _owner_error(action: str, exc: psycopg.Error) -> ArtifactReferenceOwnerError:
     if exc.sqlstate == TOMBSTONED_SQLSTATE:
@@ -177,12 +78,9 @@ def _owner_error(action: str, exc: psycopg.Error) -> ArtifactReferenceOwnerError
             f"the database refused the write: {exc.diag.message_primary}; it can never be "
             "published again; use a new transaction ID"
         )
-    if exc.sqlstate == "55P03":
-        what = "the publication is locked by another transaction (a fence); retry"
-    else:
-        what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
     return ArtifactReferenceOwnerError(
-        f"memory owner (PostgreSQL): {action} failed ({what}); retry, or check the server"
+        f"memory owner (PostgreSQL): {action} failed ({error_text(exc)}); retry, or check "
+        "the server"
     )
 
 
@@ -214,125 +112,42 @@ class PostgresMemoryOwner(ArtifactReferenceOwner):
         fence: Literal["immediate", "optimistic"] = "immediate",
         now: Callable[[], datetime] | None = None,
     ) -> None:
-        if not isinstance(dsn, str) or not dsn.strip():
-            raise ValueError("dsn must be a PostgreSQL connection string or URL")
-        if not isinstance(schema, str) or not _SCHEMA_RE.fullmatch(schema):
-            raise ValueError("schema must be 1-63 lowercase letters, digits or '_'")
         if fence not in ("immediate", "optimistic"):
             raise ValueError("fence must be 'immediate' or 'optimistic'")
-        if not lock_timeout >= 0 or not connect_timeout > 0:
-            raise ValueError("timeouts must be non-negative numbers of seconds")
-        self._dsn = dsn
+        self._pg = PgConnections(
+            dsn,
+            schema,
+            lock_timeout=lock_timeout,
+            connect_timeout=connect_timeout,
+            error=_owner_error,
+        )
         self.schema = schema
-        self.lock_timeout = float(lock_timeout)
-        self.connect_timeout = float(connect_timeout)
         self.fence_mode: Literal["immediate", "optimistic"] = fence
         self._now = now or (lambda: datetime.now(UTC))
-        self._idle: list[psycopg.Connection[Any]] = []
-        self._idle_pid = os.getpid()
-        self._pool_lock = threading.Lock()
-        self._init_schema()
+        version = self._pg.init_schema()
+        if version != str(SCHEMA_VERSION):
+            raise ArtifactReferenceOwnerError(
+                f"memory owner schema {schema!r} has schema version {version!r}; this "
+                f"toolswap reads version {SCHEMA_VERSION}"
+            )
 
     def __repr__(self) -> str:
         return f"PostgresMemoryOwner(schema={self.schema!r}, fence={self.fence_mode!r})"
 
     # -- connections -----------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(
-            self._dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
-        )
-        try:
-            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
-            conn.execute(
-                sql.SQL("SET lock_timeout = {}").format(
-                    sql.Literal(f"{int(self.lock_timeout * 1000)}ms")
-                )
-            )
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    @contextmanager
-    def _connection(self, action: str) -> Iterator[psycopg.Connection[Any]]:
-        conn: psycopg.Connection[Any] | None = None
-        with self._pool_lock:
-            if self._idle_pid != os.getpid():  # a forked child never reuses the parent's
-                self._idle, self._idle_pid = [], os.getpid()
-            if self._idle:
-                conn = self._idle.pop()
-        if conn is not None:
-            # A kept connection may have outlived its server (a restart, a failover).
-            try:
-                conn.execute("SELECT 1")
-            except psycopg.Error:
-                conn.close()
-                conn = None
-        try:
-            if conn is None:
-                conn = self._connect()
-            yield conn
-        except psycopg.Error as exc:
-            if conn is not None:
-                conn.close()
-            raise _owner_error(action, exc) from exc
-        except BaseException:
-            if conn is not None:
-                self._release(conn)
-            raise
-        self._release(conn)
-
-    def _release(self, conn: psycopg.Connection[Any]) -> None:
-        """Keep an idle, healthy connection for the next operation; close any other."""
-        if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-            with self._pool_lock:
-                if len(self._idle) < _IDLE_CONNECTIONS and self._idle_pid == os.getpid():
-                    self._idle.append(conn)
-                    return
-        conn.close()
+    def _connection(self, action: str) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return self._pg.connection(action)
 
     def close(self) -> None:
         """Close the idle connections this object keeps (it stays usable)."""
-        with self._pool_lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        self._pg.close()
 
     def __enter__(self) -> PostgresMemoryOwner:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        # An owner dropped without close() must not leave its idle connections open.
-        with suppress(Exception):
-            self.close()
-
-    def _init_schema(self) -> None:
-        with self._connection("opening the database") as conn, conn.transaction():
-            # Concurrent first opens create the schema exactly once.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('toolswap.owner.schema'))")
-            conn.execute(
-                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
-            )
-            exists = conn.execute("SELECT to_regclass('owner_meta') IS NOT NULL").fetchone()
-            if not (exists and exists[0]):
-                conn.execute(_DDL)
-                conn.execute(
-                    "INSERT INTO owner_meta (key, value) VALUES ('schema_version', %s) "
-                    "ON CONFLICT DO NOTHING",
-                    (str(SCHEMA_VERSION),),
-                )
-            row = conn.execute(
-                "SELECT value FROM owner_meta WHERE key = 'schema_version'"
-            ).fetchone()
-        if row is None or row[0] != str(SCHEMA_VERSION):
-            raise ArtifactReferenceOwnerError(
-                f"memory owner schema {self.schema!r} has schema version "
-                f"{row[0] if row else None!r}; this toolswap reads version {SCHEMA_VERSION}"
-            )
 
     # -- the publication row ---------------------------------------------------------
 
