@@ -273,6 +273,17 @@ class ChainLog:
         with self.lock:
             return self._append(body, crash_prefix)
 
+    def _next_record(self, body: dict[str, Any]) -> tuple[dict[str, Any], str, bytes]:
+        """The record after the current head: (record without hash, hash, line bytes)."""
+        if _RESERVED & body.keys():
+            raise ValueError(f"record body may not set {sorted(_RESERVED & body.keys())}")
+        record: dict[str, Any] = dict(body)
+        record.update(v=SCHEMA_VERSION, seq=self._seq + 1, session=self.session)
+        record["prev"] = self._hash
+        encoded = canonical_json(record)
+        digest = hashlib.sha256(encoded).hexdigest()
+        return record, digest, encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
+
     def _append(
         self, body: dict[str, Any], crash_prefix: str
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -297,12 +308,7 @@ class ChainLog:
                 os.fchmod(fd, 0o600)  # a log created by an older tool or a umask
             if self._torn is not None:
                 self._cut_torn_tail(fd)
-            record: dict[str, Any] = dict(body)
-            record.update(v=SCHEMA_VERSION, seq=self._seq + 1, session=self.session)
-            record["prev"] = self._hash
-            encoded = canonical_json(record)
-            digest = hashlib.sha256(encoded).hexdigest()
-            line = encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
+            record, digest, line = self._next_record(body)
             try:
                 write_all(fd, line)
                 crash_point(f"{crash_prefix}.appended")

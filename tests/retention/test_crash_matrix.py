@@ -4,8 +4,8 @@ Each case prepares a state in this process, runs one step of the protocol (publi
 rejected publish, remove, reconcile, checkpoint) in a worker process that kills itself
 with SIGKILL at one crash point, then runs a fresh recovery process that verifies the
 journal, reconciles every pending lease with the owner and finishes removals whose owner
-side completed. Every case runs with the SQLite owner and with the PostgreSQL owner. The
-checks:
+side completed. Every case runs with the SQLite owner, with the PostgreSQL owner, and with
+the PostgreSQL owner and the journal in PostgreSQL. The checks:
 
 - no reference the owner holds is unprotected, before and after reconciliation;
 - no corrupt journal is accepted (the recovery verifies it from the first byte);
@@ -117,9 +117,12 @@ SCENARIOS: dict[str, Scenario] = {
     ),
 }
 
+# The journal in PostgreSQL has no checkpoint file to crash while writing.
 CASES = [
-    pytest.param(name, point, final, id=f"{name}@{point}")
+    pytest.param(backend, name, point, final, id=f"{name}@{point}-{backend}")
+    for backend in [*BACKENDS, "postgres-journal"]
     for name, (_, _, points) in SCENARIOS.items()
+    if not (backend == "postgres-journal" and name == "checkpoint")
     for point, final in points.items()
 ]
 
@@ -135,8 +138,7 @@ def _check_owner_references_are_protected(state: dict[str, Any]) -> None:
         assert state["leases"].get(tx) in ("PREPARED", "COMMITTED"), (tx, state)
 
 
-@pytest.mark.parametrize("env", BACKENDS, indirect=True)
-@pytest.mark.parametrize(("scenario", "point", "final"), CASES)
+@pytest.mark.parametrize(("env", "scenario", "point", "final"), CASES, indirect=["env"])
 def test_crash_at_a_durable_step_never_leaves_a_reference_unprotected(
     env: Env, scenario: str, point: str, final: str
 ) -> None:
@@ -155,6 +157,12 @@ def test_crash_at_a_durable_step_never_leaves_a_reference_unprotected(
     # Every lease is settled once the owner has answered.
     assert after["view"]["pending_transaction_ids"] == []
     assert all(r["status"] in ("committed", "aborted") for r in out["reports"])
+    # A record killed before its commit is gone from a database journal (a file keeps
+    # bytes written before the fsync when only the process dies).
+    lost = env.shared_journal and point.endswith(".appended")
+    if lost and point == "journal.prepared.appended":
+        assert after["leases"] == {} and after["owner"] == {}
+        return
     assert after["leases"] == {"tx": final}
     # The journal and the owner agree.
     holds = "tx" in after["owner"]
@@ -166,7 +174,9 @@ def test_crash_at_a_durable_step_never_leaves_a_reference_unprotected(
     # Settled by the owner means sealed: a late or replayed write can never land. Only a
     # publisher's own rejection (ABORTED without asking the owner) leaves no tombstone.
     sealed = after["tombstoned"]["tx"]
-    rejected_outright = scenario == "rejected publish" and point.startswith("journal.aborted")
+    rejected_outright = (
+        scenario == "rejected publish" and point.startswith("journal.aborted") and not lost
+    )
     if final in (A, R):
         assert sealed != rejected_outright
     if sealed:

@@ -8,11 +8,10 @@ test_lease_state_machine; these tests cover what only PostgreSQL has.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import pytest
 
-from postgres_server import PostgresServer, unavailable_reason
+from postgres_server import PostgresServer
 from toolswap import (
     ArtifactReconcileStatus,
     ArtifactReferenceOwnerError,
@@ -29,22 +28,13 @@ pytestmark = pytest.mark.parametrize("env", ["postgres"], indirect=True)
 S = ArtifactReconcileStatus
 
 
-def _sqlstate(env: Env, statement: str) -> str | None:
-    try:
-        env.owner_sql(statement)
-    except psycopg.Error as exc:
-        return str(exc.sqlstate)
-    return None
-
-
 def test_the_server_refuses_a_reference_under_a_tombstone_whoever_writes_it(env: Env) -> None:
     owner = env.owner()
     owner.publish("tx-1", env.reference())
     owner.remove("tx-1")
     owner.close()
     # A client that bypasses toolswap entirely is refused by the database.
-    state = _sqlstate(
-        env,
+    state = env.sqlstate(
         "INSERT INTO memory_references (transaction_id, session, source_id, content_sha256, "
         "reference, published_at) VALUES ('tx-1', 's1', 'x', 'y', '{}', now())",
     )
@@ -56,17 +46,16 @@ def test_the_server_refuses_a_reference_under_a_tombstone_whoever_writes_it(env:
 def test_tombstones_are_never_updated_deleted_or_truncated(env: Env) -> None:
     owner = env.owner()
     owner.remove("tx-1")
-    assert _sqlstate(env, "DELETE FROM tombstones") == "TS003"
-    assert _sqlstate(env, "UPDATE tombstones SET reason = 'x'") == "TS003"
-    assert _sqlstate(env, "TRUNCATE tombstones") == "TS003"
-    assert _sqlstate(env, "DELETE FROM publications") == "TS003"
+    assert env.sqlstate("DELETE FROM tombstones") == "TS003"
+    assert env.sqlstate("UPDATE tombstones SET reason = 'x'") == "TS003"
+    assert env.sqlstate("TRUNCATE tombstones") == "TS003"
+    assert env.sqlstate("DELETE FROM publications") == "TS003"
     assert owner.is_tombstoned("tx-1")
 
 
 def test_a_tombstone_is_never_written_beside_a_reference(env: Env) -> None:
     env.owner().publish("tx-1", env.reference())
-    state = _sqlstate(
-        env,
+    state = env.sqlstate(
         "INSERT INTO tombstones (transaction_id, generation, reason, sealed_at) "
         "VALUES ('tx-1', 9, 'absent', now())",
     )
@@ -75,9 +64,9 @@ def test_a_tombstone_is_never_written_beside_a_reference(env: Env) -> None:
 
 def test_a_generation_only_moves_up_by_one(env: Env) -> None:
     env.owner().publish("tx-1", env.reference())
-    assert _sqlstate(env, "UPDATE publications SET generation = 5") == "TS004"
-    assert _sqlstate(env, "UPDATE publications SET generation = 0") == "TS004"
-    assert _sqlstate(env, "UPDATE publications SET generation = generation + 1") is None
+    assert env.sqlstate("UPDATE publications SET generation = 5") == "TS004"
+    assert env.sqlstate("UPDATE publications SET generation = 0") == "TS004"
+    assert env.sqlstate("UPDATE publications SET generation = generation + 1") is None
 
 
 def test_the_fence_locks_its_publication_id_and_no_other(env: Env) -> None:
@@ -123,20 +112,6 @@ def test_an_unreachable_server_is_an_owner_error_that_names_no_credentials(env: 
 
 
 # -- a server that goes away mid-publish ----------------------------------------------
-
-
-@pytest.fixture
-def own_server() -> Iterator[PostgresServer]:
-    """A server of this test alone, so it can be stopped and restarted."""
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    server = PostgresServer().start()
-    try:
-        yield server
-    finally:
-        server.stop("immediate")
-        server.remove()
 
 
 def test_a_server_crash_mid_publish_leaves_the_lease_prepared_and_reconcile_settles_it(

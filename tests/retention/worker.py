@@ -1,7 +1,8 @@
 """One step of the retention protocol, run in its own process by the crash and race tests.
 
 Usage: ``python worker.py ACTION SESSION_DIR OWNER [ARGS...]``; prints one JSON line.
-OWNER is a SQLite owner database, or ``postgres|SCHEMA|DSN``.
+OWNER is a SQLite owner database, or ``postgres|SCHEMA|DSN``. With
+``TOOLSWAP_TEST_JOURNAL_STORE=postgres|SCHEMA|DSN`` the journal lives in PostgreSQL too.
 The tests kill it with ``TOOLSWAP_CRASH_POINT`` or stop it with ``TOOLSWAP_SYNC_POINT``.
 
 Actions:
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Literal
 
@@ -46,6 +48,17 @@ def open_owner(spec: str, fence: Literal["immediate", "optimistic"]) -> Owner:
         _, schema, dsn = spec.split("|", 2)
         return PostgresMemoryOwner(dsn, schema=schema, fence=fence)
     return SqliteMemoryOwner(spec, fence=fence)
+
+
+def open_journal(session_dir: str, owner: Owner) -> ArtifactRetentionJournal:
+    spec = os.environ.get("TOOLSWAP_TEST_JOURNAL_STORE")
+    if not spec:
+        return ArtifactRetentionJournal(session_dir, owner=owner)
+    from toolswap.retention.postgres_journal import PostgresJournalStore
+
+    _, schema, dsn = spec.split("|", 2)
+    store = PostgresJournalStore(dsn, session_dir, schema=schema)
+    return ArtifactRetentionJournal(session_dir, owner=owner, store=store)
 
 
 def _state(journal: ArtifactRetentionJournal, owner: Owner) -> dict[str, object]:
@@ -75,7 +88,7 @@ def main(argv: list[str]) -> None:
     )
     owner = open_owner(owner_db, fence)
     ext = ToolResultExternalizer(session_dir)
-    journal = ArtifactRetentionJournal(session_dir, owner=owner)
+    journal = open_journal(session_dir, owner)
 
     def claim_for(source_id: str) -> ArtifactRetentionClaim:
         return ArtifactRetentionClaim.from_memory_reference(
@@ -141,7 +154,7 @@ def main(argv: list[str]) -> None:
     elif action == "recover":
         # A fresh process: recover (full verification), reconcile, then finish removals
         # whose owner side completed before the crash (the remover is idempotent).
-        fresh = ArtifactRetentionJournal(session_dir, owner=owner)
+        fresh = open_journal(session_dir, owner)
         before = _state(fresh, owner)
         reports = [r.to_dict() for r in fresh.reconcile_pending(owner)]
         owned = {r.transaction_id for r in owner.list_references()}

@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,6 +65,7 @@ from ..reader import ArtifactReader
 from ..session import Session
 from . import checkpoint as _checkpoint
 from .claims import MAX_REFERENCE_COUNT, ArtifactClaimView, ArtifactRetentionClaim
+from .journal_store import JournalStore, LocalJournalStore
 from .lease import (
     TRANSACTION_ID_RE,
     ArtifactLeasePhase,
@@ -156,6 +157,8 @@ class ArtifactRetentionJournal:
         checkpoint_every: write a checkpoint of the fold once this many records were
             appended after the last one (0: never write one; an existing one is still
             used).
+        store: where the records, the lock and the checkpoint live (default: the
+            session's journal file and flock; see :mod:`toolswap.retention.journal_store`).
     """
 
     def __init__(
@@ -165,6 +168,7 @@ class ArtifactRetentionJournal:
         owner: ArtifactReferenceOwner | Literal["default"] | None = "default",
         now: Callable[[], datetime] | None = None,
         checkpoint_every: int = _checkpoint.CHECKPOINT_INTERVAL,
+        store: JournalStore | None = None,
     ) -> None:
         if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
             raise ValueError("checkpoint_every must be a non-negative number of records")
@@ -174,7 +178,13 @@ class ArtifactRetentionJournal:
             else Session.at(session_dir, create=False)
         )
         self.path = self.session.journal_path
-        self._log = ChainLog(self.path, self.session.session_id, error=ArtifactLeaseJournalError)
+        if store is not None and (
+            not isinstance(store, JournalStore)
+            or store.session.session_id != self.session.session_id
+        ):
+            raise TypeError("store must be a JournalStore of this session")
+        self._store = store if store is not None else LocalJournalStore(self.session)
+        self._log = self._store.open_log()
         self._reader = ArtifactReader(
             self.session,
             Manifest(
@@ -208,6 +218,10 @@ class ArtifactRetentionJournal:
         """The name this journal's head is acknowledged under: ``<workspace>/<session>``."""
         return f"{self.session.root.parent.name}/{self.session.session_id}"
 
+    def lock(self) -> AbstractContextManager[None]:
+        """The lock prepare(), every append and gc share (hold it to keep the view still)."""
+        return self._store.lock()
+
     @property
     def log(self) -> ChainLog:
         """The underlying hash-chained log."""
@@ -234,7 +248,7 @@ class ArtifactRetentionJournal:
 
     def _fail(self, message: str) -> ArtifactLeaseJournalError:
         return ArtifactLeaseJournalError(
-            f"{self.path.name}: {message}; nothing may be deleted until the journal is "
+            f"{self._store.name}: {message}; nothing may be deleted until the journal is "
             "restored (run `toolswap journal verify`)"
         )
 
@@ -255,7 +269,7 @@ class ArtifactRetentionJournal:
         """Verify and fold the records appended since the last sync (hold the lock)."""
         previous = self._log.head
         try:
-            if use_checkpoint and previous[0] == 0 and self._log.offset == 0:
+            if use_checkpoint and previous[0] == 0 and self._log.identity is None:
                 self._load_checkpoint()
             reset, records = self._log.refresh()
             if reset:
@@ -276,7 +290,7 @@ class ArtifactRetentionJournal:
         self._checkpoint_if_due()
 
     def _load_checkpoint(self) -> None:
-        loaded = _checkpoint.load_checkpoint(self.path, self.session.session_id)
+        loaded = self._store.load_checkpoint()
         if loaded is None or not self._log.resume(
             loaded.offset, loaded.seq, loaded.hash, loaded.identity
         ):
@@ -298,16 +312,8 @@ class ArtifactRetentionJournal:
             self._checkpoint_seq = seq
 
     def _write_checkpoint(self) -> bool:
-        seq, digest = self._log.head
-        return seq > 0 and _checkpoint.write_checkpoint(
-            self.path,
-            self.session.session_id,
-            seq=seq,
-            digest=digest,
-            offset=self._log.offset,
-            identity=self._log.identity,
-            leases=list(self._leases.values()),
-            hashes=bytes(self._hashes),
+        return self._store.write_checkpoint(
+            self._log, list(self._leases.values()), bytes(self._hashes)
         )
 
     def checkpoint(self) -> JournalHead | None:
@@ -320,7 +326,7 @@ class ArtifactRetentionJournal:
             ArtifactLeaseJournalError: the journal cannot be trusted.
             OSError: the checkpoint could not be written (the previous one stays).
         """
-        with self.session.lock():
+        with self._store.lock():
             self._sync()
             if not self._write_checkpoint():
                 return None
@@ -427,7 +433,7 @@ class ArtifactRetentionJournal:
         the refresh that follows always sees it. The owner is never called under the lock.
         """
         head = owner.journal_head(self.journal_key) if owner is not None else None
-        with self.session.lock():
+        with self._store.lock():
             self._sync()
             self._check_owner_head(head)
             yield
@@ -727,11 +733,11 @@ class ArtifactRetentionJournal:
         """
         owner = owner if owner is not None else self.owner
         head = owner.journal_head(self.journal_key) if owner is not None else None
-        with self.session.lock():
+        with self._store.lock():
             self._forget()
             self._sync(use_checkpoint=False)
             self._check_owner_head(head)
-            _checkpoint.check_against(self.path, self.session.session_id, bytes(self._hashes))
+            self._store.check_checkpoint(bytes(self._hashes))
             phases = {p.value: 0 for p in ArtifactLeasePhase}
             for lease in self._leases.values():
                 phases[lease.phase.value] += 1
@@ -797,7 +803,7 @@ class ArtifactRetentionJournal:
             # The owner failed (taking the fence, sealing, or releasing it). The journal
             # is the truth: report what it holds now.
             if decided is None:
-                with self.session.lock():
+                with self._store.lock():
                     self._sync()
                     current = self._leases[tx]
                 if current.phase is not P.PREPARED:
@@ -821,7 +827,7 @@ class ArtifactRetentionJournal:
         obs = fence.observation
         if not isinstance(obs, ArtifactReferenceObservation):
             raise ArtifactReferenceOwnerError("the fence gave no ArtifactReferenceObservation")
-        with self.session.lock():
+        with self._store.lock():
             self._sync()
             current = self._leases[tx]
         if current.phase is not P.PREPARED:
@@ -879,7 +885,7 @@ class ArtifactRetentionJournal:
         reason: str,
         generation: int | None,
     ) -> ArtifactReconcileReport:
-        with self.session.lock():
+        with self._store.lock():
             self._sync()
             current = self._leases[lease.transaction_id]
             if current.phase is not P.PREPARED:
