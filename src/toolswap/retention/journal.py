@@ -306,8 +306,9 @@ class ArtifactRetentionJournal:
     def _checkpoint_if_due(self) -> None:
         seq = self._log.head[0]
         if self._checkpoint_every and seq - self._checkpoint_seq >= self._checkpoint_every:
-            # An optimization: a checkpoint that cannot be written leaves the journal whole.
-            with suppress(OSError):
+            # An optimization: a checkpoint that cannot be written (a full disk, a database
+            # that went away) leaves the journal whole; the next interval tries again.
+            with suppress(OSError, ArtifactLeaseJournalError):
                 self._write_checkpoint()
             self._checkpoint_seq = seq
 
