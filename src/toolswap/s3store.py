@@ -99,6 +99,8 @@ class S3ArtifactStore:
         self._client = client if client is not None else boto3.client("s3")
         self._verified: dict[tuple[str, str], str] = {}
         """(key, etag) -> sha256 of every object version this store verified whole."""
+        self._next: dict[tuple[str, str], int] = {}
+        """(workspace, session) -> the number this store tries next (a 412 moves it on)."""
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> S3ArtifactStore:
@@ -158,8 +160,10 @@ class S3ArtifactStore:
                 spool.write(chunk)
                 size += len(chunk)
             digest = sha.hexdigest()
-            existing = self.list(workspace, session)
-            number = (parse_artifact_filename(existing[-1]) or 0) + 1 if existing else 1
+            number = self._next.get((workspace, session))
+            if number is None:  # once per session: later names follow our own
+                existing = self.list(workspace, session)
+                number = (parse_artifact_filename(existing[-1]) or 0) + 1 if existing else 1
             while True:
                 filename = artifact_filename(number)
                 key = self.key(workspace, session, filename)
@@ -167,6 +171,7 @@ class S3ArtifactStore:
                 etag = self._write_new(key, spool, size, digest)
                 if etag is not None:
                     self._verified[(key, etag)] = digest
+                    self._next[(workspace, session)] = number + 1
                     return S3ArtifactObject(key, filename, size, digest, etag)
                 number += 1  # another host took this name first
 
