@@ -134,8 +134,10 @@ def postgres_server() -> Iterator[PostgresServer]:
     try:
         yield server
     finally:
-        server.stop()
-        server.remove()
+        try:
+            server.stop()
+        finally:
+            server.remove()
 
 
 _schemas = iter(range(1, 1 << 30))

@@ -243,5 +243,7 @@ def own_server() -> Iterator[PostgresServer]:
     try:
         yield server
     finally:
-        server.stop("immediate")
-        server.remove()
+        try:
+            server.stop("immediate")
+        finally:
+            server.remove()
