@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from postgres_server import PostgresServer, unavailable_reason
 from toolswap import ToolResultExternalizer
 
 _ENV = (
@@ -27,6 +28,8 @@ _ENV = (
     "TOOLSWAP_CRASH_SKIP",
     "TOOLSWAP_SYNC_POINT",
     "TOOLSWAP_SYNC_DIR",
+    "TOOLSWAP_DATABASE_URL",
+    "TOOLSWAP_DATABASE_SCHEMA",
     "BASH_MAX_OUTPUT_LENGTH",
     "CODEBUDDY_TOOL_RESULT_THRESHOLD_KB",
 )
@@ -119,3 +122,28 @@ def full_disk_command(
 def full_disk() -> Callable[..., subprocess.CompletedProcess[bytes]]:
     """``full_disk(mount_dir, script, size_kib=N)``: see :func:`full_disk_command`."""
     return full_disk_command
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the whole run (each test uses its own schema)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"PostgreSQL tests need a local server: {reason}")
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            server.remove()
+
+
+_schemas = iter(range(1, 1 << 30))
+
+
+@pytest.fixture
+def postgres_schema(postgres_server: PostgresServer) -> str:
+    """A schema name no other test of this run uses."""
+    return f"t{os.getpid()}_{next(_schemas)}"

@@ -78,6 +78,35 @@ class ChainLog:
         return self._seq, self._hash
 
     @property
+    def offset(self) -> int:
+        """Byte offset just past the last complete record seen (where the next one goes)."""
+        return self._offset
+
+    @property
+    def identity(self) -> tuple[int, int] | None:
+        """(device, inode) of the file the last refresh read (None before any)."""
+        return self._identity
+
+    def resume(self, offset: int, seq: int, digest: str, identity: tuple[int, int]) -> bool:
+        """Continue from a prefix verified by other means (a checkpoint of the fold).
+
+        The next refresh verifies only the records after ``offset``; a file whose identity
+        is not ``identity`` (dev, inode) is re-read from its first byte.
+
+        Returns:
+            False (and nothing changes) when this object already verified a record beyond
+            ``seq``: only a read from the first byte can prove that record is still there.
+        """
+        with self.lock:
+            if self._identity is not None or self._offset:
+                raise ValueError("resume() needs a log that has not been read yet")
+            if self._floor[0] > seq or (self._floor[0] == seq and self._floor[1] != digest):
+                return False
+            self._offset, self._seq, self._hash, self._identity = offset, seq, digest, identity
+            self._floor = (seq, digest)
+            return True
+
+    @property
     def torn_tail(self) -> tuple[int, int] | None:
         """(offset, length) of an incomplete final record, if the last refresh saw one."""
         return self._torn
@@ -244,6 +273,17 @@ class ChainLog:
         with self.lock:
             return self._append(body, crash_prefix)
 
+    def _next_record(self, body: dict[str, Any]) -> tuple[dict[str, Any], str, bytes]:
+        """The record after the current head: (record without hash, hash, line bytes)."""
+        if _RESERVED & body.keys():
+            raise ValueError(f"record body may not set {sorted(_RESERVED & body.keys())}")
+        record: dict[str, Any] = dict(body)
+        record.update(v=SCHEMA_VERSION, seq=self._seq + 1, session=self.session)
+        record["prev"] = self._hash
+        encoded = canonical_json(record)
+        digest = hashlib.sha256(encoded).hexdigest()
+        return record, digest, encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
+
     def _append(
         self, body: dict[str, Any], crash_prefix: str
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -268,12 +308,7 @@ class ChainLog:
                 os.fchmod(fd, 0o600)  # a log created by an older tool or a umask
             if self._torn is not None:
                 self._cut_torn_tail(fd)
-            record: dict[str, Any] = dict(body)
-            record.update(v=SCHEMA_VERSION, seq=self._seq + 1, session=self.session)
-            record["prev"] = self._hash
-            encoded = canonical_json(record)
-            digest = hashlib.sha256(encoded).hexdigest()
-            line = encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
+            record, digest, line = self._next_record(body)
             try:
                 write_all(fd, line)
                 crash_point(f"{crash_prefix}.appended")

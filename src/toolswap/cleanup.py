@@ -23,6 +23,7 @@ import re
 import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -104,6 +105,7 @@ class JournalLike(Protocol):
     @property
     def session(self) -> Session: ...
     def recover(self, now: datetime | None = None) -> ClaimView: ...
+    def lock(self) -> AbstractContextManager[None]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -717,7 +719,9 @@ def apply_cleanup_from_journal(
         view = journal.recover(now=when)
         return _claims_of(view), tuple(view.pending_transaction_ids)
 
-    return _apply(journal.session, plan, current, _utc_now(now), progress, policy)
+    # The journal's lock (a database lock for a shared journal) is the one prepare() takes.
+    with journal.lock():
+        return _apply(journal.session, plan, current, _utc_now(now), progress, policy)
 
 
 def _apply(

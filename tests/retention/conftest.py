@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from postgres_server import PostgresServer, unavailable_reason
 from toolswap import (
     ArtifactMemoryReference,
     ArtifactRetentionClaim,
@@ -30,6 +32,9 @@ from toolswap import (
 
 WORKER = Path(__file__).with_name("worker.py")
 TIMEOUT = 60
+BACKENDS = ["sqlite", "postgres"]
+"""Owner backends; a module whose tests hold for any owner parametrizes ``env`` with them:
+``pytestmark = pytest.mark.parametrize("env", BACKENDS, indirect=True)``."""
 
 
 @dataclass
@@ -53,6 +58,22 @@ class Env:
     ext: ToolResultExternalizer
     source_ids: list[str]
     _sync_count: list[int] = field(default_factory=lambda: [0])
+    backend: str = "sqlite"
+    """The owner: "sqlite", "postgres", or "postgres-journal" (the journal in it too)."""
+    dsn: str = ""
+    schema: str = ""
+
+    @property
+    def shared_journal(self) -> bool:
+        return self.backend == "postgres-journal"
+
+    def store(self) -> Any:
+        """The journal store (None: the session's journal file)."""
+        if not self.shared_journal:
+            return None
+        from toolswap.retention.postgres_journal import PostgresJournalStore
+
+        return PostgresJournalStore(self.dsn, self.session_dir, schema=self.schema)
 
     def reference(self, index: int = 0) -> ArtifactMemoryReference:
         return self.ext.get_artifact(self.source_ids[index]).for_memory()
@@ -60,12 +81,48 @@ class Env:
     def claim(self, index: int = 0, **kw: Any) -> ArtifactRetentionClaim:
         return ArtifactRetentionClaim.from_memory_reference(self.reference(index), **kw)
 
-    def owner(self, **kw: Any) -> SqliteMemoryOwner:
+    def owner(self, **kw: Any) -> Any:
+        """The memory owner of this backend (a new object: another process, later)."""
+        if self.backend.startswith("postgres"):
+            from toolswap.retention.owners.postgres import PostgresMemoryOwner
+
+            return PostgresMemoryOwner(self.dsn, schema=self.schema, **kw)
         return SqliteMemoryOwner(self.owner_db, **kw)
+
+    @property
+    def owner_spec(self) -> str:
+        """How a worker process opens the same owner (see worker.py)."""
+        if self.backend.startswith("postgres"):
+            return f"postgres|{self.schema}|{self.dsn}"
+        return str(self.owner_db)
+
+    def sqlstate(self, statement: str) -> str | None:
+        """The SQLSTATE the owner's PostgreSQL database answers ``statement`` with."""
+        import psycopg
+
+        try:
+            self.owner_sql(statement)
+        except psycopg.Error as exc:
+            return str(exc.sqlstate)
+        return None
+
+    def owner_sql(self, statement: str) -> None:
+        """Run one statement on the owner's database directly (a damaged record, ...)."""
+        if self.backend.startswith("postgres"):
+            import psycopg
+
+            with psycopg.connect(self.dsn, options=f"-c search_path={self.schema}") as conn:
+                conn.execute(statement)
+            return
+        with sqlite3.connect(self.owner_db) as conn:
+            conn.execute(statement)
+        conn.close()
 
     def journal(self, **kw: Any) -> ArtifactRetentionJournal:
         if "owner" not in kw:
             kw["owner"] = self.owner()
+        if "store" not in kw and self.shared_journal:
+            kw["store"] = self.store()
         return ArtifactRetentionJournal(self.session_dir, **kw)
 
     def publish(self, tx: str, index: int = 0) -> None:
@@ -82,6 +139,9 @@ class Env:
         env = dict(os.environ)
         for name in ("TOOLSWAP_CRASH_POINT", "TOOLSWAP_SYNC_POINT", "TOOLSWAP_SYNC_DIR"):
             env.pop(name, None)
+        env.pop("TOOLSWAP_TEST_JOURNAL_STORE", None)
+        if self.shared_journal:
+            env["TOOLSWAP_TEST_JOURNAL_STORE"] = f"postgres|{self.schema}|{self.dsn}"
         if crash is not None:
             env["TOOLSWAP_CRASH_POINT"] = crash
         if sync is not None:
@@ -94,7 +154,7 @@ class Env:
     ) -> subprocess.Popen[str]:
         action, *rest = args
         return subprocess.Popen(
-            [sys.executable, str(WORKER), action, str(self.session_dir), str(self.owner_db), *rest],
+            [sys.executable, str(WORKER), action, str(self.session_dir), self.owner_spec, *rest],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -148,7 +208,13 @@ class Env:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Env:
+def env(tmp_path: Path, request: pytest.FixtureRequest) -> Env:
+    """A session with three artifacts and its owner (SQLite unless parametrized)."""
+    backend = getattr(request, "param", "sqlite")
+    dsn = schema = ""
+    if backend.startswith("postgres"):
+        dsn = request.getfixturevalue("postgres_server").dsn
+        schema = request.getfixturevalue("postgres_schema")
     session_dir = tmp_path / "sessions" / "s1"
     ext = ToolResultExternalizer(session_dir)
     source_ids = [
@@ -161,4 +227,23 @@ def env(tmp_path: Path) -> Env:
         owner_db=session_dir / "memory.sqlite3",
         ext=ext,
         source_ids=source_ids,
+        backend=backend,
+        dsn=dsn,
+        schema=schema,
     )
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this test alone, so it can be stopped and restarted."""
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        try:
+            server.stop("immediate")
+        finally:
+            server.remove()

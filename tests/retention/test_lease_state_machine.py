@@ -8,6 +8,7 @@ killed with SIGKILL at a crash point of the publish or reconcile path.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from contextlib import suppress
@@ -23,15 +24,16 @@ from hypothesis.stateful import (
     initialize,
     invariant,
     rule,
+    run_state_machine_as_test,
 )
 
+from postgres_server import PostgresServer
 from toolswap import (
     ArtifactPublicationRejected,
     ArtifactReconcileStatus,
     ArtifactReferenceTombstonedError,
     ArtifactRetentionClaim,
     ArtifactRetentionJournal,
-    SqliteMemoryOwner,
     ToolResultExternalizer,
 )
 
@@ -63,6 +65,9 @@ RECONCILE_POINTS = [
 class LeaseMachine(RuleBasedStateMachine):
     committed = Bundle("committed")
     sealed = Bundle("sealed")
+    backend = "sqlite"
+    dsn = ""
+    examples = 0
 
     @initialize()
     def open_session(self) -> None:
@@ -73,8 +78,18 @@ class LeaseMachine(RuleBasedStateMachine):
             ext.externalize(f"{tag}\n" * 40_000, "grep").artifact.source_id
             for tag in ("alpha", "beta")
         ]
-        self.env = Env(self.tmp, session_dir, session_dir / "memory.sqlite3", ext, sids)
-        self.owner = SqliteMemoryOwner(self.env.owner_db)
+        type(self).examples += 1
+        self.env = Env(
+            self.tmp,
+            session_dir,
+            session_dir / "memory.sqlite3",
+            ext,
+            sids,
+            backend=self.backend,
+            dsn=self.dsn,
+            schema=f"machine_{os.getpid()}_{self.examples}",
+        )
+        self.owner = self.env.owner()
         self.journal = ArtifactRetentionJournal(session_dir, owner=self.owner)
         self.phase: dict[str, str] = {}
         self.claims: dict[str, ArtifactRetentionClaim] = {}
@@ -83,6 +98,8 @@ class LeaseMachine(RuleBasedStateMachine):
         self.counter = 0
 
     def teardown(self) -> None:
+        if self.backend == "postgres":
+            self.owner.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _new(self, index: int, deadline: datetime | None) -> tuple[str, ArtifactRetentionClaim]:
@@ -251,3 +268,22 @@ LeaseMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestLeaseStateMachine = LeaseMachine.TestCase
+
+
+class PostgresLeaseMachine(LeaseMachine):
+    """The same machine with the PostgreSQL owner (crash workers open it too)."""
+
+    backend = "postgres"
+
+
+def test_lease_state_machine_holds_with_the_postgres_owner(postgres_server: PostgresServer) -> None:
+    PostgresLeaseMachine.dsn = postgres_server.dsn
+    run_state_machine_as_test(
+        PostgresLeaseMachine,
+        settings=settings(
+            max_examples=10,
+            stateful_step_count=15,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )

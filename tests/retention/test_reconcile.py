@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -14,13 +13,16 @@ from toolswap import (
     ArtifactLeaseTransaction,
     ArtifactReconcileStatus,
     ArtifactReferenceFence,
+    ArtifactReferenceOwner,
     ArtifactReferenceOwnerError,
     ArtifactReferenceTombstonedError,
     ArtifactRetentionError,
-    SqliteMemoryOwner,
+    JournalHead,
 )
 
-from .conftest import Env
+from .conftest import BACKENDS, Env
+
+pytestmark = pytest.mark.parametrize("env", BACKENDS, indirect=True)
 
 S = ArtifactReconcileStatus
 P = ArtifactLeasePhase
@@ -60,8 +62,7 @@ def test_unreadable_owner_record_is_unknown_and_stays_pending(env: Env) -> None:
     journal = env.journal(owner=owner)
     journal.prepare(env.claim(), transaction_id="tx-1")
     owner.publish("tx-1", env.reference())
-    with sqlite3.connect(env.owner_db) as conn:
-        conn.execute("UPDATE memory_references SET reference = '{not json'")
+    env.owner_sql("UPDATE memory_references SET reference = '{not json'")
     report = journal.reconcile_reference("tx-1", owner)
     assert report.status is S.PENDING_UNKNOWN
     assert journal.recover().pending_transaction_ids == ("tx-1",)
@@ -136,21 +137,30 @@ def test_reports_carry_only_id_status_reason_and_generation(env: Env) -> None:
         assert env.reference(0).summary not in text
 
 
-class _FailsFor(SqliteMemoryOwner):
-    """The SQLite owner, except that taking the fence for one ID fails."""
+class _FailsFor(ArtifactReferenceOwner):
+    """A real owner, except that taking the fence for one ID fails."""
 
     failing = "b"
+
+    def __init__(self, inner: ArtifactReferenceOwner) -> None:
+        self.inner = inner
 
     def inspect_fenced(
         self, transaction: ArtifactLeaseTransaction
     ) -> AbstractContextManager[ArtifactReferenceFence]:
         if transaction.transaction_id == self.failing:
             raise ArtifactReferenceOwnerError("connection reset")
-        return super().inspect_fenced(transaction)
+        return self.inner.inspect_fenced(transaction)
+
+    def journal_head(self, journal_key: str) -> JournalHead | None:
+        return self.inner.journal_head(journal_key)
+
+    def acknowledge_journal_head(self, journal_key: str, head: JournalHead) -> None:
+        self.inner.acknowledge_journal_head(journal_key, head)
 
 
 def test_reconcile_pending_reports_every_lease_even_when_one_fails(env: Env) -> None:
-    owner = _FailsFor(env.owner_db)
+    owner = _FailsFor(env.owner())
     journal = env.journal(owner=owner)
     for tx in ("a", "b", "c"):
         journal.prepare(env.claim(), transaction_id=tx)
@@ -160,22 +170,6 @@ def test_reconcile_pending_reports_every_lease_even_when_one_fails(env: Env) -> 
     ]  # fmt: skip
     assert "ArtifactReferenceOwnerError" in reports[1].reason
     assert journal.recover().pending_transaction_ids == ("b",)
-
-
-def test_owner_that_cannot_take_the_fence_leaves_every_lease_pending(env: Env) -> None:
-    journal = env.journal()
-    journal.prepare(env.claim(), transaction_id="tx-1")
-    owner = env.owner(busy_timeout=0)
-    blocker = sqlite3.connect(env.owner_db, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    try:
-        [report] = journal.reconcile_pending(owner)
-    finally:
-        blocker.execute("ROLLBACK")
-        blocker.close()
-    assert report.status is S.PENDING_UNKNOWN
-    assert journal.recover().pending_transaction_ids == ("tx-1",)
-    assert journal.reconcile_pending(owner)[0].status is S.ABORTED
 
 
 def test_tombstoned_publish_propagates_and_reconciliation_aborts_the_lease(env: Env) -> None:

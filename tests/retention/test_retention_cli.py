@@ -1,4 +1,4 @@
-"""`toolswap leases`, `toolswap reconcile` and `toolswap journal verify`."""
+"""`toolswap leases`, `reconcile`, `journal verify` and `journal checkpoint`, local and shared."""
 
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ def _cli(env: Env, *args: str) -> Result:
     return CliRunner().invoke(main, [*args, "--session-dir", str(env.session_dir)])
 
 
-@pytest.mark.parametrize("command", [["leases"], ["reconcile"], ["journal"], ["journal", "verify"]])
+@pytest.mark.parametrize(
+    "command",
+    [["leases"], ["reconcile"], ["journal"], ["journal", "verify"], ["journal", "checkpoint"]],
+)
 def test_retention_commands_have_help(command: list[str]) -> None:
     result = CliRunner().invoke(main, [*command, "--help"])
     assert result.exit_code == 0
@@ -125,3 +128,36 @@ def test_journal_verify_fails_when_the_journal_is_behind_its_owner(env: Env) -> 
     result = _cli(env, "journal", "verify")
     assert result.exit_code == 1
     assert "behind its memory owner" in result.stderr
+
+
+def test_journal_checkpoint_writes_a_checkpoint_that_recovery_uses(env: Env) -> None:
+    env.publish("a", 0)
+    result = _cli(env, "journal", "checkpoint", "--json")
+    assert result.exit_code == 0, result.output
+    head = env.journal().verify().head
+    assert json.loads(result.stdout) == {"checkpoint": head.to_dict()}
+    assert (env.session_dir / "retention-leases.checkpoint").exists()
+    assert _cli(env, "leases", "--json").exit_code == 0
+
+
+@pytest.mark.parametrize("env", ["postgres-journal"], indirect=True)
+def test_the_commands_work_on_a_shared_session_in_postgresql(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.publish("a", 0)
+    env.journal().prepare(env.claim(1), transaction_id="b")
+    monkeypatch.setenv("TOOLSWAP_DATABASE_URL", env.dsn)
+    monkeypatch.setenv("TOOLSWAP_DATABASE_SCHEMA", env.schema)
+    assert not (env.session_dir / "retention-leases.jsonl").exists()  # all in the database
+    listed = _cli(env, "leases", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.stdout)["pending_transaction_ids"] == ["b"]
+    settled = _cli(env, "reconcile", "--json")
+    assert settled.exit_code == 0, settled.output
+    assert [r["status"] for r in json.loads(settled.stdout)] == ["aborted"]
+    verified = _cli(env, "journal", "verify", "--json")
+    assert verified.exit_code == 0, verified.output
+    assert json.loads(verified.stdout)["records"] == 4
+    assert _cli(env, "journal", "checkpoint").exit_code == 0
+    both = _cli(env, "leases", "--owner-db", str(env.owner_db))
+    assert both.exit_code == 2

@@ -1,6 +1,8 @@
 """One step of the retention protocol, run in its own process by the crash and race tests.
 
-Usage: ``python worker.py ACTION SESSION_DIR OWNER_DB [ARGS...]``; prints one JSON line.
+Usage: ``python worker.py ACTION SESSION_DIR OWNER [ARGS...]``; prints one JSON line.
+OWNER is a SQLite owner database, or ``postgres|SCHEMA|DSN``. With
+``TOOLSWAP_TEST_JOURNAL_STORE=postgres|SCHEMA|DSN`` the journal lives in PostgreSQL too.
 The tests kill it with ``TOOLSWAP_CRASH_POINT`` or stop it with ``TOOLSWAP_SYNC_POINT``.
 
 Actions:
@@ -9,6 +11,7 @@ Actions:
     owner-publish SOURCE_ID TX                       the owner's write alone (a late write)
     remove TX                                        remove_reference through the owner
     reconcile [optimistic]                           reconcile_pending, print the reports
+    checkpoint                                       write a checkpoint of the fold
     publish-many PREFIX COUNT SOURCE_ID...           COUNT publishes, round-robin on artifacts
     prepare-many PREFIX COUNT GATE SOURCE_ID...      wait for a shared lock on GATE, then
                                                      COUNT prepares, round-robin on artifacts
@@ -20,8 +23,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import sys
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from toolswap import (
     ArtifactPublicationRejected,
@@ -31,8 +35,33 @@ from toolswap import (
     ToolResultExternalizer,
 )
 
+if TYPE_CHECKING:
+    from toolswap.retention.owners.postgres import PostgresMemoryOwner
 
-def _state(journal: ArtifactRetentionJournal, owner: SqliteMemoryOwner) -> dict[str, object]:
+    Owner = SqliteMemoryOwner | PostgresMemoryOwner
+
+
+def open_owner(spec: str, fence: Literal["immediate", "optimistic"]) -> Owner:
+    if spec.startswith("postgres|"):
+        from toolswap.retention.owners.postgres import PostgresMemoryOwner
+
+        _, schema, dsn = spec.split("|", 2)
+        return PostgresMemoryOwner(dsn, schema=schema, fence=fence)
+    return SqliteMemoryOwner(spec, fence=fence)
+
+
+def open_journal(session_dir: str, owner: Owner) -> ArtifactRetentionJournal:
+    spec = os.environ.get("TOOLSWAP_TEST_JOURNAL_STORE")
+    if not spec:
+        return ArtifactRetentionJournal(session_dir, owner=owner)
+    from toolswap.retention.postgres_journal import PostgresJournalStore
+
+    _, schema, dsn = spec.split("|", 2)
+    store = PostgresJournalStore(dsn, session_dir, schema=schema)
+    return ArtifactRetentionJournal(session_dir, owner=owner, store=store)
+
+
+def _state(journal: ArtifactRetentionJournal, owner: Owner) -> dict[str, object]:
     view = journal.recover()
     leases = journal.transactions()
     return {
@@ -57,9 +86,9 @@ def main(argv: list[str]) -> None:
     fence: Literal["immediate", "optimistic"] = (
         "optimistic" if rest[-1:] == ["optimistic"] else "immediate"
     )
-    owner = SqliteMemoryOwner(owner_db, fence=fence)
+    owner = open_owner(owner_db, fence)
     ext = ToolResultExternalizer(session_dir)
-    journal = ArtifactRetentionJournal(session_dir, owner=owner)
+    journal = open_journal(session_dir, owner)
 
     def claim_for(source_id: str) -> ArtifactRetentionClaim:
         return ArtifactRetentionClaim.from_memory_reference(
@@ -98,6 +127,9 @@ def main(argv: list[str]) -> None:
         out = journal.remove_reference(tx, lambda: owner.remove(tx)).phase.value
     elif action == "reconcile":
         out = [r.to_dict() for r in journal.reconcile_pending(owner)]
+    elif action == "checkpoint":
+        head = journal.checkpoint()
+        out = head.seq if head else None
     elif action == "publish-many":
         prefix, count, *sources = rest
         claims = [claim_for(s) for s in sources]
@@ -122,7 +154,7 @@ def main(argv: list[str]) -> None:
     elif action == "recover":
         # A fresh process: recover (full verification), reconcile, then finish removals
         # whose owner side completed before the crash (the remover is idempotent).
-        fresh = ArtifactRetentionJournal(session_dir, owner=owner)
+        fresh = open_journal(session_dir, owner)
         before = _state(fresh, owner)
         reports = [r.to_dict() for r in fresh.reconcile_pending(owner)]
         owned = {r.transaction_id for r in owner.list_references()}

@@ -1,16 +1,22 @@
-"""Retention commands: ``leases``, ``reconcile`` and ``journal verify``."""
+"""Retention commands: ``leases``, ``reconcile``, ``journal verify`` and ``journal checkpoint``.
+
+With ``--database-url`` (or ``TOOLSWAP_DATABASE_URL``) the memory owner and the lease
+journal are the PostgreSQL ones of a shared session (the ``postgres`` extra).
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from ..errors import ArtifactReferenceOwnerError
+from ..errors import ArtifactReferenceOwnerError, ConfigurationError
 from ..retention import (
     DEFAULT_OWNER_FILENAME,
     ArtifactReconcileStatus,
+    ArtifactReferenceOwner,
     ArtifactRetentionJournal,
     SqliteMemoryOwner,
 )
@@ -23,6 +29,59 @@ __all__: list[str] = []
 _OWNER_HELP = (
     "The memory owner's SQLite database (default: <session>/" + DEFAULT_OWNER_FILENAME + ")."
 )
+
+
+_DATABASE_HELP = (
+    "PostgreSQL URL of a shared session's memory owner and lease journal "
+    "(env TOOLSWAP_DATABASE_URL); replaces --owner-db."
+)
+
+
+def backend_options(function: Callable[..., None]) -> Callable[..., None]:
+    """--owner-db, --database-url and --database-schema."""
+    function = click.option(
+        "--database-schema",
+        envvar="TOOLSWAP_DATABASE_SCHEMA",
+        default="toolswap",
+        show_default=True,
+        help="Schema of the PostgreSQL tables (env TOOLSWAP_DATABASE_SCHEMA).",
+    )(function)
+    function = click.option(
+        "--database-url", envvar="TOOLSWAP_DATABASE_URL", default=None, help=_DATABASE_HELP
+    )(function)
+    return click.option(
+        "--owner-db",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=_OWNER_HELP,
+    )(function)
+
+
+def _open(
+    session: Session,
+    owner_db: Path | None,
+    database_url: str | None,
+    schema: str,
+    *,
+    required: bool,
+) -> tuple[ArtifactRetentionJournal, ArtifactReferenceOwner | None]:
+    """The session's journal and memory owner: local files, or the shared database."""
+    if not database_url:
+        owner = _owner(session, owner_db, required=required)
+        return ArtifactRetentionJournal(session, owner=owner), owner
+    if owner_db is not None:
+        raise click.UsageError("--owner-db and --database-url name two different owners")
+    try:
+        from ..retention.owners.postgres import PostgresMemoryOwner
+        from ..retention.postgres_journal import PostgresJournalStore
+    except ImportError:
+        raise ConfigurationError(
+            "--database-url needs psycopg: pip install 'toolswap[postgres]'"
+        ) from None
+    pg_owner = PostgresMemoryOwner(database_url, schema=schema)
+    store = PostgresJournalStore(database_url, session, schema=schema)
+    journal = ArtifactRetentionJournal(session, owner=pg_owner, store=store)
+    return journal, pg_owner
 
 
 def _owner(session: Session, owner_db: Path | None, *, required: bool) -> SqliteMemoryOwner | None:
@@ -44,9 +103,7 @@ def _deadline(value: object) -> str:
 
 @main.command()
 @session_options
-@click.option(
-    "--owner-db", type=click.Path(dir_okay=False, path_type=Path), default=None, help=_OWNER_HELP
-)
+@backend_options
 @click.option("--all", "show_all", is_flag=True, help="Also list every lease with its phase.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @handle_errors
@@ -55,6 +112,8 @@ def leases(
     workspace: str | None,
     session_dir: Path | None,
     owner_db: Path | None,
+    database_url: str | None,
+    database_schema: str,
     show_all: bool,
     as_json: bool,
 ) -> None:
@@ -66,7 +125,7 @@ def leases(
     `toolswap reconcile` settles it. Exits 1 if the journal cannot be trusted.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    journal = ArtifactRetentionJournal(session, owner=_owner(session, owner_db, required=False))
+    journal, _ = _open(session, owner_db, database_url, database_schema, required=False)
     view = journal.recover()
     transactions = journal.transactions() if show_all else []
     if as_json:
@@ -94,9 +153,7 @@ def leases(
 
 @main.command()
 @session_options
-@click.option(
-    "--owner-db", type=click.Path(dir_okay=False, path_type=Path), default=None, help=_OWNER_HELP
-)
+@backend_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of reports.")
 @handle_errors
 def reconcile(
@@ -104,20 +161,22 @@ def reconcile(
     workspace: str | None,
     session_dir: Path | None,
     owner_db: Path | None,
+    database_url: str | None,
+    database_schema: str,
     as_json: bool,
 ) -> None:
     """Settle pending leases with the memory owner (a SqliteMemoryOwner database).
 
-    The owner is <session>/memory.sqlite3 unless --owner-db names another; it must exist.
+    The owner is <session>/memory.sqlite3 unless --owner-db names another (it must
+    exist), or the PostgreSQL owner of --database-url.
     Each pending lease is observed under the owner's fence: a matching reference commits
     it, a sealed absence (tombstone) aborts it, anything uncertain keeps it pending and
     protecting its artifact. Reports carry the transaction ID, status, reason and
     generation only. Exits 0 when every lease settled, 3 when some stay pending.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    owner = _owner(session, owner_db, required=True)
+    journal, owner = _open(session, owner_db, database_url, database_schema, required=True)
     assert owner is not None
-    journal = ArtifactRetentionJournal(session, owner=owner)
     reports = journal.reconcile_pending(owner)
     if as_json:
         echo_json([r.to_dict() for r in reports])
@@ -147,9 +206,7 @@ def journal() -> None:
 
 @journal.command(name="verify")
 @session_options
-@click.option(
-    "--owner-db", type=click.Path(dir_okay=False, path_type=Path), default=None, help=_OWNER_HELP
-)
+@backend_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @handle_errors
 def journal_verify(
@@ -157,6 +214,8 @@ def journal_verify(
     workspace: str | None,
     session_dir: Path | None,
     owner_db: Path | None,
+    database_url: str | None,
+    database_schema: str,
     as_json: bool,
 ) -> None:
     """Verify the whole lease journal: hash chain, sequence, phases, owner's head.
@@ -166,8 +225,10 @@ def journal_verify(
     journal behind the head the memory owner acknowledged, exits 1.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    owner = _owner(session, owner_db, required=owner_db is not None)
-    summary = ArtifactRetentionJournal(session, owner=owner).verify()
+    journal, _ = _open(
+        session, owner_db, database_url, database_schema, required=owner_db is not None
+    )
+    summary = journal.verify()
     if as_json:
         echo_json({"ok": True, **summary.to_dict()})
         return
@@ -180,3 +241,34 @@ def journal_verify(
             f"torn final record: {summary.torn_tail_bytes} byte(s) ignored (the next append "
             "cuts them off and keeps them beside the journal)"
         )
+
+
+@journal.command(name="checkpoint")
+@session_options
+@backend_options
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@handle_errors
+def journal_checkpoint(
+    session_id: str,
+    workspace: str | None,
+    session_dir: Path | None,
+    owner_db: Path | None,
+    database_url: str | None,
+    database_schema: str,
+    as_json: bool,
+) -> None:
+    """Write a verified checkpoint of the journal's fold now.
+
+    Cold recovery loads the checkpoint and folds only the records after it (the journal
+    also writes one every 10,000 records). A damaged or foreign checkpoint is ignored; one
+    that names records the journal lost makes every command fail closed.
+    """
+    session = resolve_session(session_id, workspace, session_dir, create=False)
+    journal, _ = _open(session, owner_db, database_url, database_schema, required=False)
+    head = journal.checkpoint()
+    if as_json:
+        echo_json({"checkpoint": head.to_dict() if head else None})
+    elif head is None:
+        click.echo("the journal holds no record: no checkpoint written")
+    else:
+        click.echo(f"checkpoint written at record {head.seq} ({head.hash[:16]})")

@@ -21,7 +21,10 @@ memory owner. Removing runs the remover first and appends RELEASED only after it
 
 The folded view is cached: later operations verify and fold only the records appended
 since (the chain log keeps its verified position), so one operation costs the same on a
-journal of a hundred records as on one of a hundred thousand.
+journal of a hundred records as on one of a hundred thousand. A cold start loads the
+verified checkpoint of the fold beside the journal and folds only the records after it
+(see :mod:`toolswap.retention.checkpoint`); the journal writes a new checkpoint every
+``checkpoint_every`` records.
 
 A journal bound to a memory owner acknowledges its head (sequence, hash) to the owner
 after each append and checks it before each operation, so a journal that lost whole
@@ -35,12 +38,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -63,7 +64,15 @@ from ..errors import (
 from ..manifest import JournalAnchor, Manifest
 from ..reader import ArtifactReader
 from ..session import Session
+from . import checkpoint as _checkpoint
 from .claims import MAX_REFERENCE_COUNT, ArtifactClaimView, ArtifactRetentionClaim
+from .journal_store import JournalStore, LocalJournalStore
+from .lease import (
+    TRANSACTION_ID_RE,
+    ArtifactLeasePhase,
+    ArtifactLeaseTransaction,
+    validate_transaction_id,
+)
 from .owner import (
     ArtifactObservationState,
     ArtifactReconcileReport,
@@ -84,30 +93,12 @@ __all__ = [
 
 T = TypeVar("T")
 
-TRANSACTION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=/-]{0,199}")
 _RECORD_KEYS = frozenset(
     {"v", "seq", "session", "prev", "hash", "transaction_id", "phase", "recorded_at"}
     | {"intent_hash", "intent"}
 )
 _INTENT_CACHE = 4096
 _Status = ArtifactReconcileStatus
-
-
-class ArtifactLeasePhase(StrEnum):
-    """Where a lease is in its life. Only the transitions in the module docstring exist."""
-
-    PREPARED = "PREPARED"
-    """Intent durable, publication unresolved: protects the artifact with no deadline."""
-    COMMITTED = "COMMITTED"
-    """The owner holds the reference: protects until released or past ``retain_until``."""
-    ABORTED = "ABORTED"
-    """The reference was never written and never will be."""
-    RELEASED = "RELEASED"
-    """The owner deleted the reference."""
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (ArtifactLeasePhase.ABORTED, ArtifactLeasePhase.RELEASED)
 
 
 P = ArtifactLeasePhase
@@ -125,58 +116,9 @@ _ALREADY = {
 }
 
 
-def validate_transaction_id(transaction_id: str) -> str:
-    """Return ``transaction_id`` if it is a usable stable ID, else raise.
-
-    Raises:
-        ArtifactRetentionError: not 1-200 characters of letters, digits and ``._:@+=/-``
-            starting with a letter or digit.
-    """
-    if not isinstance(transaction_id, str) or not TRANSACTION_ID_RE.fullmatch(transaction_id):
-        shown = transaction_id[:80] if isinstance(transaction_id, str) else transaction_id
-        raise ArtifactRetentionError(
-            f"invalid transaction ID {shown!r}: use 1-200 characters of letters, digits and "
-            "'._:@+=/-', starting with a letter or digit"
-        )
-    return transaction_id
-
-
 def intent_hash(claim: ArtifactRetentionClaim) -> str:
     """SHA-256 of the claim's canonical JSON (the intent a PREPARED record carries)."""
     return hashlib.sha256(canonical_json(claim.to_dict())).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class ArtifactLeaseTransaction:
-    """One lease as the journal last recorded it."""
-
-    transaction_id: str
-    claim: ArtifactRetentionClaim
-    phase: ArtifactLeasePhase
-    intent_hash: str
-    """SHA-256 of the canonical claim; every later record of the lease repeats it."""
-    prepared_at: datetime
-    updated_at: datetime
-    """When the current phase was recorded."""
-    prepared_seq: int
-    last_seq: int
-    """Sequence number of the record that set the current phase."""
-
-    @property
-    def source_id(self) -> str:
-        return self.claim.source_id
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "transaction_id": self.transaction_id,
-            "phase": self.phase.value,
-            "claim": self.claim.to_dict(),
-            "intent_hash": self.intent_hash,
-            "prepared_at": self.prepared_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
-            "prepared_seq": self.prepared_seq,
-            "last_seq": self.last_seq,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +155,11 @@ class ArtifactRetentionJournal:
             ``<session>/memory.sqlite3`` whenever that database exists; pass ``None`` to
             bind nothing, or the owner you publish to.
         now: clock for ``recorded_at`` and for deadlines (timezone-aware UTC).
+        checkpoint_every: write a checkpoint of the fold once this many records were
+            appended after the last one (0: never write one; an existing one is still
+            used).
+        store: where the records, the lock and the checkpoint live (default: the
+            session's journal file and flock; see :mod:`toolswap.retention.journal_store`).
     """
 
     def __init__(
@@ -221,14 +168,24 @@ class ArtifactRetentionJournal:
         *,
         owner: ArtifactReferenceOwner | Literal["default"] | None = "default",
         now: Callable[[], datetime] | None = None,
+        checkpoint_every: int = _checkpoint.CHECKPOINT_INTERVAL,
+        store: JournalStore | None = None,
     ) -> None:
+        if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+            raise ValueError("checkpoint_every must be a non-negative number of records")
         self.session = (
             session_dir
             if isinstance(session_dir, Session)
             else Session.at(session_dir, create=False)
         )
         self.path = self.session.journal_path
-        self._log = ChainLog(self.path, self.session.session_id, error=ArtifactLeaseJournalError)
+        if store is not None and (
+            not isinstance(store, JournalStore)
+            or store.session.session_id != self.session.session_id
+        ):
+            raise TypeError("store must be a JournalStore of this session")
+        self._store = store if store is not None else LocalJournalStore(self.session)
+        self._log = self._store.open_log()
         self._manifest = Manifest.of(self.session)
         self._reader = ArtifactReader(self.session, self._manifest)
         self._owner_seq = 0
@@ -249,6 +206,9 @@ class ArtifactRetentionJournal:
         """The 32-byte hash of every record, by sequence: checks an owner's head in O(1)."""
         self._intents: dict[str, tuple[dict[str, Any], ArtifactRetentionClaim]] = {}
         """Intents already validated, by intent hash (many leases repeat an intent)."""
+        self._checkpoint_every = checkpoint_every
+        self._checkpoint_seq = 0
+        """The record the newest checkpoint this object loaded or wrote covers."""
 
     # -- identity and owner ----------------------------------------------------------
 
@@ -256,6 +216,10 @@ class ArtifactRetentionJournal:
     def journal_key(self) -> str:
         """The name this journal's head is acknowledged under: ``<workspace>/<session>``."""
         return f"{self.session.root.parent.name}/{self.session.session_id}"
+
+    def lock(self) -> AbstractContextManager[None]:
+        """The lock prepare(), every append and gc share (hold it to keep the view still)."""
+        return self._store.lock()
 
     @property
     def log(self) -> ChainLog:
@@ -283,7 +247,7 @@ class ArtifactRetentionJournal:
 
     def _fail(self, message: str) -> ArtifactLeaseJournalError:
         return ArtifactLeaseJournalError(
-            f"{self.path.name}: {message}; nothing may be deleted until the journal is "
+            f"{self._store.name}: {message}; nothing may be deleted until the journal is "
             "restored (run `toolswap journal verify`)"
         )
 
@@ -300,10 +264,12 @@ class ArtifactRetentionJournal:
     def _hash_at(self, seq: int) -> str:
         return self._hashes[(seq - 1) * 32 : seq * 32].hex()
 
-    def _sync(self) -> None:
+    def _sync(self, *, use_checkpoint: bool = True) -> None:
         """Verify and fold the records appended since the last sync (hold the lock)."""
         previous = self._log.head
         try:
+            if use_checkpoint and previous[0] == 0 and self._log.identity is None:
+                self._load_checkpoint()
             reset, records = self._log.refresh()
             if reset:
                 self._clear()
@@ -320,6 +286,52 @@ class ArtifactRetentionJournal:
         except ArtifactLeaseJournalError:
             self._forget()
             raise
+        self._checkpoint_if_due()
+
+    def _load_checkpoint(self) -> None:
+        loaded = self._store.load_checkpoint()
+        if loaded is None or not self._log.resume(
+            loaded.offset, loaded.seq, loaded.hash, loaded.identity
+        ):
+            return
+        self._clear()
+        for lease in loaded.leases:
+            self._leases[lease.transaction_id] = lease
+            if not lease.phase.is_terminal:
+                self._live[lease.transaction_id] = lease
+        self._hashes = bytearray(loaded.hashes)
+        self._checkpoint_seq = loaded.seq
+
+    def _checkpoint_if_due(self) -> None:
+        seq = self._log.head[0]
+        if self._checkpoint_every and seq - self._checkpoint_seq >= self._checkpoint_every:
+            # An optimization: a checkpoint that cannot be written (a full disk, a database
+            # that went away) leaves the journal whole; the next interval tries again.
+            with suppress(OSError, ArtifactLeaseJournalError):
+                self._write_checkpoint()
+            self._checkpoint_seq = seq
+
+    def _write_checkpoint(self) -> bool:
+        return self._store.write_checkpoint(
+            self._log, list(self._leases.values()), bytes(self._hashes)
+        )
+
+    def checkpoint(self) -> JournalHead | None:
+        """Write a checkpoint of the fold as of the journal's head now.
+
+        Returns:
+            The record it covers, or None when the journal holds no record.
+
+        Raises:
+            ArtifactLeaseJournalError: the journal cannot be trusted.
+            OSError: the checkpoint could not be written (the previous one stays).
+        """
+        with self._store.lock():
+            self._sync()
+            if not self._write_checkpoint():
+                return None
+            self._checkpoint_seq = self._log.head[0]
+            return self.head
 
     def _fold(self, record: dict[str, Any]) -> None:
         seq = record["seq"]
@@ -487,7 +499,7 @@ class ArtifactRetentionJournal:
         bound = owner is not None or self._owner_spec is not None
         seen = self._read_anchor() if owner_checked and bound else None
         head = owner.journal_head(self.journal_key) if owner is not None else None
-        with self.session.lock():
+        with self._store.lock():
             self._sync()
             self._check_owner_head(head)
             self._check_anchor(head, seen)
@@ -532,6 +544,7 @@ class ArtifactRetentionJournal:
             self._forget()
             raise
         self._anchor()
+        self._checkpoint_if_due()
         return self._leases[transaction_id]
 
     def _require(self, transaction_id: str) -> ArtifactLeaseTransaction:
@@ -790,10 +803,11 @@ class ArtifactRetentionJournal:
         """
         owner = owner if owner is not None else self.owner
         head = owner.journal_head(self.journal_key) if owner is not None else None
-        with self.session.lock():
+        with self._store.lock():
             self._forget()
-            self._sync()
+            self._sync(use_checkpoint=False)
             self._check_owner_head(head)
+            self._store.check_checkpoint(bytes(self._hashes))
             phases = {p.value: 0 for p in ArtifactLeasePhase}
             for lease in self._leases.values():
                 phases[lease.phase.value] += 1
@@ -859,7 +873,7 @@ class ArtifactRetentionJournal:
             # The owner failed (taking the fence, sealing, or releasing it). The journal
             # is the truth: report what it holds now.
             if decided is None:
-                with self.session.lock():
+                with self._store.lock():
                     self._sync()
                     current = self._leases[tx]
                 if current.phase is not P.PREPARED:
@@ -883,7 +897,7 @@ class ArtifactRetentionJournal:
         obs = fence.observation
         if not isinstance(obs, ArtifactReferenceObservation):
             raise ArtifactReferenceOwnerError("the fence gave no ArtifactReferenceObservation")
-        with self.session.lock():
+        with self._store.lock():
             self._sync()
             current = self._leases[tx]
         if current.phase is not P.PREPARED:
@@ -941,7 +955,7 @@ class ArtifactRetentionJournal:
         reason: str,
         generation: int | None,
     ) -> ArtifactReconcileReport:
-        with self.session.lock():
+        with self._store.lock():
             self._sync()
             current = self._leases[lease.transaction_id]
             if current.phase is not P.PREPARED:

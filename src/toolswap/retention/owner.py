@@ -35,12 +35,9 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from ..errors import ArtifactReferenceOwnerError
-
-if TYPE_CHECKING:
-    from .journal import ArtifactLeaseTransaction
+from .lease import ArtifactLeaseTransaction
 
 __all__ = [
     "ArtifactObservationState",

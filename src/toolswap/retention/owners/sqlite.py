@@ -43,36 +43,39 @@ runs before any write (a malformed reference or ID).
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from ...artifact import SHA256_RE, ArtifactMemoryReference, parse_artifact_source_id
-from ...chainlog import canonical_json
+from ...artifact import ArtifactMemoryReference
 from ...crashpoints import crash_point
 from ...errors import (
     ArtifactFenceStaleError,
     ArtifactPublicationConflictError,
-    ArtifactPublicationRejected,
     ArtifactReferenceOwnerError,
     ArtifactReferenceTombstonedError,
-    ArtifactRetentionError,
-    SourceIdError,
 )
-from ..journal import ArtifactLeaseTransaction, validate_transaction_id
+from ..lease import ArtifactLeaseTransaction, validate_transaction_id
 from ..owner import (
     ArtifactObservationState,
     ArtifactReferenceFence,
     ArtifactReferenceObservation,
     ArtifactReferenceOwner,
     JournalHead,
+)
+from ._shared import (
+    StoredMemoryReference,
+    check_journal_head,
+    check_publication,
+    observe_row,
+    stamp,
+    stored_reference,
+    tombstoned_message,
 )
 
 __all__ = ["DEFAULT_OWNER_FILENAME", "SqliteMemoryOwner", "StoredMemoryReference"]
@@ -113,26 +116,6 @@ CREATE TABLE IF NOT EXISTS journal_heads (
     acknowledged_at TEXT NOT NULL
 );
 """
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMemoryReference:
-    """A reference as the owner stores it."""
-
-    transaction_id: str
-    """The publication ID (the journal's transaction ID)."""
-    reference: ArtifactMemoryReference
-    published_at: datetime
-    generation: int
-    """The ID's generation after the publish."""
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "transaction_id": self.transaction_id,
-            "reference": self.reference.to_dict(),
-            "published_at": self.published_at.isoformat(),
-            "generation": self.generation,
-        }
 
 
 def _owner_error(action: str, exc: sqlite3.Error) -> ArtifactReferenceOwnerError:
@@ -280,10 +263,7 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
                 )
 
     def _stamp(self) -> str:
-        when = self._now()
-        if when.tzinfo is None:
-            raise ArtifactReferenceOwnerError("the clock must give timezone-aware datetimes")
-        return when.astimezone(UTC).isoformat()
+        return stamp(self._now).isoformat()
 
     @staticmethod
     def _generation(conn: sqlite3.Connection, transaction_id: str) -> int:
@@ -335,22 +315,12 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
             ArtifactReferenceOwnerError: the database failed; the write may or may not have
                 committed (reconcile to find out).
         """
-        try:
-            validate_transaction_id(transaction_id)
-            if not isinstance(memory_reference, ArtifactMemoryReference):
-                raise ArtifactRetentionError("publish takes an ArtifactMemoryReference")
-            checked = ArtifactMemoryReference.from_dict(memory_reference.to_dict())
-            session = parse_artifact_source_id(checked.source.source_id).session
-        except (ArtifactRetentionError, SourceIdError, KeyError, ValueError) as exc:
-            raise ArtifactPublicationRejected(f"reference rejected before write: {exc}") from exc
-        body = canonical_json(memory_reference.to_dict()).decode()
+        publication = check_publication(transaction_id, memory_reference)
+        checked, session, body = publication.reference, publication.session, publication.body
         with self._connection("publish") as conn:
             conn.execute("BEGIN IMMEDIATE")
             if self._tombstoned(conn, transaction_id):
-                raise ArtifactReferenceTombstonedError(
-                    f"publication ID {transaction_id!r} is tombstoned: it was aborted or "
-                    "removed and can never be published again; use a new transaction ID"
-                )
+                raise ArtifactReferenceTombstonedError(tombstoned_message(transaction_id))
             row = conn.execute(
                 "SELECT reference, published_at FROM memory_references WHERE transaction_id = ?",
                 (transaction_id,),
@@ -456,14 +426,8 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
     def _stored(
         self, transaction_id: str, body: str, published_at: str, generation: int
     ) -> StoredMemoryReference:
-        try:
-            reference = ArtifactMemoryReference.from_dict(json.loads(body))
-        except (ValueError, KeyError, TypeError, SourceIdError) as exc:
-            raise ArtifactReferenceOwnerError(
-                f"memory owner: the reference stored under {transaction_id!r} is unreadable"
-            ) from exc
-        return StoredMemoryReference(
-            transaction_id, reference, datetime.fromisoformat(published_at), generation
+        return stored_reference(
+            transaction_id, body, datetime.fromisoformat(published_at), generation
         )
 
     # -- reconciliation --------------------------------------------------------------
@@ -477,31 +441,7 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
             (transaction_id,),
         ).fetchone()
         sealed = SqliteMemoryOwner._tombstoned(conn, transaction_id)
-        if row is None:
-            return ArtifactReferenceObservation(
-                ArtifactObservationState.ABSENT, generation, sealed=sealed
-            )
-        source_id, sha, body = row
-        try:
-            stored = ArtifactMemoryReference.from_dict(json.loads(body))
-            consistent = (
-                not sealed
-                and isinstance(sha, str)
-                and SHA256_RE.fullmatch(sha) is not None
-                and stored.source.source_id == source_id
-                and stored.content_sha256 == sha
-            )
-        except (ValueError, KeyError, TypeError, SourceIdError):
-            consistent = False
-        if not consistent:
-            # A row we cannot read, or a row beside a tombstone: do not guess.
-            return ArtifactReferenceObservation(ArtifactObservationState.UNKNOWN, generation)
-        return ArtifactReferenceObservation(
-            ArtifactObservationState.PUBLISHED,
-            generation,
-            source_id=source_id,
-            content_sha256=sha,
-        )
+        return observe_row(generation, row, sealed)
 
     @contextmanager
     def inspect_fenced(
@@ -531,8 +471,7 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
         return JournalHead(int(row[0]), str(row[1])) if row else None
 
     def acknowledge_journal_head(self, journal_key: str, head: JournalHead) -> None:
-        if head.seq < 1 or not SHA256_RE.fullmatch(head.hash):
-            raise ValueError("a journal head has a positive sequence and a SHA-256")
+        check_journal_head(head)
         with self._connection("acknowledge journal head") as conn:
             conn.execute(
                 "INSERT INTO journal_heads (journal_key, seq, hash, acknowledged_at) "

@@ -1,0 +1,78 @@
+"""The S3 artifact store against moto's S3 server (a subprocess on 127.0.0.1).
+
+1. Capture to S3 (S3ArtifactStore.put: spool + SHA-256 + conditional put or multipart)
+   vs the floor: a plain boto3 put_object of the same bytes to the same server.
+2. A page fault (read_range of 64 KiB of a verified object) vs one plain ranged GET.
+
+moto keeps objects in memory in a Python process, so both sides pay the same server
+cost; the ratios show what the store adds on top of the requests it must make.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from s3_server import S3Server, unavailable_reason
+
+QUICK = os.environ.get("TOOLSWAP_BENCH_QUICK") == "1"
+SIZES = [256 << 10, 12 << 20] if not QUICK else [256 << 10, 6 << 20]
+RUNS = 5 if QUICK else 9
+PAGE = 64 << 10
+
+
+def main() -> None:
+    reason = unavailable_reason()
+    if reason is not None:
+        print(f"S3 store: not measured ({reason})")
+        return
+    from toolswap.s3store import S3ArtifactStore
+
+    server = S3Server().start()
+    try:
+        client = server.client()
+        client.create_bucket(Bucket="bench")
+        store = S3ArtifactStore("bench", "fleet", client=client, part_size=8 << 20)
+        print("capture to S3 (median of runs) vs a plain boto3 put_object of the same bytes")
+        for size in SIZES:
+            data = os.urandom(size // 2).hex().encode()
+            chunks = [data[i : i + (1 << 20)] for i in range(0, len(data), 1 << 20)]
+            plain, ours = [], []
+            for i in range(RUNS):
+                start = time.perf_counter()
+                client.put_object(Bucket="bench", Key=f"plain/{size}/{i}", Body=data)
+                plain.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                artifact = store.put("ws", f"s{size}", chunks)
+                ours.append(time.perf_counter() - start)
+            p, o = statistics.median(plain), statistics.median(ours)
+            mode = "multipart" if size > store.part_size else "one put"
+            print(
+                f"  {size / (1 << 20):6.2f} MiB ({mode:9}): store {o * 1e3:7.1f} ms, "
+                f"plain put {p * 1e3:7.1f} ms  ({o / p:.2f}x the floor)"
+            )
+        opened = store.open("ws", f"s{SIZES[-1]}", artifact.filename)
+        faults, gets = [], []
+        for i in range(RUNS * 4):
+            offset = (i * 7919 * PAGE) % (opened.size - PAGE)
+            start = time.perf_counter()
+            store.read_range(opened, offset, offset + PAGE)
+            faults.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            client.get_object(
+                Bucket="bench", Key=opened.key, Range=f"bytes={offset}-{offset + PAGE - 1}"
+            )["Body"].read()
+            gets.append(time.perf_counter() - start)
+        f, g = statistics.median(faults), statistics.median(gets)
+        print(f"page fault of {PAGE >> 10} KiB (ranged GET conditional on the verified ETag)")
+        print(f"  store {f * 1e3:.2f} ms, plain ranged GET {g * 1e3:.2f} ms ({f / g:.2f}x)")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""S3ArtifactStore: artifacts as objects in S3 (or any S3-compatible store), for fleets.
+
+Install the ``s3`` extra (boto3). Objects are named like the local files::
+
+    <prefix>/<workspace>/<session>/tool-results/tool_result_NNN.txt
+
+and carry the full SHA-256 in their metadata (``x-amz-meta-sha256``). The rules of the
+local store hold, mapped onto S3's conditional requests instead of a local lock:
+
+- **Never overwrite a name.** Every write is conditional on the name being free
+  (``If-None-Match: *`` on the put, or on the multipart completion); a 412 means another
+  host took that number, and the write moves to the next one.
+- **Stream.** The capture is spooled (memory, then a temporary file) while its digest is
+  computed, then uploaded in one put, or in parts above ``part_size``; a write refused by
+  a 412 is replayed from the spool under the next name.
+- **Verify once per version.** The first read of an object streams it whole and checks its
+  digest against the metadata; later page faults are ranged GETs conditional on that same
+  ETag, so a replaced object is refused instead of mixed in.
+- **Delete only what was verified.** :meth:`S3ArtifactStore.delete` is conditional on the
+  ETag the caller saw (``If-Match``); a replaced object is never deleted.
+
+Configuration: ``TOOLSWAP_STORE=s3://bucket/prefix`` (:meth:`S3ArtifactStore.from_url`);
+the endpoint and credentials come from boto3's usual sources (``AWS_ENDPOINT_URL``, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+from collections.abc import Iterable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import IO, Any
+
+import boto3  # type: ignore[import-untyped]
+from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+
+from .artifact import (
+    SHA256_RE,
+    artifact_filename,
+    parse_artifact_filename,
+    validate_session_id,
+)
+from .errors import ArtifactIntegrityError, ArtifactNotFoundError, ConfigurationError
+from .session import TOOL_RESULTS_DIR
+
+__all__ = ["S3ArtifactObject", "S3ArtifactStore"]
+
+MIN_PART_SIZE = 5 << 20
+"""S3's smallest part of a multipart upload (but the last)."""
+_SPOOL_IN_MEMORY = 8 << 20
+_URL_RE = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?")
+
+
+@dataclass(frozen=True, slots=True)
+class S3ArtifactObject:
+    """One stored artifact: where it is and which version of it was verified."""
+
+    key: str
+    filename: str
+    size: int
+    sha256: str
+    etag: str
+    """The ETag of the version written or verified; reads and deletes are conditional on it."""
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+class S3ArtifactStore:
+    """Artifacts of many sessions in one bucket (see the module docstring).
+
+    Args:
+        bucket: the bucket (it must exist).
+        prefix: a key prefix ("" for none).
+        client: a boto3 S3 client (default: ``boto3.client("s3")``).
+        part_size: bytes per part of a multipart upload; smaller captures are one put.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        part_size: int = 8 << 20,
+    ) -> None:
+        if not isinstance(part_size, int) or part_size < MIN_PART_SIZE:
+            raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum)")
+        if not _URL_RE.fullmatch(f"s3://{bucket}"):
+            raise ConfigurationError(f"{bucket!r} is not an S3 bucket name")
+        if ".." in prefix.split("/") or prefix.startswith("/"):
+            raise ConfigurationError("the S3 prefix must be a relative key prefix without '..'")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.part_size = part_size
+        self._client = client if client is not None else boto3.client("s3")
+        self._verified: dict[tuple[str, str], str] = {}
+        """(key, etag) -> sha256 of every object version this store verified whole."""
+        self._next: dict[tuple[str, str], int] = {}
+        """(workspace, session) -> the number this store tries next (a 412 moves it on)."""
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> S3ArtifactStore:
+        """A store from ``s3://bucket/prefix`` (the ``TOOLSWAP_STORE`` setting).
+
+        Raises:
+            ConfigurationError: not an ``s3://`` URL with a valid bucket name.
+        """
+        match = _URL_RE.fullmatch(url or "")
+        if match is None:
+            raise ConfigurationError(
+                f"TOOLSWAP_STORE={url!r} is not an S3 URL such as s3://bucket/prefix"
+            )
+        return cls(match.group(1), match.group(2) or "", **kwargs)
+
+    # -- names -----------------------------------------------------------------------
+
+    def _dir(self, workspace: str, session: str) -> str:
+        validate_session_id(workspace)
+        validate_session_id(session)
+        parts = [p for p in (self.prefix, workspace, session, TOOL_RESULTS_DIR) if p]
+        return "/".join(parts) + "/"
+
+    def key(self, workspace: str, session: str, filename: str) -> str:
+        """The object key of ``filename`` in a session."""
+        if parse_artifact_filename(filename) is None:
+            raise ArtifactNotFoundError(f"{filename!r} is not an artifact name")
+        return self._dir(workspace, session) + filename
+
+    def list(self, workspace: str, session: str) -> list[str]:
+        """The artifact names of a session, in number order."""
+        prefix = self._dir(workspace, session)
+        names: list[tuple[int, str]] = []
+        for page in self._client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        ):
+            for item in page.get("Contents", []):
+                name = item["Key"][len(prefix) :]
+                number = parse_artifact_filename(name)
+                if number is not None:
+                    names.append((number, name))
+        return [name for _, name in sorted(names)]
+
+    # -- writing ---------------------------------------------------------------------
+
+    def put(self, workspace: str, session: str, chunks: Iterable[bytes]) -> S3ArtifactObject:
+        """Store a capture under the session's next free name; never overwrite one.
+
+        Returns:
+            The object written, with its name, size, digest and ETag.
+        """
+        with tempfile.SpooledTemporaryFile(_SPOOL_IN_MEMORY) as spool:
+            sha = hashlib.sha256()
+            size = 0
+            for chunk in chunks:
+                sha.update(chunk)
+                spool.write(chunk)
+                size += len(chunk)
+            digest = sha.hexdigest()
+            number = self._next.get((workspace, session))
+            if number is None:  # once per session: later names follow our own
+                existing = self.list(workspace, session)
+                number = (parse_artifact_filename(existing[-1]) or 0) + 1 if existing else 1
+            while True:
+                filename = artifact_filename(number)
+                key = self.key(workspace, session, filename)
+                spool.seek(0)
+                etag = self._write_new(key, spool, size, digest)
+                if etag is not None:
+                    self._verified[(key, etag)] = digest
+                    self._next[(workspace, session)] = number + 1
+                    return S3ArtifactObject(key, filename, size, digest, etag)
+                number += 1  # another host took this name first
+
+    def _write_new(self, key: str, spool: IO[bytes], size: int, digest: str) -> str | None:
+        """Write ``key`` only if it does not exist; its ETag, or None on a 412."""
+        meta = {"sha256": digest}
+        try:
+            if size <= self.part_size:
+                reply = self._client.put_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    Body=spool.read(),
+                    IfNoneMatch="*",
+                    Metadata=meta,
+                    ContentType="text/plain; charset=utf-8",
+                )
+                return str(reply["ETag"])
+            return self._multipart(key, spool, meta)
+        except ClientError as exc:
+            if _status(exc) == 412:
+                return None
+            raise
+
+    def _multipart(self, key: str, spool: IO[bytes], meta: dict[str, str]) -> str | None:
+        upload = self._client.create_multipart_upload(
+            Bucket=self.bucket, Key=key, Metadata=meta, ContentType="text/plain; charset=utf-8"
+        )
+        upload_id = upload["UploadId"]
+        try:
+            parts = []
+            number = 1
+            while block := spool.read(self.part_size):
+                reply = self._client.upload_part(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=block
+                )
+                parts.append({"PartNumber": number, "ETag": reply["ETag"]})
+                number += 1
+            reply = self._client.complete_multipart_upload(
+                Bucket=self.bucket,
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+                IfNoneMatch="*",
+            )
+            return str(reply["ETag"])
+        except BaseException:
+            # An upload left behind costs storage, never correctness.
+            with suppress(ClientError):
+                self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            raise
+
+    # -- reading ---------------------------------------------------------------------
+
+    def open(self, workspace: str, session: str, filename: str) -> S3ArtifactObject:
+        """The current version of an artifact, verified whole once per ETag.
+
+        Raises:
+            ArtifactNotFoundError: no such object.
+            ArtifactIntegrityError: its bytes do not match the SHA-256 it was stored with.
+        """
+        key = self.key(workspace, session, filename)
+        try:
+            reply = self._client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if _status(exc) == 404:
+                raise ArtifactNotFoundError(f"no object {key} in bucket {self.bucket}") from None
+            raise
+        etag = str(reply["ETag"])
+        claimed = reply.get("Metadata", {}).get("sha256", "")
+        known = self._verified.get((key, etag))
+        body = reply["Body"]
+        size = int(reply["ContentLength"])
+        if known is None:
+            sha = hashlib.sha256()
+            for block in iter(lambda: body.read(1 << 20), b""):
+                sha.update(block)
+            if not SHA256_RE.fullmatch(claimed) or sha.hexdigest() != claimed:
+                raise ArtifactIntegrityError(
+                    f"{key}: the object does not match the SHA-256 it was stored with; it is "
+                    "never served"
+                )
+            self._verified[(key, etag)] = claimed
+        body.close()
+        return S3ArtifactObject(key, filename, size, claimed, etag)
+
+    def read_range(self, artifact: S3ArtifactObject, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the verified version (one ranged GET).
+
+        Raises:
+            ArtifactIntegrityError: the object was replaced or deleted since it was verified.
+        """
+        if not 0 <= start <= end:
+            raise ValueError("a range is 0 <= start <= end")
+        if start == end or start >= artifact.size:
+            return b""
+        if (artifact.key, artifact.etag) not in self._verified:
+            raise ArtifactIntegrityError(f"{artifact.key}: open() it before reading a range")
+        try:
+            reply = self._client.get_object(
+                Bucket=self.bucket,
+                Key=artifact.key,
+                Range=f"bytes={start}-{min(end, artifact.size) - 1}",
+                IfMatch=artifact.etag,
+            )
+        except ClientError as exc:
+            if _status(exc) in (404, 412):
+                raise ArtifactIntegrityError(
+                    f"{artifact.key}: the object changed or vanished after it was verified; "
+                    "open it again"
+                ) from None
+            raise
+        data: bytes = reply["Body"].read()
+        return data
+
+    # -- deleting --------------------------------------------------------------------
+
+    def delete(self, artifact: S3ArtifactObject) -> bool:
+        """Delete the version that was verified, and only that one.
+
+        Returns:
+            False when the object was replaced since (412) or is already gone; the
+            replacement is kept.
+        """
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=artifact.key, IfMatch=artifact.etag)
+        except ClientError as exc:
+            if _status(exc) in (404, 412):
+                return False
+            raise
+        self._verified.pop((artifact.key, artifact.etag), None)
+        return True
