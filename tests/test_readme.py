@@ -44,7 +44,7 @@ def _python_blocks_before(heading: str) -> list[str]:
 
 
 def test_readme_library_lease_and_cleanup_snippets_run_twice_in_a_row(tmp_path: Path) -> None:
-    blocks = _python_blocks_before("## Agents")
+    blocks = _python_blocks_before("## Running on a fleet")
     assert len(blocks) == 3
     script = tmp_path / "readme.py"
     script.write_text("\n".join(blocks), encoding="utf-8")

@@ -76,7 +76,8 @@ class Manifest:
         self._high_water = 0
         self._hashes: list[str] = []
         """The hash of every record, by sequence - 1 (checks the head file in O(1))."""
-        self._anchor: JournalAnchor | None = None
+        self._anchors: dict[str, JournalAnchor] = {}
+        """The latest anchor of each lease journal store, by the store's name."""
 
     @classmethod
     def of(cls, session: Session) -> Manifest:
@@ -92,7 +93,8 @@ class Manifest:
             self._hashes.append(record["hash"])
             event = record.get("event")
             if event == "journal":
-                self._anchor = _anchor(record)
+                store, anchor = _anchor(record)
+                self._anchors[store] = anchor
                 continue
             filename = record.get("filename")
             number = parse_artifact_filename(filename) if isinstance(filename, str) else None
@@ -124,7 +126,7 @@ class Manifest:
                 self._collected.clear()
                 self._high_water = 0
                 self._hashes.clear()
-                self._anchor = None
+                self._anchors.clear()
             self._fold(records)
 
     def high_water(self) -> int:
@@ -146,10 +148,11 @@ class Manifest:
             self._advance_head()
             return record
 
-    def journal_anchor(self) -> JournalAnchor | None:
-        """The lease journal's head as last recorded here (None: never recorded)."""
+    def journal_anchor(self, store: str) -> JournalAnchor | None:
+        """The head of the lease journal kept in ``store`` (its name: the journal's file name,
+        or the database's journal key) as last recorded here (None: never recorded)."""
         self.refresh()
-        return self._anchor
+        return self._anchors.get(store)
 
     # -- the head file ---------------------------------------------------------------
 
@@ -304,15 +307,17 @@ class Manifest:
         )
 
 
-def _anchor(record: dict[str, Any]) -> JournalAnchor:
+def _anchor(record: dict[str, Any]) -> tuple[str, JournalAnchor]:
+    store = record.get("journal")
     seq, digest = record.get("journal_seq"), record.get("journal_hash")
     owner_seq = record.get("owner_seq", 0)
     if (
-        not isinstance(seq, int)
+        not isinstance(store, str)
+        or not isinstance(seq, int)
         or seq < 1
         or not isinstance(digest, str)
         or not isinstance(owner_seq, int)
         or owner_seq < 0
     ):
         raise ChainLogError(f"manifest record {record.get('seq')} is a malformed journal anchor")
-    return JournalAnchor(seq=seq, hash=digest, owner_seq=owner_seq)
+    return store, JournalAnchor(seq=seq, hash=digest, owner_seq=owner_seq)

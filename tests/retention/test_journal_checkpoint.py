@@ -201,11 +201,17 @@ def test_a_deleted_journal_beside_its_checkpoint_is_refused(env: Env) -> None:
 
 def test_a_journal_rewritten_before_its_checkpoint_is_refused(env: Env) -> None:
     """Another valid history (a chain of its own) under the same checkpoint is refused."""
+    manifest = env.session_dir / "manifest.jsonl"
+    before = manifest.read_bytes()
     _checkpointed(env)
     path = _journal_path(env)
     kept = _checkpoint(env).read_bytes()
     path.unlink()
     _checkpoint(env).unlink()
+    # The session manifest anchors the first history too (a rewrite is refused there
+    # first); this test takes those anchors away to reach the checkpoint's own check.
+    manifest.write_bytes(before)
+    env.ext = ToolResultExternalizer(env.session_dir)  # one that never read the anchors
     journal = env.journal(owner=None, checkpoint_every=0)
     _history(journal, env, "rewritten", 20)
     _checkpoint(env).write_bytes(kept)

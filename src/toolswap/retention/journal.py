@@ -426,7 +426,7 @@ class ArtifactRetentionJournal:
 
     def _read_anchor(self) -> JournalAnchor | None:
         try:
-            return self._manifest.journal_anchor()
+            return self._manifest.journal_anchor(self._store.name)
         except ChainLogError as exc:
             raise self._fail(f"its anchor in the session manifest cannot be read ({exc})") from exc
 
@@ -476,6 +476,7 @@ class ArtifactRetentionJournal:
             self._manifest.append(
                 {
                     "event": "journal",
+                    "journal": self._store.name,
                     "journal_seq": seq,
                     "journal_hash": digest,
                     "owner_seq": self._owner_seq,
