@@ -10,6 +10,7 @@ import click
 
 from ..artifact import ExternalizedToolResult, InlineToolResult
 from ..errors import ArtifactWriteError
+from ..grep import DEFAULT_TIMEOUT
 from ..pointer import human_size, validate_summary
 from ..reader import ArtifactReader
 from ..verify import verify_session
@@ -258,6 +259,16 @@ def read(
 @click.option("-m", "--max-matches", type=int, default=100, show_default=True, help="Stop after N.")
 @click.option("-i", "--ignore-case", is_flag=True, help="Case-insensitive match.")
 @click.option("-F", "--fixed-strings", is_flag=True, help="PATTERN is a plain string.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Stop the search after this many seconds (an error, exit 1).",
+)
+@click.option(
+    "--width", type=int, default=2000, show_default=True, help="Window longer lines to this."
+)
 @source_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @handle_errors
@@ -268,11 +279,19 @@ def grep(
     max_matches: int,
     ignore_case: bool,
     fixed_strings: bool,
+    timeout: float,
+    width: int,
     workspace: str | None,
     session_dir: Path | None,
     as_json: bool,
 ) -> None:
-    """Search an artifact for PATTERN (Python regex); print matches with line numbers."""
+    """Search an artifact for PATTERN; print matching lines with their 1-based numbers.
+
+    PATTERN is a regular expression in Python syntax, matched within each line in linear
+    time (backreferences and lookaround are refused). A line longer than --width shows a
+    window around the match that starts at the byte given by ⟨from byte N⟩ (read more
+    with `toolswap read ID --byte-start N`).
+    """
     reader = _reader_for(source_id, workspace, session_dir)
     result = reader.grep(
         source_id,
@@ -281,6 +300,8 @@ def grep(
         max_matches=max_matches,
         ignore_case=ignore_case,
         fixed=fixed_strings,
+        width=width,
+        timeout=timeout,
     )
     if as_json:
         echo_json(result.to_dict())
