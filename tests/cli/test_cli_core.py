@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -316,6 +317,71 @@ def test_grep_with_an_invalid_pattern_exits_1_with_a_message(toolswap_home: Path
 
     assert result.exit_code == 1
     assert "invalid pattern" in result.stderr
+
+
+def _hostile_session() -> str:
+    ext = ToolResultExternalizer.open("default")
+    text = "".join("a" * 40 + "b\n" for _ in range(200)) + "a" * 40 + "\n"
+    return ext.externalize(text, "t").artifact.source_id
+
+
+@pytest.mark.skipif(shutil.which("grep") is None, reason="needs GNU grep")
+def test_grep_runs_a_catastrophic_backtracking_pattern_in_linear_time(
+    toolswap_home: Path,
+) -> None:
+    sid = _hostile_session()
+
+    proc = _toolswap("grep", sid, "(a+)+$")
+
+    assert proc.returncode == 0
+    assert proc.stdout == b"201:" + b"a" * 40 + b"\n"
+
+
+def test_grep_on_a_hostile_pattern_without_grep_stops_at_its_deadline_with_one_line(
+    toolswap_home: Path, tmp_path: Path
+) -> None:
+    sid = _hostile_session()
+    empty = tmp_path / "no-grep-bin"
+    empty.mkdir()
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "toolswap", "grep", sid, "(a+)+$", "--timeout", "1"],
+        capture_output=True,
+        env={**os.environ, "PATH": str(empty)},
+        check=False,
+    )
+
+    assert proc.returncode == 1
+    assert proc.stdout == b""
+    (line,) = proc.stderr.decode().splitlines()
+    assert line.startswith("toolswap: ArtifactSearchTimeoutError: ")
+    assert "did not finish within 1 s" in line
+
+
+def test_grep_refuses_a_backreference_with_a_typed_one_line_error(toolswap_home: Path) -> None:
+    sid = _hostile_session()
+
+    proc = _toolswap("grep", sid, r"(a)\1")
+
+    assert proc.returncode == 1
+    (line,) = proc.stderr.decode().splitlines()
+    assert line.startswith("toolswap: ArtifactPatternError: ")
+    assert "backreference" in line
+
+
+def test_grep_shows_a_window_with_a_byte_offset_that_read_accepts(toolswap_home: Path) -> None:
+    ext = ToolResultExternalizer.open("default")
+    line = "".join(f'{{"id": {i}, "ok": true}}, ' for i in range(40_000))
+    line = line.replace('"id": 23456, "ok": true', '"id": 23456, "ok": false')
+    sid = ext.externalize(line + "\n", "t").artifact.source_id
+
+    shown = _cli("grep", sid, '"ok": false', "--width", "200").stdout
+
+    start = int(re.search(r"⟨from byte (\d+)⟩", shown).group(1))  # type: ignore[union-attr]
+    assert shown.startswith(f"1:⟨from byte {start}⟩ ")
+    read = _cli("read", sid, "--byte-start", str(start), "--byte-length", "100").stdout
+    assert shown.removeprefix(f"1:⟨from byte {start}⟩ ").startswith(read)
+    assert '"ok": false' in shown
 
 
 # -- ls and show ---------------------------------------------------------------------

@@ -19,7 +19,15 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.types import CallToolResult, ImageContent, TextContent
-from mcp_helpers import HANG_GUARD, SESSION, connect, make_errlog, serve_argv
+from mcp_helpers import (
+    HANG_GUARD,
+    SESSION,
+    child_env,
+    connect,
+    make_errlog,
+    raw_peer,
+    serve_argv,
+)
 from upstream_data import big_lines, png
 
 from toolswap import ToolResultExternalizer
@@ -304,3 +312,88 @@ async def test_toolswap_mcp_serve_over_stdio(
     assert "1500:line 001500: ERROR" in text(found)
     assert gone.is_error and "missing" in text(gone)
     assert text_id in text(listed)
+
+
+# -- hostile searches ------------------------------------------------------------------
+
+
+HOSTILE = "(a+)+$"
+
+
+@pytest.fixture
+def hostile_id(ext: ToolResultExternalizer) -> str:
+    text = "".join("a" * 40 + "b\n" for _ in range(300))
+    return ext.externalize(text, "t").artifact.source_id
+
+
+@pytest.fixture
+def no_grep_path(tmp_path: Path) -> str:
+    """A PATH without grep: the server searches with Python's backtracking re, in a child
+    process, so the hostile pattern really runs until its deadline."""
+    empty = tmp_path / "no-grep-bin"
+    empty.mkdir()
+    return str(empty)
+
+
+def _grep_call(source_id: str, request_id: int, timeout: float) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {
+            "name": "grep_artifact",
+            "arguments": {"source_id": source_id, "pattern": HOSTILE, "timeout": timeout},
+        },
+    }
+
+
+async def test_a_hostile_search_never_delays_concurrent_reads(
+    ext: ToolResultExternalizer, text_id: str, hostile_id: str, no_grep_path: str, errlog: IO[str]
+) -> None:
+    finished: list[str] = []
+    answers: dict[str, CallToolResult] = {}
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(serve_argv(), errlog, env=child_env(PATH=no_grep_path)) as session:
+
+            async def search() -> None:
+                answers["grep"] = await session.call_tool(
+                    "grep_artifact", {"source_id": hostile_id, "pattern": HOSTILE, "timeout": 20}
+                )
+                finished.append("grep")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(search)
+                for i in range(3):
+                    answers[f"read{i}"] = await session.call_tool(
+                        "read_artifact", {"source_id": text_id, "offset": 1499, "limit": 1}
+                    )
+                    finished.append(f"read{i}")
+
+    assert finished == ["read0", "read1", "read2", "grep"]
+    assert all("ERROR disk quota" in text(answers[f"read{i}"]) for i in range(3))
+    assert answers["grep"].is_error
+    assert "did not finish within 20 s" in text(answers["grep"])
+
+
+async def test_closing_stdin_ends_the_server_while_a_search_runs(
+    ext: ToolResultExternalizer,
+    text_id: str,
+    hostile_id: str,
+    no_grep_path: str,
+    errlog: IO[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PATH", no_grep_path)
+    async with raw_peer(serve_argv(), errlog) as peer:
+        await peer.handshake()
+        # A search with the longest deadline allowed, longer than the guard below.
+        await peer.send(_grep_call(hostile_id, 1, 120))
+        read = {"name": "read_artifact", "arguments": {"source_id": text_id, "limit": 1}}
+        answer = json.loads(await peer.request(2, "tools/call", read))  # both are in flight
+        assert "line 000001" in answer["result"]["content"][0]["text"]
+        assert peer.proc.stdin is not None
+        await peer.proc.stdin.aclose()
+        with anyio.fail_after(HANG_GUARD):
+            status = await peer.proc.wait()
+
+    assert status == 0
