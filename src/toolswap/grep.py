@@ -395,13 +395,15 @@ class _Collector:
                 return True
 
     def _record(self, raw: bytes, dropped: int) -> bool:
-        i = 0
-        while i < len(raw) and 48 <= raw[i] <= 57:
-            i += 1
-        if i == 0 or i >= len(raw):
-            return False  # "--" between groups
+        # "N:B:text" for a match, "N-B-text" for context, "--" between groups; N and B are
+        # digits, so the first ':' or '-' ends N.
+        colon = raw.find(b":")
+        dash = raw.find(b"-", 0, colon if colon >= 0 else len(raw))
+        i = dash if dash >= 0 else colon
+        if i <= 0:
+            return False  # "--"
         sep = raw[i : i + 1]
-        j = raw.index(sep, i + 1)
+        j = raw.find(sep, i + 1)
         line_no, line_start = int(raw[:i]), int(raw[i + 1 : j])
         content = raw[j + 1 :]
         length = len(content) + dropped
@@ -423,8 +425,10 @@ class _Collector:
             else:
                 self._before.append((line_no, self._show(text, long)))
             return False
-        before = [item for item in self._before if item[0] >= line_no - self.context]
-        self._before.clear()
+        before: list[tuple[int, str]] = []
+        if self._before:
+            before = [item for item in self._before if item[0] >= line_no - self.context]
+            self._before.clear()
         shown = text if long else text.removesuffix("\r")
         found.append(_Found(line_no, line_start, length, shown, long, before))
         return False
