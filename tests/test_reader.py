@@ -543,3 +543,25 @@ def test_grep_numbers_lines_after_a_line_longer_than_a_read_block(
     assert externalizer.read_bytes(art, long.text_start, len(window)).text() == window
     assert result.matches[1].before == ()
     assert result.matches[1].after == ((4, "last"),)
+
+
+def test_an_offset_at_or_past_the_line_count_is_refused_as_documented(
+    externalizer: ToolResultExternalizer, artifact: ArtifactReference
+) -> None:
+    assert artifact.line_count == 100_000
+    assert externalizer.read_lines(artifact, 99_999, 5).lines[0] == "line 99999"
+
+    with pytest.raises(ArtifactReadError, match=r"offset 100000 is past the end.*0-99999"):
+        externalizer.read_lines(artifact, 100_000, 5)
+    empty = externalizer.externalize("", "t").artifact
+    assert externalizer.read_lines(empty, 0, 5).lines == ("",)
+
+
+def test_a_byte_range_says_which_line_it_starts_in(
+    externalizer: ToolResultExternalizer, artifact: ArtifactReference
+) -> None:
+    text = _text(100_000).encode()
+    for line in (1, 2, 40_001, 99_999, 100_000):
+        start = text.index(b"line %d\n" % (line - 1))
+        for byte in (start, start + 3):
+            assert externalizer.read_bytes(artifact, byte, 4).line_no == line

@@ -93,6 +93,8 @@ class ByteRange:
     data: bytes
     size: int
     """Size of the whole artifact."""
+    line_no: int = 1
+    """The 1-based number of the line that byte ``start`` is in (for a text artifact)."""
 
     @property
     def next_offset(self) -> int | None:
@@ -111,6 +113,7 @@ class ByteRange:
             "start": self.start,
             "length": len(self.data),
             "size": self.size,
+            "line_no": self.line_no,
             "next_offset": self.next_offset,
             "encoding": encoding,
             "data": body,
@@ -219,6 +222,13 @@ class _OpenArtifact:
 
     def pread(self, length: int, offset: int) -> bytes:
         return os.pread(self.fd, length, offset)
+
+    def line_of(self, offset: int) -> int:
+        """The 1-based number of the line that byte ``offset`` is in (newlines before it,
+        counted from the nearest line-index checkpoint)."""
+        j = offset // _CHECKPOINT
+        base = j * _CHECKPOINT
+        return self.info.checkpoints[j] + self.pread(offset - base, base).count(b"\n") + 1
 
     def line_start(self, index: int) -> int:
         """Byte offset where line ``index`` (0-based) starts."""
@@ -383,7 +393,9 @@ class ArtifactReader:
         art = self._open(ref)
         try:
             total = art.info.newlines + 1
-            if offset >= total:
+            # The empty string after a final newline is not a line: offsets end at
+            # line_count - 1 (offset 0 of an empty artifact reads nothing).
+            if offset >= total or (offset > 0 and offset >= ref.line_count):
                 raise ArtifactReadError(
                     f"offset {offset} is past the end: {ref.source_id} has "
                     f"{ref.line_count} lines; read offsets 0-{max(ref.line_count - 1, 0)}"
@@ -483,8 +495,15 @@ class ArtifactReader:
                     f"start {start} is past the end: {ref.source_id} has {art.info.size} bytes"
                 )
             data = art.pread(length, start)
+            line_no = art.line_of(start)
             art.check_unchanged()
-            return ByteRange(source_id=ref.source_id, start=start, data=data, size=art.info.size)
+            return ByteRange(
+                source_id=ref.source_id,
+                start=start,
+                data=data,
+                size=art.info.size,
+                line_no=line_no,
+            )
         finally:
             os.close(art.fd)
 

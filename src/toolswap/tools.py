@@ -307,20 +307,21 @@ class ArtifactTools:
                 if not line.endswith(CONTINUATION_MARKER):
                     number += 1
             shown_last = offset + sum(1 for x in lines if not x.endswith(CONTINUATION_MARKER))
+            # No thousands separators: "lines 1,001-1,200" reads as a list.
             span = (
-                f"lines {offset + 1:,}-{shown_last:,}"
+                f"lines {offset + 1}-{shown_last}"
                 if shown_last > offset
-                else f"line {offset + 1:,}"
+                else f"line {offset + 1}"
                 if lines
                 else "no lines"
             )
             head = (
-                f"[{ref.source_id}: {span} of {ref.line_count:,}; {ref.source_tool} output, "
+                f"[{ref.source_id}: {span} of {ref.line_count}; {ref.source_tool} output, "
                 f"{human_size(ref.byte_size)}]"
             )
             if page.continue_byte is not None:
                 tail = (
-                    f"[line {number:,} is longer than one page; read the rest of it with "
+                    f"[line {number} is longer than one page; read the rest of it with "
                     f'read_artifact_bytes(source_id="{ref.source_id}", start={page.continue_byte}, '
                     "length=65536)"
                 )
@@ -434,7 +435,7 @@ class ArtifactTools:
                 cancel=cancel,
             )
             if not result.matches:
-                return f"[{ref.source_id}: no line matches {pattern!r} in {ref.line_count:,} lines]"
+                return f"[{ref.source_id}: no line matches {pattern!r} in {ref.line_count} lines]"
             rendered = result.render()
             budget = self.max_output_bytes - 1024
             cut = False

@@ -203,6 +203,54 @@ def test_read_numbers_lines_when_asked(toolswap_home: Path) -> None:
     assert result.stdout == "   4322  line 4321: error here\n"
 
 
+def test_read_numbers_and_its_footer_agree_and_are_1_based(toolswap_home: Path) -> None:
+    _, sid = _big_session(toolswap_home)
+
+    result = _cli("read", sid, "--offset", "100", "--limit", "3", "--numbers")
+
+    numbers = [int(line.split()[0]) for line in result.stdout.splitlines()]
+    assert numbers == [101, 102, 103]
+    assert "[lines 101-103 of 10000; next: --offset 103]" in result.stderr
+
+
+def test_read_of_the_last_page_shows_no_line_past_the_last(toolswap_home: Path) -> None:
+    _, sid = _big_session(toolswap_home)
+
+    result = _cli("read", sid, "--offset", "9998", "--numbers")
+
+    assert result.stdout == "   9999  line 9998: fine\n  10000  line 9999: fine\n"
+
+
+def test_read_offset_past_the_end_is_an_error_as_documented(toolswap_home: Path) -> None:
+    _, sid = _big_session(toolswap_home)
+
+    result = _cli_runner_result("read", sid, "--offset", "10000")
+
+    assert result.exit_code == 1
+    assert "offset 10000 is past the end" in result.stderr
+    assert "read offsets 0-9999" in result.stderr
+
+
+def test_read_of_a_line_longer_than_a_page_says_which_byte_to_read_on_from(
+    toolswap_home: Path,
+) -> None:
+    ext = ToolResultExternalizer.open("default")
+    sid = ext.externalize("x" * (1 << 20) + "\nafter\n", "t").artifact.source_id
+
+    result = _cli("read", sid, "--width", "1000")
+
+    pieces = result.stdout.splitlines()
+    assert pieces[0] == "x" * 1000 + " ⟨line continues⟩"
+    byte = int(re.search(r"--byte-start (\d+)", result.stderr).group(1))  # type: ignore[union-attr]
+    shown = sum(len(p.removesuffix(" ⟨line continues⟩")) for p in pieces)
+    assert byte == shown
+    assert "line 1 continues at byte" in result.stderr
+    assert "next line: --offset 1" in result.stderr
+    rest = _cli("read", sid, "--byte-start", str(byte), "--byte-length", "10")
+    assert rest.stdout == "x" * 10
+    assert f"[bytes {byte}-{byte + 9} of {(1 << 20) + 7}, from line 1;" in rest.stderr
+
+
 def test_read_json_returns_the_page(toolswap_home: Path) -> None:
     _, sid = _big_session(toolswap_home)
 
@@ -236,7 +284,7 @@ def test_read_bytes_of_a_text_artifact_prints_the_text(toolswap_home: Path) -> N
     result = _cli("read", sid, "--byte-start", "0", "--byte-length", "15")
 
     assert result.stdout == "line 0: fine\nli"
-    assert "more from byte 15" in result.stderr
+    assert "[bytes 0-14 of 158896, from line 1; next: --byte-start 15]" in result.stderr
 
 
 @pytest.mark.parametrize(

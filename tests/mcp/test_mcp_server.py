@@ -101,7 +101,7 @@ async def test_read_artifact_pages_numbered_lines_and_names_the_next_call(
     assert not result.is_error
     lines = text(result).splitlines()
     assert lines[0] == (
-        f"[{text_id}: lines 1,500-1,502 of 3,000; pytest output, "
+        f"[{text_id}: lines 1500-1502 of 3000; pytest output, "
         f"{ext.get_artifact(text_id).byte_size / 1024:.1f} KiB]"
     )
     assert lines[1] == "  1500\tline 001500: ERROR disk quota exceeded while writing shard 1500"
@@ -111,7 +111,7 @@ async def test_read_artifact_pages_numbered_lines_and_names_the_next_call(
 async def test_read_artifact_at_the_end_says_so(ext: ToolResultExternalizer, text_id: str) -> None:
     result = await call(ext, "read_artifact", source_id=text_id, offset=2998, limit=50)
     lines = text(result).splitlines()
-    assert lines[0].startswith(f"[{text_id}: lines 2,999-3,000 of 3,000;")
+    assert lines[0].startswith(f"[{text_id}: lines 2999-3000 of 3000;")
     assert lines[-2].startswith("  3000\tline 003000: ok")
     assert lines[-1] == "[end of artifact]"
 
@@ -159,7 +159,7 @@ async def test_grep_artifact_says_when_nothing_matches_and_when_it_stopped(
             "grep_artifact", {"source_id": text_id, "pattern": "ok", "max_matches": 5}
         )
     assert not none.is_error
-    assert "no line matches 'panic' in 3,000 lines" in text(none)
+    assert "no line matches 'panic' in 3000 lines" in text(none)
     assert text(many).count("\n") == 6
     assert "stopped after 5 matches" in text(many)
 

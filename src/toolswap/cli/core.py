@@ -12,7 +12,7 @@ from ..artifact import ExternalizedToolResult, InlineToolResult
 from ..errors import ArtifactWriteError
 from ..grep import DEFAULT_TIMEOUT
 from ..pointer import human_size, validate_summary
-from ..reader import ArtifactReader
+from ..reader import CONTINUATION_MARKER, ArtifactReader
 from ..verify import verify_session
 from ._common import (
     echo_json,
@@ -218,7 +218,12 @@ def read(
     session_dir: Path | None,
     as_json: bool,
 ) -> None:
-    """Read lines (or bytes) of an artifact, verified against its SHA-256."""
+    """Read lines (or bytes) of an artifact, verified against its SHA-256.
+
+    --offset is 0-based (the line numbered N has offset N-1); --numbers and the footer on
+    stderr give 1-based line numbers. A line longer than --width is split into pieces; a
+    line longer than a page ends with the --byte-start that reads on from there.
+    """
     reader = _reader_for(source_id, workspace, session_dir)
     if byte_start is not None:
         chunk = reader.read_bytes(source_id, byte_start, byte_length)
@@ -229,27 +234,38 @@ def read(
             sys.stdout.buffer.write(chunk.data)
         else:
             click.echo(chunk.text(), nl=False)
-            if chunk.next_offset is not None:
-                click.echo(f"\n[more from byte {chunk.next_offset}]", err=True)
+            end = chunk.start + len(chunk.data)
+            note = f"[bytes {chunk.start}-{end - 1} of {chunk.size}, from line {chunk.line_no}"
+            more = f"; next: --byte-start {end}]" if chunk.next_offset is not None else "]"
+            click.echo(f"\n{note}{more}", err=True)
         return
     page = reader.read_lines(source_id, offset, limit, width=width)
     if as_json:
         echo_json(page.to_dict())
         return
-    if numbers:
-        no = offset
-        for line in page.lines:
-            click.echo(f"{no + 1:>7}  {line}")
-            if not line.endswith("⟨line continues⟩"):
-                no += 1
-    else:
-        click.echo(page.text)
-    if page.next_offset is not None:
-        click.echo(
-            f"[lines {offset}-{page.next_offset - 1} of {page.total_lines}; "
-            f"next: --offset {page.next_offset}]",
-            err=True,
-        )
+    ref = reader.reference(source_id)
+    lines = list(page.lines)
+    if (
+        page.next_offset is None
+        and lines
+        and lines[-1] == ""
+        and offset + len(lines) > (ref.line_count)
+    ):
+        lines.pop()  # the empty string after the final newline is not a line
+    no = offset
+    for line in lines:
+        click.echo(f"{no + 1:>7}  {line}" if numbers else line)
+        if not line.endswith(CONTINUATION_MARKER):
+            no += 1
+    span = f"lines {offset + 1}-{no}" if no > offset else "no complete line"
+    if page.continue_byte is not None:
+        tail = f"line {no + 1} continues at byte {page.continue_byte}: --byte-start "
+        tail += str(page.continue_byte)
+        if page.next_offset is not None:
+            tail += f"; next line: --offset {page.next_offset}"
+        click.echo(f"[{span} of {ref.line_count}; {tail}]", err=True)
+    elif page.next_offset is not None:
+        click.echo(f"[{span} of {ref.line_count}; next: --offset {page.next_offset}]", err=True)
 
 
 @main.command()
