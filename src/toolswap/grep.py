@@ -147,6 +147,9 @@ def search(
     )
     matches: list[GrepMatch] = []
     for found in collector.found:
+        if isinstance(found, GrepMatch):
+            matches.append(found)
+            continue
         text, text_start = found.text, found.line_start
         if found.long:
             line_end = found.line_start + found.length
@@ -363,7 +366,8 @@ class _Collector:
         self.max_matches = max_matches
         self.width = width
         self.keep = 4 * width + 8
-        self.found: list[_Found] = []
+        self.found: list[_Found | GrepMatch] = []
+        """Matches in order: finished ones, or ones still taking context or a window."""
         self.truncated = False
         self._before: deque[tuple[int, str]] = deque(maxlen=max(context, 1))
         self._carry = bytearray()
@@ -393,6 +397,33 @@ class _Collector:
             start = end + 1
             if self._record(record, dropped):
                 return True
+            if self.context == 0 and len(self.found) < self.max_matches:
+                start = self._matches_only(chunk, start)
+
+    def _matches_only(self, chunk: bytes, start: int) -> int:
+        """Without context every line of output is a match (``N:B:text``): take the whole
+        lines of ``chunk`` from ``start`` in one split (the common case, and the hot one
+        when there are many matches) while below ``max_matches``; where they end."""
+        end = chunk.rfind(b"\n") + 1
+        if end <= start:
+            return start
+        rows = chunk[start : end - 1].split(b"\n")
+        room = self.max_matches - len(self.found)
+        if len(rows) > room:
+            rows = rows[:room]
+            end = start + sum(len(row) + 1 for row in rows)
+        keep, width, append = self.keep, self.width, self.found.append
+        for row in rows:
+            number, offset, content = row.split(b":", 2)
+            text = content[:keep].decode("utf-8", "replace")
+            if len(content) > keep or len(text) > width:
+                append(_Found(int(number), int(offset), len(content), text, True, [], []))
+            else:
+                # Finished here: one object per match (many allocations cost GC time).
+                start = int(offset)
+                line = text.removesuffix("\r")
+                append(GrepMatch(int(number), line, line_start=start, text_start=start))
+        return end
 
     def _record(self, raw: bytes, dropped: int) -> bool:
         # "N:B:text" for a match, "N-B-text" for context, "--" between groups; N and B are
@@ -413,15 +444,16 @@ class _Collector:
         found = self.found
         if len(found) >= self.max_matches:
             last = found[-1]
-            if line_no > last.line_no + self.context:
+            if not isinstance(last, _Found) or line_no > last.line_no + self.context:
                 self.truncated = True  # printed as context of a later match
                 return True
             last.after.append((line_no, self._show(text, long)))
             self.truncated = self.truncated or is_match
             return self.truncated and line_no >= last.line_no + self.context
         if not is_match:
-            if found and line_no <= found[-1].line_no + self.context:
-                found[-1].after.append((line_no, self._show(text, long)))
+            previous = found[-1] if found else None
+            if isinstance(previous, _Found) and line_no <= previous.line_no + self.context:
+                previous.after.append((line_no, self._show(text, long)))
             else:
                 self._before.append((line_no, self._show(text, long)))
             return False
