@@ -417,7 +417,8 @@ class _Collector:
             number, offset, content = row.split(b":", 2)
             text = content[:keep].decode("utf-8", "replace")
             if len(content) > keep or len(text) > width:
-                append(_Found(int(number), int(offset), len(content), text, True, [], []))
+                # Shown later as a window around the match: keep no text now.
+                append(_Found(int(number), int(offset), len(content), "", True, [], []))
             else:
                 # Finished here: one object per match (many allocations cost GC time).
                 start = int(offset)
@@ -461,7 +462,7 @@ class _Collector:
         if self._before:
             before = [item for item in self._before if item[0] >= line_no - self.context]
             self._before.clear()
-        shown = text if long else text.removesuffix("\r")
+        shown = "" if long else text.removesuffix("\r")  # a long line gets a window later
         found.append(_Found(line_no, line_start, length, shown, long, before))
         return False
 
