@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from toolswap import (
     ArtifactSearchTimeoutError,
     ToolResultExternalizer,
 )
+from toolswap import grep as grep_module
 from toolswap.grep import GrepMatch
 
 HOSTILE = "(a+)+$"
@@ -250,3 +254,17 @@ def test_render_separates_groups_that_are_not_adjacent_like_grep(
     result = externalizer.grep(art, "^(3|5|15)$", context=1)
 
     assert result.render() == "2-2\n3:3\n4-4\n5:5\n6-6\n--\n14-14\n15:15\n16-16"
+
+
+def test_the_python_worker_dies_at_its_cpu_limit_even_with_nobody_to_kill_it() -> None:
+    worker = grep_module._WORKER
+    data = ("a" * 40 + "b\n").encode() * 50
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(worker), "-T", "1", "-e", HOSTILE],
+        input=data,
+        capture_output=True,
+        timeout=120,  # a guard against a hang, far above the 1 s CPU limit
+        check=False,
+    )
+
+    assert done.returncode in (-signal.SIGXCPU, -signal.SIGKILL)

@@ -2,15 +2,17 @@
 ``grep -a -n -b`` (``-o`` and ``-m``/``-C`` included) from Python's ``re``, in a process of
 its own that the caller kills at its deadline.
 
-Run as a script (``python -I -S _grep_worker.py [-i] [-F] [-o] [-m N] [-C N] -e PATTERN``)
-with the artifact on standard input. It imports nothing from toolswap. Python's ``re``
-backtracks, so a hostile pattern can run long here: that is why it never runs in the
-caller's process.
+Run as a script (``python -I -S _grep_worker.py [-i] [-F] [-o] [-m N] [-C N] [-T SECONDS]
+-e PATTERN``) with the artifact on standard input. It imports nothing from toolswap.
+Python's ``re`` backtracks, so a hostile pattern can run long here: that is why it never
+runs in the caller's process, and why ``-T`` limits its CPU time, so that it dies even if
+the caller dies before it can kill it.
 """
 
 from __future__ import annotations
 
 import re
+import resource
 import sys
 from collections import deque
 
@@ -34,6 +36,9 @@ def main(argv: list[str]) -> int:
             context = int(next(args))
         elif arg == "-e":
             pattern = next(args)
+        elif arg == "-T":
+            seconds = int(next(args))
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
     if pattern is None:
         print("_grep_worker: no pattern (-e)", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ starts with the byte offset where it begins (what ``read --byte-start`` takes).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import selectors
 import shutil
@@ -140,7 +141,7 @@ def search(
     check_searchable(pattern)
     deadline = time.monotonic() + timeout
     literal = fixed or is_literal(pattern)
-    engine = _Engine.find(pattern, literal=literal, ignore_case=ignore_case)
+    engine = _Engine.find(pattern, literal=literal, ignore_case=ignore_case, timeout=timeout)
     collector = _Collector(context, max_matches, width)
     _Run(engine.argv(max_count=max_matches + 1, context=context), fd, 0, deadline, cancel).run(
         label, timeout, collector.feed
@@ -198,7 +199,7 @@ class _Engine:
     pattern: tuple[str | bytes, ...]
 
     @staticmethod
-    def find(pattern: str, *, literal: bool, ignore_case: bool) -> _Engine:
+    def find(pattern: str, *, literal: bool, ignore_case: bool, timeout: float) -> _Engine:
         grep = _gnu_grep()
         if grep is not None:
             if literal:
@@ -216,7 +217,9 @@ class _Engine:
                 "search in a separate process; install grep"
             )
         args = (*(("-F",) if literal else ()), *(("-i",) if ignore_case else ()))
-        return _Engine((sys.executable, "-I", "-S", str(_WORKER)), (*args, "-e", pattern))
+        # A CPU limit past the deadline: the worker dies even if nobody is left to kill it.
+        cpu = ("-T", str(math.ceil(timeout) + 1))
+        return _Engine((sys.executable, "-I", "-S", str(_WORKER)), (*args, *cpu, "-e", pattern))
 
     def argv(self, *, max_count: int, context: int = 0, only: bool = False) -> list[str | bytes]:
         extra: list[str | bytes] = ["-n", "-b", "-m", str(max_count)]
