@@ -268,3 +268,12 @@ def test_the_python_worker_dies_at_its_cpu_limit_even_with_nobody_to_kill_it() -
     )
 
     assert done.returncode in (-signal.SIGXCPU, -signal.SIGKILL)
+
+
+def test_a_refused_pattern_is_refused_before_the_artifact_is_opened(
+    externalizer: ToolResultExternalizer, hostile: ArtifactReference
+) -> None:
+    hostile.path.unlink()  # reading it now would fail with ArtifactNotFoundError
+
+    with pytest.raises(ArtifactPatternError, match="lookahead"):
+        externalizer.grep(hostile, "a(?=b)")

@@ -172,6 +172,17 @@ def search(
     return matches, collector.truncated
 
 
+def check_pattern(pattern: str, *, ignore_case: bool = False, fixed: bool = False) -> None:
+    """Refuse a pattern that cannot be searched (before an artifact is opened and verified).
+
+    Raises:
+        ArtifactPatternError: the pattern is invalid or cannot run in linear time.
+    """
+    check_searchable(pattern)
+    if not (fixed or is_literal(pattern)):
+        translate(pattern, ignore_case=ignore_case)
+
+
 def check_args(*, context: int, max_matches: int, width: int, timeout: float) -> None:
     """Refuse out-of-range search arguments (before anything is opened)."""
     if not isinstance(context, int) or isinstance(context, bool) or not 0 <= context <= MAX_CONTEXT:

@@ -22,7 +22,6 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ._ere import check_searchable
 from ._fs import open_dir_nofollow
 from ._threads import start_helper_thread
 from ._window import CONTINUATION_MARKER, clip_line
@@ -35,7 +34,7 @@ from .errors import (
     ArtifactReadError,
     SourceIdError,
 )
-from .grep import DEFAULT_TIMEOUT, GrepMatch, GrepResult, check_args, search
+from .grep import DEFAULT_TIMEOUT, GrepMatch, GrepResult, check_args, check_pattern, search
 from .manifest import Manifest
 from .session import Session
 
@@ -533,7 +532,7 @@ class ArtifactReader:
             ArtifactPatternError: the pattern is invalid or cannot run in linear time.
             ArtifactSearchTimeoutError: the search missed its deadline; it was stopped.
         """
-        check_searchable(pattern)
+        check_pattern(pattern, ignore_case=ignore_case, fixed=fixed)
         check_args(context=context, max_matches=max_matches, width=width, timeout=timeout)
         ref = self.reference(source)
         if ref.binary:
