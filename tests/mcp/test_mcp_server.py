@@ -397,3 +397,47 @@ async def test_closing_stdin_ends_the_server_while_a_search_runs(
             status = await peer.proc.wait()
 
     assert status == 0
+
+
+def _worker_children(pid: int) -> list[int]:
+    """The search workers (toolswap's Python grep fallback) that ``pid`` has running."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text(encoding="utf-8", errors="replace")
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == pid and b"_grep_worker.py" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+async def test_a_cancelled_search_is_killed_and_the_server_keeps_serving(
+    ext: ToolResultExternalizer,
+    text_id: str,
+    hostile_id: str,
+    no_grep_path: str,
+    errlog: IO[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PATH", no_grep_path)
+    async with raw_peer(serve_argv(), errlog) as peer:
+        await peer.handshake()
+        await peer.send(_grep_call(hostile_id, 1, 120))
+        with anyio.fail_after(HANG_GUARD):
+            while not _worker_children(peer.proc.pid):
+                await anyio.sleep(0.05)  # until the search runs (a poll, not a timing claim)
+            await peer.send(
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+            )
+            while _worker_children(peer.proc.pid):
+                await anyio.sleep(0.05)
+            read = {"name": "read_artifact", "arguments": {"source_id": text_id, "limit": 1}}
+            answer = json.loads(await peer.request(2, "tools/call", read))
+
+    assert "line 000001" in answer["result"]["content"][0]["text"]
