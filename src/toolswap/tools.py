@@ -84,7 +84,7 @@ archives) and for single huge lines such as minified JSON. Returns bytes `start`
 fits in the range is returned as an image). At most 1 MiB per call; the note at the end \
 gives the next `start`. The artifact's SHA-256 is checked first."""
 
-GREP_ARTIFACT_DESCRIPTION = """\
+GREP_ARTIFACT_DESCRIPTION = f"""\
 Search a saved tool output (an artifact) line by line, like grep -n -E. Returns each \
 matching line with its 1-based line number, plus `context` lines before and after; read \
 around a match with read_artifact(offset=line_number-1). Use this to find the error, test \
@@ -95,8 +95,8 @@ The pattern is a regular expression in Python syntax (`ERROR|Traceback`, `\\d+ f
 `(?i)timeout`) matched within one line; \\d, \\w and \\s are ASCII classes. \
 Backreferences (\\1) and lookaround ((?=...), (?<!...)) are refused because they cannot run \
 in linear time. A plain string is searched fastest. A search that runs longer than `timeout` \
-seconds is stopped with an error. A matching line longer than 1000 characters is shown as a \
-window around the match that starts with ⟨from byte N⟩: read more of it with \
+seconds is stopped with an error. A matching line longer than {_GREP_WIDTH} characters is \
+shown as a window around the match that starts with ⟨from byte N⟩: read more of it with \
 read_artifact_bytes(start=N)."""
 
 LIST_ARTIFACTS_DESCRIPTION = """\
