@@ -276,19 +276,24 @@ def test_invalid_grep_requests_are_refused(
 def _naive_grep(
     lines: list[str], pattern: str, context: int, max_matches: int
 ) -> list[tuple[int, str, tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]]:
-    out = []
+    """grep -n -C semantics: each line shown once; a match's after-context stops at the next
+    reported match, and after the last one allowed it runs on regardless (as GNU grep -m)."""
+    out: list[tuple[int, str, tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = []
     last_shown = 0
     for no, line in enumerate(lines, 1):
-        if re.search(pattern, line):
-            before = tuple((n, lines[n - 1]) for n in range(max(1, no - context), no))
-            before = tuple(item for item in before if item[0] > last_shown)
-            after = tuple(
-                (n, lines[n - 1]) for n in range(no + 1, min(no + context, len(lines)) + 1)
-            )
-            out.append((no, line, before, after))
-            last_shown = after[-1][0] if after else no
-            if len(out) >= max_matches:
+        if no <= last_shown or not re.search(pattern, line):
+            continue
+        before = tuple((n, lines[n - 1]) for n in range(max(1, no - context), no))
+        before = tuple(item for item in before if item[0] > last_shown)
+        after: list[tuple[int, str]] = []
+        for n in range(no + 1, min(no + context, len(lines)) + 1):
+            if len(out) + 1 < max_matches and re.search(pattern, lines[n - 1]):
                 break
+            after.append((n, lines[n - 1]))
+        out.append((no, line, before, tuple(after)))
+        last_shown = after[-1][0] if after else no
+        if len(out) >= max_matches:
+            break
     return out
 
 
@@ -530,6 +535,33 @@ def test_grep_numbers_lines_after_a_line_longer_than_a_read_block(
     result = externalizer.grep(art, "needle", context=1)
 
     assert [m.line_no for m in result.matches] == [2, 3]
-    assert result.matches[0].text.endswith(CONTINUATION_MARKER)
-    assert result.matches[1].before == ()  # line 2 was already shown as a match
+    long = result.matches[0]
+    assert long.text.endswith(" needle inside")  # a window around the match, to the line's end
+    assert long.text.startswith(f"⟨from byte {long.text_start}⟩ x")
+    assert long.line_start == 6 and long.after == ()  # line 3 is shown as a match
+    window = long.text.removeprefix(f"⟨from byte {long.text_start}⟩ ")
+    assert externalizer.read_bytes(art, long.text_start, len(window)).text() == window
+    assert result.matches[1].before == ()
     assert result.matches[1].after == ((4, "last"),)
+
+
+def test_an_offset_at_or_past_the_line_count_is_refused_as_documented(
+    externalizer: ToolResultExternalizer, artifact: ArtifactReference
+) -> None:
+    assert artifact.line_count == 100_000
+    assert externalizer.read_lines(artifact, 99_999, 5).lines[0] == "line 99999"
+
+    with pytest.raises(ArtifactReadError, match=r"offset 100000 is past the end.*0-99999"):
+        externalizer.read_lines(artifact, 100_000, 5)
+    empty = externalizer.externalize("", "t").artifact
+    assert externalizer.read_lines(empty, 0, 5).lines == ("",)
+
+
+def test_a_byte_range_says_which_line_it_starts_in(
+    externalizer: ToolResultExternalizer, artifact: ArtifactReference
+) -> None:
+    text = _text(100_000).encode()
+    for line in (1, 2, 40_001, 99_999, 100_000):
+        start = text.index(b"line %d\n" % (line - 1))
+        for byte in (start, start + 3):
+            assert externalizer.read_bytes(artifact, byte, 4).line_no == line

@@ -35,12 +35,14 @@ from .errors import (
     ArtifactIntegrityError,
     ArtifactLeaseJournalError,
     ArtifactNotFoundError,
+    ArtifactPatternError,
     ArtifactPublicationConflictError,
     ArtifactPublicationRejected,
     ArtifactReadError,
     ArtifactReferenceOwnerError,
     ArtifactReferenceTombstonedError,
     ArtifactRetentionError,
+    ArtifactSearchTimeoutError,
     ArtifactWriteError,
     ChainLogError,
     CleanupError,
@@ -49,8 +51,9 @@ from .errors import (
     ToolswapError,
 )
 from .externalizer import Output, ToolResultExternalizer
+from .grep import GrepMatch, GrepResult
 from .pointer import POINTER_TEMPLATE
-from .reader import ArtifactReader, ByteRange, GrepMatch, GrepResult, LinePage
+from .reader import ArtifactReader, ByteRange, LinePage
 from .retention import (
     ArtifactClaimView,
     ArtifactLeasePhase,
@@ -94,6 +97,7 @@ __all__ = [
     "ArtifactMemoryReference",
     "ArtifactNotFoundError",
     "ArtifactObservationState",
+    "ArtifactPatternError",
     "ArtifactPublicationConflictError",
     "ArtifactPublicationRejected",
     "ArtifactReadError",
@@ -109,6 +113,7 @@ __all__ = [
     "ArtifactRetentionClaim",
     "ArtifactRetentionError",
     "ArtifactRetentionJournal",
+    "ArtifactSearchTimeoutError",
     "ArtifactSource",
     "ArtifactWriteError",
     "ByteRange",

@@ -11,6 +11,8 @@ callers can catch either::
     │   └── ArtifactCollectedError             removed by cleanup; says when and why
     ├── ArtifactIntegrityError (ValueError)    bytes on disk do not match the recorded SHA-256
     ├── ArtifactReadError (ValueError)         a read request is out of range or malformed
+    │   └── ArtifactPatternError               a grep pattern is invalid or not linear-time
+    ├── ArtifactSearchTimeoutError (TimeoutError) a grep did not finish within its deadline
     ├── ChainLogError (ValueError)             a hash-chained log is corrupt or cannot be trusted
     │   └── ArtifactLeaseJournalError          the retention journal is corrupt or behind its owner
     ├── ArtifactRetentionError (ValueError)    a claim or lease operation was refused
@@ -32,12 +34,14 @@ __all__ = [
     "ArtifactIntegrityError",
     "ArtifactLeaseJournalError",
     "ArtifactNotFoundError",
+    "ArtifactPatternError",
     "ArtifactPublicationConflictError",
     "ArtifactPublicationRejected",
     "ArtifactReadError",
     "ArtifactReferenceOwnerError",
     "ArtifactReferenceTombstonedError",
     "ArtifactRetentionError",
+    "ArtifactSearchTimeoutError",
     "ArtifactWriteError",
     "ChainLogError",
     "CleanupError",
@@ -77,6 +81,15 @@ class ArtifactIntegrityError(ToolswapError, ValueError):
 
 class ArtifactReadError(ToolswapError, ValueError):
     """A read request (offset, range, pattern) is invalid for this artifact."""
+
+
+class ArtifactPatternError(ArtifactReadError):
+    """A grep pattern is invalid, or uses a construct (backreference, lookaround) that cannot
+    run in linear time."""
+
+
+class ArtifactSearchTimeoutError(ToolswapError, TimeoutError):
+    """A grep did not finish within its deadline; it was stopped and nothing was returned."""
 
 
 class ChainLogError(ToolswapError, ValueError):

@@ -43,6 +43,7 @@ from .errors import (
     CleanupError,
     ConfigurationError,
 )
+from .grep import DEFAULT_TIMEOUT
 from .manifest import Manifest
 from .pointer import (
     ReadHint,
@@ -570,7 +571,9 @@ class ToolResultExternalizer:
         max_matches: int = 100,
         ignore_case: bool = False,
         fixed: bool = False,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> GrepResult:
+        """See :meth:`ArtifactReader.grep`: a linear-time search stopped at ``timeout`` s."""
         return self.reader.grep(
             artifact,
             pattern,
@@ -578,6 +581,7 @@ class ToolResultExternalizer:
             max_matches=max_matches,
             ignore_case=ignore_case,
             fixed=fixed,
+            timeout=timeout,
         )
 
     # -- cleanup (see toolswap.cleanup) ----------------------------------------------

@@ -1,4 +1,5 @@
-"""Page faults: read lines, byte ranges and grep matches from an artifact, verified first.
+"""Page faults: read lines and byte ranges of an artifact (and search it, through
+:mod:`toolswap.grep`), verified first.
 
 The full SHA-256 is checked once per file identity (device, inode, size, mtime_ns,
 ctime_ns) and again whenever the identity changes; nothing unverified is returned. The
@@ -16,7 +17,6 @@ import errno
 import hashlib
 import os
 import queue
-import re
 import stat
 import threading
 from collections.abc import Iterator
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ._fs import open_dir_nofollow
 from ._threads import start_helper_thread
+from ._window import CONTINUATION_MARKER, clip_line
 from .artifact import ArtifactReference, parse_artifact_source_id
 from .errors import (
     ArtifactAccessError,
@@ -33,6 +34,7 @@ from .errors import (
     ArtifactReadError,
     SourceIdError,
 )
+from .grep import DEFAULT_TIMEOUT, GrepMatch, GrepResult, check_args, check_pattern, search
 from .manifest import Manifest
 from .session import Session
 
@@ -45,11 +47,9 @@ __all__ = [
     "LinePage",
 ]
 
-CONTINUATION_MARKER = " ⟨line continues⟩"
 _BLOCK = 1 << 20
 _CHECKPOINT = 1 << 18
 _MAX_PAGE_BYTES = 256 * 1024
-_MAX_CONTEXT = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +92,8 @@ class ByteRange:
     data: bytes
     size: int
     """Size of the whole artifact."""
+    line_no: int = 1
+    """The 1-based number of the line that byte ``start`` is in (for a text artifact)."""
 
     @property
     def next_offset(self) -> int | None:
@@ -110,61 +112,11 @@ class ByteRange:
             "start": self.start,
             "length": len(self.data),
             "size": self.size,
+            "line_no": self.line_no,
             "next_offset": self.next_offset,
             "encoding": encoding,
             "data": body,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class GrepMatch:
-    """One matching line (1-based number) with its context lines."""
-
-    line_no: int
-    text: str
-    before: tuple[tuple[int, str], ...] = ()
-    after: tuple[tuple[int, str], ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "line_no": self.line_no,
-            "text": self.text,
-            "before": [list(x) for x in self.before],
-            "after": [list(x) for x in self.after],
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class GrepResult:
-    source_id: str
-    pattern: str
-    matches: tuple[GrepMatch, ...]
-    truncated: bool
-    """True when ``max_matches`` stopped the search before the end."""
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "source_id": self.source_id,
-            "pattern": self.pattern,
-            "matches": [m.to_dict() for m in self.matches],
-            "truncated": self.truncated,
-        }
-
-    def render(self) -> str:
-        out: list[str] = []
-        for match in self.matches:
-            if match.before or match.after:
-                out.extend(f"{no}-{text}" for no, text in match.before)
-                out.append(f"{match.line_no}:{match.text}")
-                out.extend(f"{no}-{text}" for no, text in match.after)
-                out.append("--")
-            else:
-                out.append(f"{match.line_no}:{match.text}")
-        if out and out[-1] == "--":
-            out.pop()
-        if self.truncated:
-            out.append(f"(stopped after {len(self.matches)} matches; raise max_matches for more)")
-        return "\n".join(out)
 
 
 @dataclass(slots=True)
@@ -236,48 +188,6 @@ def _hash_and_index(fd: int, size: int) -> tuple[str, int, int, list[int]]:
     return sha.hexdigest(), pos, newlines, checkpoints
 
 
-def _clip_line(text: str, width: int) -> list[str]:
-    if len(text) <= width:
-        return [text]
-    pieces = [text[i : i + width] for i in range(0, len(text), width)]
-    return [p + CONTINUATION_MARKER for p in pieces[:-1]] + [pieces[-1]]
-
-
-_REGEX_SPECIAL = frozenset(".^$*+?{}[]\\|()")
-
-
-class _Found:
-    __slots__ = ("_pos",)
-
-    def __init__(self, pos: int) -> None:
-        self._pos = pos
-
-    def start(self) -> int:
-        return self._pos
-
-
-class _Literal:
-    """A plain byte string, found with ``bytes.find`` (several times faster than ``re``)."""
-
-    def __init__(self, needle: bytes) -> None:
-        self.needle = needle
-
-    def search(self, data: bytes, pos: int = 0) -> _Found | None:
-        at = data.find(self.needle, pos)
-        return _Found(at) if at >= 0 else None
-
-    def finditer(self, data: bytes, pos: int = 0) -> Iterator[_Found]:
-        needle = self.needle
-        at = data.find(needle, pos)
-        while at >= 0:
-            yield _Found(at)
-            # grep reports a line once: go on from the next line.
-            newline = data.find(b"\n", at)
-            if newline < 0:
-                return
-            at = data.find(needle, newline + 1)
-
-
 class _OpenArtifact:
     """A verified, open artifact file."""
 
@@ -311,6 +221,13 @@ class _OpenArtifact:
 
     def pread(self, length: int, offset: int) -> bytes:
         return os.pread(self.fd, length, offset)
+
+    def line_of(self, offset: int) -> int:
+        """The 1-based number of the line that byte ``offset`` is in (newlines before it,
+        counted from the nearest line-index checkpoint)."""
+        j = offset // _CHECKPOINT
+        base = j * _CHECKPOINT
+        return self.info.checkpoints[j] + self.pread(offset - base, base).count(b"\n") + 1
 
     def line_start(self, index: int) -> int:
         """Byte offset where line ``index`` (0-based) starts."""
@@ -475,7 +392,9 @@ class ArtifactReader:
         art = self._open(ref)
         try:
             total = art.info.newlines + 1
-            if offset >= total:
+            # The empty string after a final newline is not a line: offsets end at
+            # line_count - 1 (offset 0 of an empty artifact reads nothing).
+            if offset >= total or (offset > 0 and offset >= ref.line_count):
                 raise ArtifactReadError(
                     f"offset {offset} is past the end: {ref.source_id} has "
                     f"{ref.line_count} lines; read offsets 0-{max(ref.line_count - 1, 0)}"
@@ -487,7 +406,7 @@ class ArtifactReader:
             continue_byte: int | None = None
             for line_start, raw, complete in self._iter_lines(art, pos):
                 text = raw.decode("utf-8", "replace")
-                pieces = _clip_line(text, width)
+                pieces = clip_line(text, width)
                 cost = sum(len(p.encode()) + 1 for p in pieces)
                 if used + cost > max_bytes:
                     if lines:
@@ -575,8 +494,15 @@ class ArtifactReader:
                     f"start {start} is past the end: {ref.source_id} has {art.info.size} bytes"
                 )
             data = art.pread(length, start)
+            line_no = art.line_of(start)
             art.check_unchanged()
-            return ByteRange(source_id=ref.source_id, start=start, data=data, size=art.info.size)
+            return ByteRange(
+                source_id=ref.source_id,
+                start=start,
+                data=data,
+                size=art.info.size,
+                line_no=line_no,
+            )
         finally:
             os.close(art.fd)
 
@@ -590,189 +516,42 @@ class ArtifactReader:
         ignore_case: bool = False,
         fixed: bool = False,
         width: int = 2000,
+        timeout: float = DEFAULT_TIMEOUT,
+        cancel: threading.Event | None = None,
     ) -> GrepResult:
-        """Lines matching a regular expression (Python syntax), with 1-based line numbers."""
-        if not isinstance(pattern, str) or not pattern:
-            raise ArtifactReadError("pattern must be a non-empty string")
-        if not isinstance(context, int) or not 0 <= context <= _MAX_CONTEXT:
-            raise ArtifactReadError(f"context must be an integer from 0 to {_MAX_CONTEXT}")
-        if not isinstance(max_matches, int) or isinstance(max_matches, bool) or max_matches < 1:
-            raise ArtifactReadError("max_matches must be a positive integer")
-        flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
-        try:
-            regex = re.compile(re.escape(pattern.encode()) if fixed else pattern.encode(), flags)
-        except re.error as exc:
-            raise ArtifactReadError(f"invalid pattern {pattern!r}: {exc}") from None
-        searcher: re.Pattern[bytes] | _Literal = regex
-        if not ignore_case and (fixed or _REGEX_SPECIAL.isdisjoint(pattern)):
-            searcher = _Literal(pattern.encode())
+        """Lines matching ``pattern`` with 1-based line numbers (see :mod:`toolswap.grep`).
+
+        Args:
+            pattern: a regular expression in Python syntax without backreferences or
+                lookaround (those cannot run in linear time and are refused), or a plain
+                string with ``fixed``.
+            timeout: seconds the search may run (digest verification not included).
+            cancel: set it from another thread to stop the search.
+
+        Raises:
+            ArtifactPatternError: the pattern is invalid or cannot run in linear time.
+            ArtifactSearchTimeoutError: the search missed its deadline; it was stopped.
+        """
+        check_pattern(pattern, ignore_case=ignore_case, fixed=fixed)
+        check_args(context=context, max_matches=max_matches, width=width, timeout=timeout)
         ref = self.reference(source)
         if ref.binary:
             raise ArtifactReadError(f"{ref.source_id} is binary; grep reads text artifacts")
         art = self._open(ref)
         try:
-            matches, truncated = self._grep(art, searcher, context, max_matches, width)
+            matches, truncated = search(
+                art.fd,
+                pattern,
+                label=ref.source_id,
+                context=context,
+                max_matches=max_matches,
+                ignore_case=ignore_case,
+                fixed=fixed,
+                width=width,
+                timeout=timeout,
+                cancel=cancel,
+            )
             art.check_unchanged()
         finally:
             os.close(art.fd)
         return GrepResult(ref.source_id, pattern, tuple(matches), truncated)
-
-    @staticmethod
-    def _blocks(art: _OpenArtifact) -> Iterator[tuple[int, bytes]]:
-        """(offset, block): line-aligned blocks of about 1 MiB; a line longer than 8 MiB
-        is cut (its pieces keep their line number, as no newline lies between them)."""
-        size = art.info.size
-        pos = 0
-        while pos < size:
-            block = art.pread(_BLOCK, pos)
-            if not block:
-                break
-            cut = block.rfind(b"\n") + 1
-            if cut == 0 and pos + len(block) < size:
-                block = art.pread(8 * _BLOCK, pos)  # a long line: read on to its end
-                cut = block.rfind(b"\n") + 1 or len(block)
-            if pos + len(block) >= size:
-                yield pos, block
-                return
-            yield pos, block if cut == len(block) else block[:cut]
-            pos += cut
-
-    def _grep(
-        self,
-        art: _OpenArtifact,
-        regex: re.Pattern[bytes] | _Literal,
-        context: int,
-        max_matches: int,
-        width: int,
-    ) -> tuple[list[GrepMatch], bool]:
-        def show(raw: bytes) -> str:
-            text = raw.decode("utf-8", "replace").rstrip("\r")
-            return text if len(text) <= width else text[:width] + CONTINUATION_MARKER
-
-        def numbered(data: bytes, first_no: int, start: int, count: int) -> list[tuple[int, str]]:
-            out: list[tuple[int, str]] = []
-            while len(out) < count and start < len(data):
-                end = data.find(b"\n", start)
-                end = len(data) if end < 0 else end
-                out.append((first_no + len(out), show(data[start:end])))
-                start = end + 1
-            return out
-
-        def last_lines(data: bytes, last_no: int, count: int) -> list[tuple[int, str]]:
-            """The last ``count`` lines of a block whose last line is number ``last_no``."""
-            out: list[tuple[int, str]] = []
-            end = len(data) - 1 if data.endswith(b"\n") else len(data)
-            while len(out) < count and end >= 0 and data:
-                start = data.rfind(b"\n", 0, end) + 1
-                out.append((last_no - len(out), show(data[start:end])))
-                end = start - 1
-            out.reverse()
-            return out
-
-        checkpoints = art.info.checkpoints
-
-        def lines_before(offset: int, data: bytes, pos: int) -> int:
-            """Newlines before byte ``offset`` (in ``data``, the block at ``pos``), counted
-            from the nearest line-index checkpoint rather than from the start."""
-            cp = offset // _CHECKPOINT * _CHECKPOINT
-            count = checkpoints[offset // _CHECKPOINT]
-            if cp < pos:
-                count += art.pread(pos - cp, cp).count(b"\n")
-                cp = pos
-            return count + data.count(b"\n", cp - pos, offset - pos)
-
-        found: list[tuple[int, str, list[tuple[int, str]], list[tuple[int, str]]]] = []
-        prev: bytes = b""
-        last_shown = 0
-        blocks = self._blocks(art)
-
-        def first_match(data: bytes, pos: int) -> int:
-            """Where the first match at or after ``pos`` starts, or -1."""
-            found = regex.search(data, pos)
-            # An empty match after a block's last newline is not on any line.
-            if found is None or (found.start() == len(data) and data.endswith(b"\n")):
-                return -1
-            return found.start()
-
-        def has_match(data: bytes, pos: int) -> bool:
-            return first_match(data, pos) >= 0
-
-        def continue_after(data: bytes, first_no: int) -> int:
-            """Extend after-context that ran past the previous block; the last line shown."""
-            shown = 0
-            for entry in reversed(found):
-                tail_after = entry[3]
-                if len(tail_after) >= context:
-                    break
-                tail_after.extend(numbered(data, first_no, 0, context - len(tail_after)))
-                if tail_after:
-                    shown = max(shown, tail_after[-1][0])
-            return shown
-
-        for pos, data in blocks:
-            pending_after = bool(context and found and len(found[-1][3]) < context)
-            first = first_match(data, 0)
-            if first < 0 and not pending_after:
-                prev = data  # nothing here: its lines are never counted
-                continue
-            # Number of this block's first line, found only when context needs it.
-            line_base = lines_before(pos, data, pos) + 1 if context else 0
-            if pending_after:
-                last_shown = max(last_shown, continue_after(data, line_base))
-            counted_to = 0
-            line_no = 0
-            ends_at_newline = data.endswith(b"\n")
-            # Matches are searched again from the first one (never from before it).
-            for match in regex.finditer(data, max(first, 0)) if first >= 0 else ():
-                if ends_at_newline and match.start() == len(data):
-                    break  # an empty match after the last newline: no line is there
-                start = data.rfind(b"\n", 0, match.start()) + 1
-                if start < counted_to:
-                    continue  # a second match on a line already reported
-                if counted_to and start - counted_to < _CHECKPOINT:
-                    line_no += data.count(b"\n", counted_to, start)
-                else:
-                    line_no = lines_before(pos + start, data, pos) + 1
-                counted_to = start
-                end = data.find(b"\n", start)
-                end = len(data) if end < 0 else end
-                before: list[tuple[int, str]] = []
-                after: list[tuple[int, str]] = []
-                if context:
-                    b_end, b_no = start, line_no
-                    while len(before) < context and b_end > 0:
-                        b_start = data.rfind(b"\n", 0, b_end - 1) + 1
-                        b_no -= 1
-                        before.insert(0, (b_no, show(data[b_start : b_end - 1])))
-                        b_end = b_start
-                    if len(before) < context and line_base > 1:
-                        # A block cut inside a huge line ends with a piece of this block's
-                        # first line.
-                        last_no = line_base - 1 if prev.endswith(b"\n") else line_base
-                        before = last_lines(prev, last_no, context - len(before)) + before
-                    before = [item for item in before if item[0] > last_shown]
-                    after = numbered(data, line_no + 1, end + 1, context)
-                found.append((line_no, show(data[start:end]), before, after))
-                last_shown = after[-1][0] if after else line_no
-                counted_to = min(end + 1, len(data))
-                line_no += 1
-                if len(found) >= max_matches:
-                    truncated = has_match(data, counted_to)
-                    for rest_pos, rest in blocks:
-                        # Finish the last match's after-context, and look for one more match.
-                        if context and len(found[-1][3]) < context:
-                            continue_after(rest, lines_before(rest_pos, rest, rest_pos) + 1)
-                        truncated = truncated or has_match(rest, 0)
-                        if truncated and not (context and len(found[-1][3]) < context):
-                            break
-                    return self._build(found), truncated
-            prev = data
-        return self._build(found), False
-
-    @staticmethod
-    def _build(
-        found: list[tuple[int, str, list[tuple[int, str]], list[tuple[int, str]]]],
-    ) -> list[GrepMatch]:
-        return [
-            GrepMatch(no, text, tuple(before), tuple(after)) for no, text, before, after in found
-        ]

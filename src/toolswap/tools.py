@@ -30,6 +30,7 @@ from .errors import (
     ToolswapError,
 )
 from .externalizer import ToolResultExternalizer
+from .grep import DEFAULT_TIMEOUT
 from .pointer import human_size
 from .reader import CONTINUATION_MARKER, ArtifactReader, ByteRange
 from .session import Session
@@ -38,6 +39,7 @@ from .workspaces import find_session, holds
 __all__ = [
     "GREP_ARTIFACT_DESCRIPTION",
     "LIST_ARTIFACTS_DESCRIPTION",
+    "MAX_GREP_TIMEOUT",
     "PARAMETER_DESCRIPTIONS",
     "READ_ARTIFACT_BYTES_DESCRIPTION",
     "READ_ARTIFACT_DESCRIPTION",
@@ -58,6 +60,8 @@ MAX_BYTES_LENGTH = 1 << 20
 """Upper bound on ``length`` for one byte read."""
 MAX_LIMIT = 2000
 MAX_MATCHES = 500
+MAX_GREP_TIMEOUT = 120.0
+"""Upper bound on a model's ``timeout`` for one search, in seconds."""
 _GREP_WIDTH = 1000
 
 READ_ARTIFACT_DESCRIPTION = """\
@@ -80,12 +84,20 @@ archives) and for single huge lines such as minified JSON. Returns bytes `start`
 fits in the range is returned as an image). At most 1 MiB per call; the note at the end \
 gives the next `start`. The artifact's SHA-256 is checked first."""
 
-GREP_ARTIFACT_DESCRIPTION = """\
-Search a saved tool output (an artifact) for a regular expression (Python syntax), like \
-grep -n. Returns each matching line with its 1-based line number, plus `context` lines \
-before and after; read around a match with read_artifact(offset=line_number-1). Use this \
-to find the error, test name or record you need in a large output instead of reading it \
-all or running the command again. Stops after `max_matches` matches and says so."""
+GREP_ARTIFACT_DESCRIPTION = f"""\
+Search a saved tool output (an artifact) line by line, like grep -n -E. Returns each \
+matching line with its 1-based line number, plus `context` lines before and after; read \
+around a match with read_artifact(offset=line_number-1). Use this to find the error, test \
+name or record you need in a large output instead of reading it all or running the \
+command again. Stops after `max_matches` matches and says so.
+
+The pattern is a regular expression in Python syntax (`ERROR|Traceback`, `\\d+ failed`, \
+`(?i)timeout`) matched within one line; \\d, \\w and \\s are ASCII classes. \
+Backreferences (\\1) and lookaround ((?=...), (?<!...)) are refused because they cannot run \
+in linear time. A plain string is searched fastest. A search that runs longer than `timeout` \
+seconds is stopped with an error. A matching line longer than {_GREP_WIDTH} characters is \
+shown as a window around the match that starts with ⟨from byte N⟩: read more of it with \
+read_artifact_bytes(start=N)."""
 
 LIST_ARTIFACTS_DESCRIPTION = """\
 List the saved tool outputs (artifacts) of this session, newest last: source ID, the tool \
@@ -101,9 +113,16 @@ PARAMETER_DESCRIPTIONS: dict[str, str] = {
     "limit": f"Number of lines to return (1-{MAX_LIMIT}).",
     "start": "First byte to return, 0-based.",
     "length": f"Number of bytes to return (1-{MAX_BYTES_LENGTH}).",
-    "pattern": "Regular expression (Python syntax) to search for, e.g. 'ERROR|Traceback'.",
+    "pattern": (
+        "Regular expression (Python syntax, no backreferences or lookaround) matched within "
+        "one line, e.g. 'ERROR|Traceback'."
+    ),
     "context": "Lines to show before and after each match (0-50).",
     "max_matches": f"Stop after this many matching lines (1-{MAX_MATCHES}).",
+    "timeout": (
+        f"Seconds the search may run before it is stopped (default {DEFAULT_TIMEOUT:g}, "
+        f"at most {MAX_GREP_TIMEOUT:g})."
+    ),
 }
 """What each tool parameter means, for tool schemas and docstrings."""
 
@@ -288,20 +307,21 @@ class ArtifactTools:
                 if not line.endswith(CONTINUATION_MARKER):
                     number += 1
             shown_last = offset + sum(1 for x in lines if not x.endswith(CONTINUATION_MARKER))
+            # No thousands separators: "lines 1,001-1,200" reads as a list.
             span = (
-                f"lines {offset + 1:,}-{shown_last:,}"
+                f"lines {offset + 1}-{shown_last}"
                 if shown_last > offset
-                else f"line {offset + 1:,}"
+                else f"line {offset + 1}"
                 if lines
                 else "no lines"
             )
             head = (
-                f"[{ref.source_id}: {span} of {ref.line_count:,}; {ref.source_tool} output, "
+                f"[{ref.source_id}: {span} of {ref.line_count}; {ref.source_tool} output, "
                 f"{human_size(ref.byte_size)}]"
             )
             if page.continue_byte is not None:
                 tail = (
-                    f"[line {number:,} is longer than one page; read the rest of it with "
+                    f"[line {number} is longer than one page; read the rest of it with "
                     f'read_artifact_bytes(source_id="{ref.source_id}", start={page.continue_byte}, '
                     "length=65536)"
                 )
@@ -378,11 +398,25 @@ class ArtifactTools:
         return self._call(source_id, run)
 
     def grep_artifact(
-        self, source_id: str, pattern: str, context: int = 0, max_matches: int = 50
+        self,
+        source_id: str,
+        pattern: str,
+        context: int = 0,
+        max_matches: int = 50,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        cancel: threading.Event | None = None,
     ) -> str:
-        """Matching lines (1-based numbers) with context, bounded to one answer."""
+        """Matching lines (1-based numbers) with context, bounded to one answer.
+
+        Args:
+            timeout: seconds the search may run (at most :data:`MAX_GREP_TIMEOUT`).
+            cancel: set it from another thread to stop the search (its child is killed).
+        """
         if isinstance(max_matches, int) and max_matches > MAX_MATCHES:
             max_matches = MAX_MATCHES
+        if isinstance(timeout, (int, float)) and timeout > MAX_GREP_TIMEOUT:
+            timeout = MAX_GREP_TIMEOUT
 
         def run(reader: ArtifactReader, sid: str) -> str:
             ref = reader.reference(sid)
@@ -392,10 +426,16 @@ class ArtifactTools:
                     "Use read_artifact_bytes to read it."
                 )
             result = reader.grep(
-                ref, pattern, context=context, max_matches=max_matches, width=_GREP_WIDTH
+                ref,
+                pattern,
+                context=context,
+                max_matches=max_matches,
+                width=_GREP_WIDTH,
+                timeout=timeout,
+                cancel=cancel,
             )
             if not result.matches:
-                return f"[{ref.source_id}: no line matches {pattern!r} in {ref.line_count:,} lines]"
+                return f"[{ref.source_id}: no line matches {pattern!r} in {ref.line_count} lines]"
             rendered = result.render()
             budget = self.max_output_bytes - 1024
             cut = False
@@ -485,8 +525,14 @@ def artifact_tools(
     def read_artifact_bytes(source_id: str, start: int = 0, length: int = 65536) -> str:
         return tools.read_artifact_bytes(source_id, start, length).text
 
-    def grep_artifact(source_id: str, pattern: str, context: int = 0, max_matches: int = 50) -> str:
-        return tools.grep_artifact(source_id, pattern, context, max_matches)
+    def grep_artifact(
+        source_id: str,
+        pattern: str,
+        context: int = 0,
+        max_matches: int = 50,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> str:
+        return tools.grep_artifact(source_id, pattern, context, max_matches, timeout)
 
     def list_artifacts() -> str:
         return tools.list_artifacts()
@@ -496,7 +542,7 @@ def artifact_tools(
         READ_ARTIFACT_BYTES_DESCRIPTION, "source_id", "start", "length"
     )
     grep_artifact.__doc__ = _docstring(
-        GREP_ARTIFACT_DESCRIPTION, "source_id", "pattern", "context", "max_matches"
+        GREP_ARTIFACT_DESCRIPTION, "source_id", "pattern", "context", "max_matches", "timeout"
     )
     list_artifacts.__doc__ = _docstring(LIST_ARTIFACTS_DESCRIPTION)
     return [read_artifact, read_artifact_bytes, grep_artifact, list_artifacts]

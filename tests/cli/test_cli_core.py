@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -202,6 +203,54 @@ def test_read_numbers_lines_when_asked(toolswap_home: Path) -> None:
     assert result.stdout == "   4322  line 4321: error here\n"
 
 
+def test_read_numbers_and_its_footer_agree_and_are_1_based(toolswap_home: Path) -> None:
+    _, sid = _big_session(toolswap_home)
+
+    result = _cli("read", sid, "--offset", "100", "--limit", "3", "--numbers")
+
+    numbers = [int(line.split()[0]) for line in result.stdout.splitlines()]
+    assert numbers == [101, 102, 103]
+    assert "[lines 101-103 of 10000; next: --offset 103]" in result.stderr
+
+
+def test_read_of_the_last_page_shows_no_line_past_the_last(toolswap_home: Path) -> None:
+    _, sid = _big_session(toolswap_home)
+
+    result = _cli("read", sid, "--offset", "9998", "--numbers")
+
+    assert result.stdout == "   9999  line 9998: fine\n  10000  line 9999: fine\n"
+
+
+def test_read_offset_past_the_end_is_an_error_as_documented(toolswap_home: Path) -> None:
+    _, sid = _big_session(toolswap_home)
+
+    result = _cli_runner_result("read", sid, "--offset", "10000")
+
+    assert result.exit_code == 1
+    assert "offset 10000 is past the end" in result.stderr
+    assert "read offsets 0-9999" in result.stderr
+
+
+def test_read_of_a_line_longer_than_a_page_says_which_byte_to_read_on_from(
+    toolswap_home: Path,
+) -> None:
+    ext = ToolResultExternalizer.open("default")
+    sid = ext.externalize("x" * (1 << 20) + "\nafter\n", "t").artifact.source_id
+
+    result = _cli("read", sid, "--width", "1000")
+
+    pieces = result.stdout.splitlines()
+    assert pieces[0] == "x" * 1000 + " ⟨line continues⟩"
+    byte = int(re.search(r"--byte-start (\d+)", result.stderr).group(1))  # type: ignore[union-attr]
+    shown = sum(len(p.removesuffix(" ⟨line continues⟩")) for p in pieces)
+    assert byte == shown
+    assert "line 1 continues at byte" in result.stderr
+    assert "next line: --offset 1" in result.stderr
+    rest = _cli("read", sid, "--byte-start", str(byte), "--byte-length", "10")
+    assert rest.stdout == "x" * 10
+    assert f"[bytes {byte}-{byte + 9} of {(1 << 20) + 7}, from line 1;" in rest.stderr
+
+
 def test_read_json_returns_the_page(toolswap_home: Path) -> None:
     _, sid = _big_session(toolswap_home)
 
@@ -235,7 +284,7 @@ def test_read_bytes_of_a_text_artifact_prints_the_text(toolswap_home: Path) -> N
     result = _cli("read", sid, "--byte-start", "0", "--byte-length", "15")
 
     assert result.stdout == "line 0: fine\nli"
-    assert "more from byte 15" in result.stderr
+    assert "[bytes 0-14 of 158896, from line 1; next: --byte-start 15]" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -316,6 +365,71 @@ def test_grep_with_an_invalid_pattern_exits_1_with_a_message(toolswap_home: Path
 
     assert result.exit_code == 1
     assert "invalid pattern" in result.stderr
+
+
+def _hostile_session() -> str:
+    ext = ToolResultExternalizer.open("default")
+    text = "".join("a" * 40 + "b\n" for _ in range(200)) + "a" * 40 + "\n"
+    return ext.externalize(text, "t").artifact.source_id
+
+
+@pytest.mark.skipif(shutil.which("grep") is None, reason="needs GNU grep")
+def test_grep_runs_a_catastrophic_backtracking_pattern_in_linear_time(
+    toolswap_home: Path,
+) -> None:
+    sid = _hostile_session()
+
+    proc = _toolswap("grep", sid, "(a+)+$")
+
+    assert proc.returncode == 0
+    assert proc.stdout == b"201:" + b"a" * 40 + b"\n"
+
+
+def test_grep_on_a_hostile_pattern_without_grep_stops_at_its_deadline_with_one_line(
+    toolswap_home: Path, tmp_path: Path
+) -> None:
+    sid = _hostile_session()
+    empty = tmp_path / "no-grep-bin"
+    empty.mkdir()
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "toolswap", "grep", sid, "(a+)+$", "--timeout", "1"],
+        capture_output=True,
+        env={**os.environ, "PATH": str(empty)},
+        check=False,
+    )
+
+    assert proc.returncode == 1
+    assert proc.stdout == b""
+    (line,) = proc.stderr.decode().splitlines()
+    assert line.startswith("toolswap: ArtifactSearchTimeoutError: ")
+    assert "did not finish within 1 s" in line
+
+
+def test_grep_refuses_a_backreference_with_a_typed_one_line_error(toolswap_home: Path) -> None:
+    sid = _hostile_session()
+
+    proc = _toolswap("grep", sid, r"(a)\1")
+
+    assert proc.returncode == 1
+    (line,) = proc.stderr.decode().splitlines()
+    assert line.startswith("toolswap: ArtifactPatternError: ")
+    assert "backreference" in line
+
+
+def test_grep_shows_a_window_with_a_byte_offset_that_read_accepts(toolswap_home: Path) -> None:
+    ext = ToolResultExternalizer.open("default")
+    line = "".join(f'{{"id": {i}, "ok": true}}, ' for i in range(40_000))
+    line = line.replace('"id": 23456, "ok": true', '"id": 23456, "ok": false')
+    sid = ext.externalize(line + "\n", "t").artifact.source_id
+
+    shown = _cli("grep", sid, '"ok": false', "--width", "200").stdout
+
+    start = int(re.search(r"⟨from byte (\d+)⟩", shown).group(1))  # type: ignore[union-attr]
+    assert shown.startswith(f"1:⟨from byte {start}⟩ ")
+    read = _cli("read", sid, "--byte-start", str(start), "--byte-length", "100").stdout
+    assert shown.removeprefix(f"1:⟨from byte {start}⟩ ").startswith(read)
+    assert '"ok": false' in shown
 
 
 # -- ls and show ---------------------------------------------------------------------

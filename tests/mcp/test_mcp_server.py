@@ -19,7 +19,15 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.types import CallToolResult, ImageContent, TextContent
-from mcp_helpers import HANG_GUARD, SESSION, connect, make_errlog, serve_argv
+from mcp_helpers import (
+    HANG_GUARD,
+    SESSION,
+    child_env,
+    connect,
+    make_errlog,
+    raw_peer,
+    serve_argv,
+)
 from upstream_data import big_lines, png
 
 from toolswap import ToolResultExternalizer
@@ -93,7 +101,7 @@ async def test_read_artifact_pages_numbered_lines_and_names_the_next_call(
     assert not result.is_error
     lines = text(result).splitlines()
     assert lines[0] == (
-        f"[{text_id}: lines 1,500-1,502 of 3,000; pytest output, "
+        f"[{text_id}: lines 1500-1502 of 3000; pytest output, "
         f"{ext.get_artifact(text_id).byte_size / 1024:.1f} KiB]"
     )
     assert lines[1] == "  1500\tline 001500: ERROR disk quota exceeded while writing shard 1500"
@@ -103,7 +111,7 @@ async def test_read_artifact_pages_numbered_lines_and_names_the_next_call(
 async def test_read_artifact_at_the_end_says_so(ext: ToolResultExternalizer, text_id: str) -> None:
     result = await call(ext, "read_artifact", source_id=text_id, offset=2998, limit=50)
     lines = text(result).splitlines()
-    assert lines[0].startswith(f"[{text_id}: lines 2,999-3,000 of 3,000;")
+    assert lines[0].startswith(f"[{text_id}: lines 2999-3000 of 3000;")
     assert lines[-2].startswith("  3000\tline 003000: ok")
     assert lines[-1] == "[end of artifact]"
 
@@ -151,7 +159,7 @@ async def test_grep_artifact_says_when_nothing_matches_and_when_it_stopped(
             "grep_artifact", {"source_id": text_id, "pattern": "ok", "max_matches": 5}
         )
     assert not none.is_error
-    assert "no line matches 'panic' in 3,000 lines" in text(none)
+    assert "no line matches 'panic' in 3000 lines" in text(none)
     assert text(many).count("\n") == 6
     assert "stopped after 5 matches" in text(many)
 
@@ -304,3 +312,143 @@ async def test_toolswap_mcp_serve_over_stdio(
     assert "1500:line 001500: ERROR" in text(found)
     assert gone.is_error and "missing" in text(gone)
     assert text_id in text(listed)
+
+
+# -- hostile searches ------------------------------------------------------------------
+
+
+HOSTILE = "(a+)+$"
+
+
+@pytest.fixture
+def hostile_id(ext: ToolResultExternalizer) -> str:
+    text = "".join("a" * 40 + "b\n" for _ in range(300))
+    return ext.externalize(text, "t").artifact.source_id
+
+
+@pytest.fixture
+def no_grep_path(tmp_path: Path) -> str:
+    """A PATH without grep: the server searches with Python's backtracking re, in a child
+    process, so the hostile pattern really runs until its deadline."""
+    empty = tmp_path / "no-grep-bin"
+    empty.mkdir()
+    return str(empty)
+
+
+def _grep_call(source_id: str, request_id: int, timeout: float) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {
+            "name": "grep_artifact",
+            "arguments": {"source_id": source_id, "pattern": HOSTILE, "timeout": timeout},
+        },
+    }
+
+
+async def test_a_hostile_search_never_delays_concurrent_reads(
+    ext: ToolResultExternalizer, text_id: str, hostile_id: str, no_grep_path: str, errlog: IO[str]
+) -> None:
+    finished: list[str] = []
+    answers: dict[str, CallToolResult] = {}
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(serve_argv(), errlog, env=child_env(PATH=no_grep_path)) as session:
+
+            async def search() -> None:
+                # A deadline longer than the guard: only the reads can end this test in time.
+                arguments = {"source_id": hostile_id, "pattern": HOSTILE, "timeout": 120}
+                await session.call_tool("grep_artifact", arguments)
+                finished.append("grep")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(search)
+                for i in range(3):
+                    answers[f"read{i}"] = await session.call_tool(
+                        "read_artifact", {"source_id": text_id, "offset": 1499, "limit": 1}
+                    )
+                    finished.append(f"read{i}")
+                tg.cancel_scope.cancel()  # the search is still running
+
+    assert finished == ["read0", "read1", "read2"]
+    assert all("ERROR disk quota" in text(answers[f"read{i}"]) for i in range(3))
+
+
+async def test_a_search_past_its_deadline_is_a_tool_error_that_says_so(
+    ext: ToolResultExternalizer, hostile_id: str, no_grep_path: str, errlog: IO[str]
+) -> None:
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(serve_argv(), errlog, env=child_env(PATH=no_grep_path)) as session:
+            arguments = {"source_id": hostile_id, "pattern": HOSTILE, "timeout": 1}
+            result = await session.call_tool("grep_artifact", arguments)
+
+    assert result.is_error
+    assert "did not finish within 1 s" in text(result)
+
+
+async def test_closing_stdin_ends_the_server_while_a_search_runs(
+    ext: ToolResultExternalizer,
+    text_id: str,
+    hostile_id: str,
+    no_grep_path: str,
+    errlog: IO[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PATH", no_grep_path)
+    async with raw_peer(serve_argv(), errlog) as peer:
+        await peer.handshake()
+        # A search with the longest deadline allowed, longer than the guard below.
+        await peer.send(_grep_call(hostile_id, 1, 120))
+        read = {"name": "read_artifact", "arguments": {"source_id": text_id, "limit": 1}}
+        answer = json.loads(await peer.request(2, "tools/call", read))  # both are in flight
+        assert "line 000001" in answer["result"]["content"][0]["text"]
+        assert peer.proc.stdin is not None
+        await peer.proc.stdin.aclose()
+        with anyio.fail_after(HANG_GUARD):
+            status = await peer.proc.wait()
+
+    assert status == 0
+
+
+def _worker_children(pid: int) -> list[int]:
+    """The search workers (toolswap's Python grep fallback) that ``pid`` has running."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text(encoding="utf-8", errors="replace")
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == pid and b"_grep_worker.py" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+async def test_a_cancelled_search_is_killed_and_the_server_keeps_serving(
+    ext: ToolResultExternalizer,
+    text_id: str,
+    hostile_id: str,
+    no_grep_path: str,
+    errlog: IO[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PATH", no_grep_path)
+    async with raw_peer(serve_argv(), errlog) as peer:
+        await peer.handshake()
+        await peer.send(_grep_call(hostile_id, 1, 120))
+        with anyio.fail_after(HANG_GUARD):
+            while not _worker_children(peer.proc.pid):
+                await anyio.sleep(0.05)  # until the search runs (a poll, not a timing claim)
+            await peer.send(
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+            )
+            while _worker_children(peer.proc.pid):
+                await anyio.sleep(0.05)
+            read = {"name": "read_artifact", "arguments": {"source_id": text_id, "limit": 1}}
+            answer = json.loads(await peer.request(2, "tools/call", read))
+
+    assert "line 000001" in answer["result"]["content"][0]["text"]

@@ -10,8 +10,9 @@ import click
 
 from ..artifact import ExternalizedToolResult, InlineToolResult
 from ..errors import ArtifactWriteError
+from ..grep import DEFAULT_TIMEOUT
 from ..pointer import human_size, validate_summary
-from ..reader import ArtifactReader
+from ..reader import CONTINUATION_MARKER, ArtifactReader
 from ..verify import verify_session
 from ._common import (
     echo_json,
@@ -217,7 +218,12 @@ def read(
     session_dir: Path | None,
     as_json: bool,
 ) -> None:
-    """Read lines (or bytes) of an artifact, verified against its SHA-256."""
+    """Read lines (or bytes) of an artifact, verified against its SHA-256.
+
+    --offset is 0-based (the line numbered N has offset N-1); --numbers and the footer on
+    stderr give 1-based line numbers. A line longer than --width is split into pieces; a
+    line longer than a page ends with the --byte-start that reads on from there.
+    """
     reader = _reader_for(source_id, workspace, session_dir)
     if byte_start is not None:
         chunk = reader.read_bytes(source_id, byte_start, byte_length)
@@ -228,27 +234,38 @@ def read(
             sys.stdout.buffer.write(chunk.data)
         else:
             click.echo(chunk.text(), nl=False)
-            if chunk.next_offset is not None:
-                click.echo(f"\n[more from byte {chunk.next_offset}]", err=True)
+            end = chunk.start + len(chunk.data)
+            note = f"[bytes {chunk.start}-{end - 1} of {chunk.size}, from line {chunk.line_no}"
+            more = f"; next: --byte-start {end}]" if chunk.next_offset is not None else "]"
+            click.echo(f"\n{note}{more}", err=True)
         return
     page = reader.read_lines(source_id, offset, limit, width=width)
     if as_json:
         echo_json(page.to_dict())
         return
-    if numbers:
-        no = offset
-        for line in page.lines:
-            click.echo(f"{no + 1:>7}  {line}")
-            if not line.endswith("⟨line continues⟩"):
-                no += 1
-    else:
-        click.echo(page.text)
-    if page.next_offset is not None:
-        click.echo(
-            f"[lines {offset}-{page.next_offset - 1} of {page.total_lines}; "
-            f"next: --offset {page.next_offset}]",
-            err=True,
-        )
+    ref = reader.reference(source_id)
+    lines = list(page.lines)
+    if (
+        page.next_offset is None
+        and lines
+        and lines[-1] == ""
+        and offset + len(lines) > (ref.line_count)
+    ):
+        lines.pop()  # the empty string after the final newline is not a line
+    no = offset
+    for line in lines:
+        click.echo(f"{no + 1:>7}  {line}" if numbers else line)
+        if not line.endswith(CONTINUATION_MARKER):
+            no += 1
+    span = f"lines {offset + 1}-{no}" if no > offset else "no complete line"
+    if page.continue_byte is not None:
+        tail = f"line {no + 1} continues at byte {page.continue_byte}: --byte-start "
+        tail += str(page.continue_byte)
+        if page.next_offset is not None:
+            tail += f"; next line: --offset {page.next_offset}"
+        click.echo(f"[{span} of {ref.line_count}; {tail}]", err=True)
+    elif page.next_offset is not None:
+        click.echo(f"[{span} of {ref.line_count}; next: --offset {page.next_offset}]", err=True)
 
 
 @main.command()
@@ -258,6 +275,16 @@ def read(
 @click.option("-m", "--max-matches", type=int, default=100, show_default=True, help="Stop after N.")
 @click.option("-i", "--ignore-case", is_flag=True, help="Case-insensitive match.")
 @click.option("-F", "--fixed-strings", is_flag=True, help="PATTERN is a plain string.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Stop the search after this many seconds (an error, exit 1).",
+)
+@click.option(
+    "--width", type=int, default=2000, show_default=True, help="Window longer lines to this."
+)
 @source_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @handle_errors
@@ -268,11 +295,19 @@ def grep(
     max_matches: int,
     ignore_case: bool,
     fixed_strings: bool,
+    timeout: float,
+    width: int,
     workspace: str | None,
     session_dir: Path | None,
     as_json: bool,
 ) -> None:
-    """Search an artifact for PATTERN (Python regex); print matches with line numbers."""
+    """Search an artifact for PATTERN; print matching lines with their 1-based numbers.
+
+    PATTERN is a regular expression in Python syntax, matched within each line in linear
+    time (backreferences and lookaround are refused). A line longer than --width shows a
+    window around the match that starts at the byte given by ⟨from byte N⟩ (read more
+    with `toolswap read ID --byte-start N`).
+    """
     reader = _reader_for(source_id, workspace, session_dir)
     result = reader.grep(
         source_id,
@@ -281,6 +316,8 @@ def grep(
         max_matches=max_matches,
         ignore_case=ignore_case,
         fixed=fixed_strings,
+        width=width,
+        timeout=timeout,
     )
     if as_json:
         echo_json(result.to_dict())

@@ -5,11 +5,17 @@
 Every failure (unknown, collected or tampered artifact, bad pattern, offset past the end)
 comes back as a tool error (``isError: true``) whose text says what to do next; the server
 itself never stops because of one.
+
+Calls run on worker threads and never wait for each other: a search runs in a child process
+(see :mod:`toolswap.grep`) on a pool of its own, so reads are served while searches run, and
+a cancelled call (the client's ``notifications/cancelled``, or the client closing stdin,
+which ends the server) kills its search at once instead of waiting for it.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -22,10 +28,12 @@ from pydantic import Field
 from .. import __version__
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
+from ..grep import DEFAULT_TIMEOUT
 from ..tools import (
     GREP_ARTIFACT_DESCRIPTION,
     LIST_ARTIFACTS_DESCRIPTION,
     MAX_BYTES_LENGTH,
+    MAX_GREP_TIMEOUT,
     MAX_LIMIT,
     MAX_MATCHES,
     PARAMETER_DESCRIPTIONS,
@@ -52,10 +60,28 @@ _READ_ONLY = ToolAnnotations(
 SourceId = Annotated[str, Field(description=PARAMETER_DESCRIPTIONS["source_id"])]
 
 
-async def _call(fn: Callable[..., _T], *args: Any) -> _T:
-    """Run a blocking artifact read on a worker thread; turn its failures into tool errors."""
+_SEARCHES = 4
+"""Searches that run at once; more wait for a slot (reads never do)."""
+
+
+async def _call(
+    fn: Callable[..., _T],
+    *args: Any,
+    cancel: threading.Event | None = None,
+    limiter: anyio.CapacityLimiter | None = None,
+) -> _T:
+    """Run a blocking artifact read on a worker thread; turn its failures into tool errors.
+
+    A cancelled call returns at once; ``cancel`` tells the abandoned thread to stop.
+    """
     try:
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+        return await anyio.to_thread.run_sync(
+            functools.partial(fn, *args), abandon_on_cancel=True, limiter=limiter
+        )
+    except anyio.get_cancelled_exc_class():
+        if cancel is not None:
+            cancel.set()
+        raise
     except ToolswapError as exc:
         raise ToolError(str(exc)) from None
     except OSError as exc:
@@ -70,6 +96,7 @@ def create_server(
 ) -> MCPServer[Any]:
     """An :class:`MCPServer` with the four artifact tools over ``externalizer``'s session."""
     tools = ArtifactTools(externalizer)
+    searches = anyio.CapacityLimiter(_SEARCHES)
     server: MCPServer[Any] = MCPServer(
         name, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
@@ -119,8 +146,16 @@ def create_server(
         max_matches: Annotated[
             int, Field(ge=1, le=MAX_MATCHES, description=PARAMETER_DESCRIPTIONS["max_matches"])
         ] = 50,
+        timeout: Annotated[
+            float,
+            Field(gt=0, le=MAX_GREP_TIMEOUT, description=PARAMETER_DESCRIPTIONS["timeout"]),
+        ] = DEFAULT_TIMEOUT,
     ) -> str:
-        return await _call(tools.grep_artifact, source_id, pattern, context, max_matches)
+        cancel = threading.Event()
+        run = functools.partial(tools.grep_artifact, cancel=cancel)
+        return await _call(
+            run, source_id, pattern, context, max_matches, timeout, cancel=cancel, limiter=searches
+        )
 
     async def list_artifacts() -> str:
         return await _call(tools.list_artifacts)
