@@ -239,6 +239,10 @@ def main() -> None:
     print(f"  at {LARGE:>7,} records: {large_t * 1e3:7.2f} ms")
     print(f"  ratio large / small:  {large_t / small_t:.2f}x  (target <= 1.2x)")
 
+    # Each owner gets its own copy of the session: the manifest anchors the owner that
+    # acknowledged the journal, and a second owner that never did would be refused.
+    pg_root = root / "pg" / large_ext.session.session_id
+    shutil.copytree(large_ext.session.root, pg_root)
     owned = {"SqliteMemoryOwner": owned_publish(large_ext, large_refs, sqlite_owner(root))}
     reason = unavailable_reason()
     if reason is None:
@@ -248,7 +252,8 @@ def main() -> None:
         try:
             pg_recovery = postgres_recovery(server.dsn, large_ext)
             with PostgresMemoryOwner(server.dsn) as pg_owner:
-                owned["PostgresMemoryOwner"] = owned_publish(large_ext, large_refs, pg_owner)
+                pg_ext = ToolResultExternalizer(pg_root)
+                owned["PostgresMemoryOwner"] = owned_publish(pg_ext, large_refs, pg_owner)
         finally:
             server.stop()
             server.remove()

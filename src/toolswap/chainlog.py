@@ -68,6 +68,7 @@ class ChainLog:
         self._floor: tuple[int, str] = (0, GENESIS_HASH)
         self._floor_seen: str | None = None
         self._watch_seq = 0
+        self._dir_synced = False
         self.lock = threading.RLock()
         """Serializes this object's refreshes and appends between threads; callers that
         fold records hold it across refresh and fold."""
@@ -292,6 +293,10 @@ class ChainLog:
         reset, before = self.refresh()
         if reset:
             raise self._fail("was replaced while in use; reopen it")
+        # The directory entry is made durable once per log object (the first append may
+        # create the file, or follow a creator that crashed before its directory fsync);
+        # later appends only need the file's own fsync.
+        creating = not self._dir_synced
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             fd = os.open(self.path, flags | os.O_NONBLOCK, 0o600)
@@ -313,7 +318,9 @@ class ChainLog:
                 write_all(fd, line)
                 crash_point(f"{crash_prefix}.appended")
                 os.fsync(fd)
-                fsync_dir(self.path.parent)
+                if creating:
+                    fsync_dir(self.path.parent)
+                    self._dir_synced = True
             except OSError as exc:
                 self._take_back(fd, exc)
             crash_point(f"{crash_prefix}.fsynced")
