@@ -46,11 +46,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ...artifact import ArtifactMemoryReference
 from ...crashpoints import crash_point
@@ -232,7 +233,7 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
 
     def _init_schema(self) -> None:
         with self._connection("opening the database") as conn:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            mode = self._wal(conn)
             if not mode or str(mode[0]).lower() != "wal":
                 raise ArtifactReferenceOwnerError(
                     f"memory owner database {self.path} cannot use WAL mode"
@@ -261,6 +262,19 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
                     f"memory owner database {self.path} has schema version "
                     f"{row[0] if row else None!r}; this toolswap reads version {SCHEMA_VERSION}"
                 )
+
+    def _wal(self, conn: sqlite3.Connection) -> Any:
+        """Switch to WAL. Several processes opening a new database at once can get
+        SQLITE_BUSY here without the busy handler ever running: wait like it would."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                return conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            except sqlite3.OperationalError as exc:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.005)
 
     def _stamp(self) -> str:
         return stamp(self._now).isoformat()
