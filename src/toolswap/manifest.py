@@ -148,6 +148,11 @@ class Manifest:
             self._advance_head()
             return record
 
+    def journal_stores(self) -> list[str]:
+        """The names of every lease journal store anchored here."""
+        self.refresh()
+        return sorted(self._anchors)
+
     def journal_anchor(self, store: str) -> JournalAnchor | None:
         """The head of the lease journal kept in ``store`` (its name: the journal's file name,
         or the database's journal key) as last recorded here (None: never recorded)."""

@@ -11,7 +11,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from ..pointer import human_size
 from ..session import Session, toolswap_home, workspace_slug
 from ._common import echo_json, handle_errors, is_tty, resolve_session, session_options
 from ._group import main
+from .retention import backend_options, open_backend
 
 __all__: list[str] = []
 
@@ -59,8 +60,19 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * 1024**power)
 
 
-def _journal(session: Session) -> JournalLike:
-    """The session's lease journal, bound to its default memory owner when that exists.
+@dataclass(frozen=True, slots=True)
+class _Backend:
+    """Where the sessions' memory owner and lease journal live (``--owner-db``,
+    ``--database-url``); all None: the session's own files."""
+
+    owner_db: Path | None = None
+    database_url: str | None = None
+    schema: str = "toolswap"
+
+
+def _journal(session: Session, backend: _Backend) -> JournalLike:
+    """The session's lease journal, bound to its default memory owner when that exists,
+    or the one ``backend`` names.
 
     Cleanup always goes through the journal, even when its file is missing: a journal
     lost next to an owner that acknowledged its head fails closed instead of reading as
@@ -68,7 +80,12 @@ def _journal(session: Session) -> JournalLike:
     """
     from ..retention import ArtifactRetentionJournal
 
-    return ArtifactRetentionJournal(session)
+    if backend.owner_db is None and not backend.database_url:
+        return ArtifactRetentionJournal(session)
+    journal, _ = open_backend(
+        session, backend.owner_db, backend.database_url, backend.schema, required=True
+    )
+    return journal
 
 
 @contextmanager
@@ -88,9 +105,12 @@ def _progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] 
 
 
 def _plan_session(
-    session: Session, policy: ArtifactCleanupPolicy, progress: Callable[[int, int], None] | None
+    session: Session,
+    policy: ArtifactCleanupPolicy,
+    progress: Callable[[int, int], None] | None,
+    backend: _Backend,
 ) -> ArtifactCleanupPlan:
-    return plan_cleanup_from_journal(_journal(session), policy=policy, progress=progress)
+    return plan_cleanup_from_journal(_journal(session, backend), policy=policy, progress=progress)
 
 
 def _apply_session(
@@ -98,8 +118,11 @@ def _apply_session(
     plan: ArtifactCleanupPlan,
     policy: ArtifactCleanupPolicy,
     progress: Callable[[int, int], None] | None,
+    backend: _Backend,
 ) -> ArtifactCleanupReport:
-    return apply_cleanup_from_journal(plan, _journal(session), progress=progress, policy=policy)
+    return apply_cleanup_from_journal(
+        plan, _journal(session, backend), progress=progress, policy=policy
+    )
 
 
 def _all_sessions() -> list[tuple[str, Session]]:
@@ -156,18 +179,19 @@ def _make_plans(
     all_sessions: bool,
     policy: ArtifactCleanupPolicy,
     show_progress: bool,
+    backend: _Backend,
 ) -> list[tuple[str, ArtifactCleanupPlan]]:
     if all_sessions:
         sessions = _all_sessions()
         unlimited = replace(policy, max_deletions=None, max_bytes=None)
         with _progress("planning", show_progress) as progress:
-            plans = [_plan_session(s, unlimited, progress) for _, s in sessions]
+            plans = [_plan_session(s, unlimited, progress, backend) for _, s in sessions]
         limited = limit_plans(plans, policy)
         return [(ws, plan) for (ws, _), plan in zip(sessions, limited, strict=True)]
     session = resolve_session(session_id, workspace, session_dir, create=False)
     ws = workspace or (session_dir.parent.name if session_dir else workspace_slug())
     with _progress("planning", show_progress) as progress:
-        return [(ws, _plan_session(session, policy, progress))]
+        return [(ws, _plan_session(session, policy, progress, backend))]
 
 
 _PLAN_OPTIONS = [
@@ -185,7 +209,7 @@ _PLAN_OPTIONS = [
 def _plan_options(func: Any) -> Any:
     for option in reversed(_PLAN_OPTIONS):
         func = option(func)
-    return func
+    return backend_options(func)
 
 
 @main.group()
@@ -213,13 +237,25 @@ def gc_plan(
     max_deletions: int | None,
     max_bytes: str | None,
     all_sessions: bool,
+    owner_db: Path | None,
+    database_url: str | None,
+    database_schema: str,
     save: Path | None,
     verbose: bool,
     as_json: bool,
 ) -> None:
     """Show what cleanup would delete and why (reads only; hashes every candidate)."""
     policy = _policy(ttl, max_deletions, max_bytes)
-    plans = _make_plans(session_id, workspace, session_dir, all_sessions, policy, not as_json)
+    backend = _Backend(owner_db, database_url, database_schema)
+    plans = _make_plans(
+        session_id,
+        workspace,
+        session_dir,
+        all_sessions,
+        policy,
+        not as_json,
+        backend,
+    )
     document = {
         "kind": "toolswap.cleanup_plans",
         "plans": [{"workspace": ws, "plan": plan.to_dict()} for ws, plan in plans],
@@ -312,6 +348,9 @@ def gc_apply(
     max_deletions: int | None,
     max_bytes: str | None,
     all_sessions: bool,
+    owner_db: Path | None,
+    database_url: str | None,
+    database_schema: str,
     plan_file: Path | None,
     yes: bool,
     as_json: bool,
@@ -325,10 +364,19 @@ def gc_apply(
     """
     # The policy in force now: a saved plan's entries and policy only narrow it.
     policy = replace(_policy(ttl, max_deletions, max_bytes), dry_run=False)
+    backend = _Backend(owner_db, database_url, database_schema)
     if plan_file is not None:
         plans = _load_plans(plan_file)
     else:
-        plans = _make_plans(session_id, workspace, session_dir, all_sessions, policy, not as_json)
+        plans = _make_plans(
+            session_id,
+            workspace,
+            session_dir,
+            all_sessions,
+            policy,
+            not as_json,
+            backend,
+        )
         if not as_json:
             for ws, plan in plans:
                 _print_plan(ws, plan, False)
@@ -355,7 +403,7 @@ def gc_apply(
             session = Session.open(plan.session_id, workspace=ws, create=False)
         live = replace(plan, policy=replace(plan.policy, dry_run=False))
         with _progress("deleting", not as_json) as progress:
-            reports.append((ws, _apply_session(session, live, policy, progress)))
+            reports.append((ws, _apply_session(session, live, policy, progress, backend)))
     if as_json:
         echo_json(
             {

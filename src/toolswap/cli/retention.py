@@ -57,7 +57,7 @@ def backend_options(function: Callable[..., None]) -> Callable[..., None]:
     )(function)
 
 
-def _open(
+def open_backend(
     session: Session,
     owner_db: Path | None,
     database_url: str | None,
@@ -125,7 +125,7 @@ def leases(
     `toolswap reconcile` settles it. Exits 1 if the journal cannot be trusted.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    journal, _ = _open(session, owner_db, database_url, database_schema, required=False)
+    journal, _ = open_backend(session, owner_db, database_url, database_schema, required=False)
     view = journal.recover()
     transactions = journal.transactions() if show_all else []
     if as_json:
@@ -175,7 +175,7 @@ def reconcile(
     generation only. Exits 0 when every lease settled, 3 when some stay pending.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    journal, owner = _open(session, owner_db, database_url, database_schema, required=True)
+    journal, owner = open_backend(session, owner_db, database_url, database_schema, required=True)
     assert owner is not None
     reports = journal.reconcile_pending(owner)
     if as_json:
@@ -225,7 +225,7 @@ def journal_verify(
     journal behind the head the memory owner acknowledged, exits 1.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    journal, _ = _open(
+    journal, _ = open_backend(
         session, owner_db, database_url, database_schema, required=owner_db is not None
     )
     summary = journal.verify()
@@ -264,7 +264,7 @@ def journal_checkpoint(
     that names records the journal lost makes every command fail closed.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    journal, _ = _open(session, owner_db, database_url, database_schema, required=False)
+    journal, _ = open_backend(session, owner_db, database_url, database_schema, required=False)
     head = journal.checkpoint()
     if as_json:
         echo_json({"checkpoint": head.to_dict() if head else None})

@@ -446,6 +446,15 @@ class ArtifactRetentionJournal:
         """
         anchor = self._read_anchor()
         if anchor is None:
+            if isinstance(self._store, LocalJournalStore) and self._log.head[0] == 0:
+                # An empty local journal in a session whose journal lives elsewhere (a
+                # database) is not "no references": the caller forgot to name the store.
+                others = self._manifest.journal_stores()
+                if others:
+                    raise self._fail(
+                        f"is empty, but this session's lease journal lives in {others[0]}; "
+                        "open it there (--database-url)"
+                    )
             return
         seq = self._log.head[0]
         if seq < anchor.seq:
