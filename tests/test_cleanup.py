@@ -25,6 +25,7 @@ from toolswap.cleanup import (
     ArtifactCleanupPolicy,
     ArtifactCleanupStatus,
     CleanupEntry,
+    apply_cleanup,
     limit_plans,
 )
 from toolswap.session import Session
@@ -502,3 +503,18 @@ def test_a_file_owned_by_another_user_is_denied_and_kept(
     assert "another user" in entry.reason
     externalizer.apply_cleanup(plan, [], now=_future(30))
     assert path.exists()
+
+
+def test_apply_with_a_dry_run_policy_in_force_deletes_nothing(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    art = externalizer.externalize("orphan\n" * 100, "bash").artifact
+    plan = externalizer.plan_cleanup([], policy=LIVE, now=_future(2))
+    assert [e.status for e in plan.entries] == [S.PLANNED_DELETE]
+
+    report = apply_cleanup(
+        externalizer.session, plan, [], now=_future(2), policy=ArtifactCleanupPolicy()
+    )
+
+    assert report.dry_run
+    assert externalizer.read_artifact(art, 0, 1) == "orphan"

@@ -16,6 +16,7 @@ from toolswap import (
     ArtifactNotFoundError,
     ArtifactReference,
     ArtifactRetentionClaim,
+    ArtifactWriteError,
     ChainLogError,
     CleanupError,
     ToolResultExternalizer,
@@ -63,7 +64,7 @@ def test_a_lost_manifest_never_makes_a_collected_name_come_back(tmp_path: Path, 
         plan_cleanup(fresh.session, [], policy=GC_ALL)
 
 
-def test_a_corrupt_head_file_is_refused_before_any_output_is_taken(tmp_path: Path) -> None:
+def test_a_corrupt_head_file_refuses_every_capture_and_writes_nothing(tmp_path: Path) -> None:
     session_dir = tmp_path / "s1"
     ext = ToolResultExternalizer(session_dir)
     ext.externalize("first\n", "bash")
@@ -71,7 +72,7 @@ def test_a_corrupt_head_file_is_refused_before_any_output_is_taken(tmp_path: Pat
 
     with pytest.raises(ChainLogError, match=r"manifest\.head is corrupt"):
         ToolResultExternalizer(session_dir).check_ready()
-    with pytest.raises(ChainLogError, match=r"manifest\.head is corrupt"):
+    with pytest.raises(ArtifactWriteError, match=r"manifest\.head is corrupt"):
         ToolResultExternalizer(session_dir).externalize(iter([b"y" * 100]), "bash")
     assert sorted(p.name for p in (session_dir / "tool-results").iterdir()) == [
         "tool_result_001.txt"
@@ -89,3 +90,23 @@ def test_a_missing_head_file_is_rebuilt_from_an_intact_manifest(tmp_path: Path) 
     assert nxt.filename == "tool_result_002.txt"
     assert (session_dir / "manifest.head").stat().st_mode & 0o777 == 0o600
     assert verify_session(ext.session)[0].kind is FindingKind.OK
+
+
+def test_a_corrupt_manifest_found_after_output_was_read_still_gives_a_preview(
+    tmp_path: Path,
+) -> None:
+    session_dir = tmp_path / "s1"
+    ToolResultExternalizer(session_dir).externalize("first\n", "bash")
+    with open(session_dir / "manifest.jsonl", "ab") as f:
+        f.write(b"junk\n")
+    lines = iter([b"line %d\n" % i for i in range(100_000)])
+
+    with pytest.raises(ArtifactWriteError) as caught:
+        ToolResultExternalizer(session_dir).process(lines, "bash", exit_code=2)
+
+    assert "line 0\n" in caught.value.preview and "line 99999" in caught.value.preview
+    assert caught.value.exit_code == 2
+    assert next(lines, None) is None  # the whole output was taken, none of it written
+    assert sorted(p.name for p in (session_dir / "tool-results").iterdir()) == [
+        "tool_result_001.txt"
+    ]

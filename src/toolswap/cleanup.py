@@ -743,7 +743,8 @@ def _apply(
         claims, pending = current_claims(now)
         index = _index_claims(session, claims, now)
         crash_point("cleanup.claims_folded")
-        if plan.policy.dry_run:
+        rules = plan.policy if policy is None else plan.policy.stricter(policy)
+        if rules.dry_run:
             return ArtifactCleanupReport(
                 session_id=session.session_id,
                 applied_at=now,
@@ -754,7 +755,6 @@ def _apply(
             )
         manifest = Manifest.of(session)
         _check_manifest(manifest)
-        rules = plan.policy if policy is None else plan.policy.stricter(policy)
         records = {r["filename"]: r["sha256"] for r in manifest.records()}
         dir_fd = open_dir_nofollow(session.tool_results_dir)
         deleted_any = False

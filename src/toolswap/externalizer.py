@@ -38,6 +38,7 @@ from .cleanup import (
     JournalLike,
 )
 from .errors import (
+    ArtifactAccessError,
     ArtifactWriteError,
     ChainLogError,
     CleanupError,
@@ -343,8 +344,17 @@ class ToolResultExternalizer:
     ) -> ExternalizedToolResult:
         if argv is not None and not all(isinstance(a, str) for a in argv):
             raise TypeError("argv must be a sequence of strings")
-        self.check_ready()  # before any output is consumed
         s = self.settings
+        try:
+            self.check_ready()  # before the rest of the output is consumed
+        except (ChainLogError, ArtifactAccessError) as exc:
+            # Whatever was already read (process() buffers up to the threshold) and the
+            # rest still reach the caller as a bounded preview, never a bare error.
+            memory = StreamCapture(-1, head_keep=s.head_bytes, tail_keep=s.tail_bytes, scan_limit=0)
+            for chunk in chunks:
+                memory.write(chunk)
+            memory.discard()
+            raise self._unsaved(memory, tool_name, exit_code, str(exc)) from exc
         dir_fd = open_dir_nofollow(self.session.tool_results_dir)
         capture: StreamCapture | None = None
         try:
@@ -469,12 +479,15 @@ class ToolResultExternalizer:
                 return
         except ChainLogError:
             return  # cannot prove it is unrecorded: keep it (verify reports it)
-        dir_fd = open_dir_nofollow(self.session.tool_results_dir)
+        try:
+            dir_fd = open_dir_nofollow(self.session.tool_results_dir)
+        except ArtifactAccessError:
+            return  # left for verify and cleanup; it has no record, so nothing trusts it
         try:
             os.unlink(filename, dir_fd=dir_fd)
             os.fsync(dir_fd)
         except OSError:
-            pass  # left for verify and cleanup; it has no record, so nothing trusts it
+            pass  # the same
         finally:
             os.close(dir_fd)
 

@@ -27,7 +27,7 @@ from typing import Any
 from .artifact import ArtifactReference, ArtifactSource, parse_artifact_filename
 from .chainlog import GENESIS_HASH, ChainLog
 from .errors import ChainLogError
-from .session import MANIFEST_HEAD_NAME, Session
+from .session import LOCK_NAME, MANIFEST_HEAD_NAME, Session, session_lock
 
 __all__ = ["CollectedRecord", "JournalAnchor", "Manifest", "ManifestHead"]
 
@@ -164,9 +164,20 @@ class Manifest:
     def read_head(self) -> ManifestHead | None:
         """The head file's contents (None when there is none yet).
 
+        The file is rewritten in place under the session lock; a reader without the lock
+        that meets a half-written copy reads it again under the lock. An empty file (its
+        creation cut short by a power loss) counts as absent: the manifest then rebuilds it.
+
         Raises:
             ChainLogError: the file is not a regular file of this user, or is corrupt.
         """
+        try:
+            return self._parse_head(self._read_head_bytes())
+        except ChainLogError:
+            with session_lock(self._head_path.with_name(LOCK_NAME)):
+                return self._parse_head(self._read_head_bytes())
+
+    def _read_head_bytes(self) -> bytes | None:
         try:
             fd = os.open(self._head_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
@@ -177,9 +188,13 @@ class Manifest:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
                 raise self._head_error("is not a regular file owned by this user")
-            raw = os.read(fd, _HEAD_SIZE + 1)
+            return os.read(fd, _HEAD_SIZE + 1)
         finally:
             os.close(fd)
+
+    def _parse_head(self, raw: bytes | None) -> ManifestHead | None:
+        if not raw:
+            return None
         try:
             data = json.loads(raw)
             head = ManifestHead(

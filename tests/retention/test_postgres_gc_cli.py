@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from toolswap import ArtifactRetentionJournal
+
 from .conftest import TIMEOUT, Env
 
 pytest.importorskip("psycopg")
@@ -61,5 +63,21 @@ def test_gc_without_the_database_refuses_instead_of_reading_no_references(env: E
 
     assert done.returncode == 1
     (line,) = done.stderr.splitlines()
-    assert "is empty, but this session's lease journal lives in" in line
+    assert "is not the only lease journal of this session" in line
+    assert env.ext.read_artifact(env.source_ids[1], 0, 1) == "beta line"
+
+
+def test_gc_on_the_database_refuses_a_session_whose_leases_are_in_its_local_journal(
+    env: Env,
+) -> None:
+    ArtifactRetentionJournal(env.session_dir, owner=None).publish_reference(
+        env.claim(0), lambda: None, transaction_id="local"
+    )
+
+    done = _gc(env, "apply", "--yes")
+
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert "is not the only lease journal of this session" in line
+    assert env.ext.read_artifact(env.source_ids[0], 0, 1) == "alpha line"
     assert env.ext.read_artifact(env.source_ids[1], 0, 1) == "beta line"

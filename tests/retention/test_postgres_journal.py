@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -62,16 +63,18 @@ def _rows(env: Env) -> list[tuple[int, bytes]]:
 
 
 def test_the_shared_journal_holds_the_local_journal_s_records_byte_for_byte(env: Env) -> None:
-    local = ArtifactRetentionJournal(env.session_dir, owner=None, now=_Clock())
+    # The same history in a local copy of the session (one session keeps its leases in
+    # one store: its manifest anchors that store and refuses a second one).
+    copy = env.tmp / "local" / env.session_dir.name
+    shutil.copytree(env.session_dir, copy)
+    local = ArtifactRetentionJournal(copy, owner=None, now=_Clock())
     _history(local, env, "tx", 12)
     shared = env.journal(owner=None, now=_Clock())
     _history(shared, env, "tx", 12)
-    file_lines = env.ext.session.journal_path.read_bytes().splitlines(keepends=True)
+    file_lines = (copy / "retention-leases.jsonl").read_bytes().splitlines(keepends=True)
     assert [line for _, line in _rows(env)] == file_lines
     assert [seq for seq, _ in _rows(env)] == list(range(1, len(file_lines) + 1))
-    assert _state(env.journal(owner=None)) == _state(
-        ArtifactRetentionJournal(env.session_dir, owner=None)
-    )
+    assert _state(env.journal(owner=None)) == _state(ArtifactRetentionJournal(copy, owner=None))
     assert shared.verify().records == len(file_lines)
 
 

@@ -307,7 +307,7 @@ def _read_regular(path: Path) -> bytes:
 def _load_plans(path: Path) -> list[tuple[str, ArtifactCleanupPlan]]:
     try:
         document = json.loads(_read_regular(path))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise CleanupError(f"cannot read plan file {path}: {why}") from None
     if not isinstance(document, dict) or document.get("kind") != "toolswap.cleanup_plans":
@@ -394,6 +394,12 @@ def gc_apply(
             sys.exit(2)
         click.confirm("Delete the files marked planned_delete?", abort=True)
     reports = []
+    shared = len(plans) > 1
+    # Limits over several sessions are shared: the deletion count is carried from session
+    # to session; a shared size budget was decided when planning (limit_plans) and cannot
+    # be re-derived one session at a time, so each session is held to the TTL, its claims
+    # and the remaining count only.
+    left = policy.max_deletions
     for ws, plan in plans:
         if session_dir is not None:
             if len(plans) != 1:
@@ -401,9 +407,17 @@ def gc_apply(
             session = Session.at(session_dir, create=False)
         else:
             session = Session.open(plan.session_id, workspace=ws, create=False)
-        live = replace(plan, policy=replace(plan.policy, dry_run=False))
+        own = replace(plan.policy, dry_run=False)
+        now_policy = policy
+        if shared:
+            own = replace(own, max_bytes=None, max_deletions=None)
+            now_policy = replace(policy, max_bytes=None, max_deletions=left)
+        live = replace(plan, policy=own)
         with _progress("deleting", not as_json) as progress:
-            reports.append((ws, _apply_session(session, live, policy, progress, backend)))
+            report = _apply_session(session, live, now_policy, progress, backend)
+        reports.append((ws, report))
+        if left is not None:
+            left -= report.counts().get("deleted", 0)
     if as_json:
         echo_json(
             {

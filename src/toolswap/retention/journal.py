@@ -445,16 +445,16 @@ class ArtifactRetentionJournal:
         the owner acknowledged after that read.
         """
         anchor = self._read_anchor()
+        # A session's leases live in one store: a manifest that anchors another store means
+        # this one (empty or not) does not hold every claim; reading it alone could make
+        # referenced artifacts look like orphans.
+        others = [name for name in self._manifest.journal_stores() if name != self._store.name]
+        if others:
+            raise self._fail(
+                f"is not the only lease journal of this session: the session manifest also "
+                f"anchors {others[0]}; open the session's journal there (--database-url)"
+            )
         if anchor is None:
-            if isinstance(self._store, LocalJournalStore) and self._log.head[0] == 0:
-                # An empty local journal in a session whose journal lives elsewhere (a
-                # database) is not "no references": the caller forgot to name the store.
-                others = self._manifest.journal_stores()
-                if others:
-                    raise self._fail(
-                        f"is empty, but this session's lease journal lives in {others[0]}; "
-                        "open it there (--database-url)"
-                    )
             return
         seq = self._log.head[0]
         if seq < anchor.seq:
