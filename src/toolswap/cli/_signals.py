@@ -31,10 +31,17 @@ class ReceivedSignal:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def name(self) -> str | None:
         return None if self.signum is None else signal.Signals(self.signum).name
+
+    def attach(self, proc: subprocess.Popen[bytes]) -> None:
+        """The command has started: a signal that came before is passed on now."""
+        self.proc = proc
+        if self.signum in _FORWARDED:
+            _send(proc, self.signum)
 
     def exit_like_the_signal(self) -> None:
         """Die by the received signal (default action), as a well-behaved tool does."""
@@ -48,17 +55,19 @@ class ReceivedSignal:
 
 
 @contextmanager
-def forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[ReceivedSignal]:
-    """Handle SIGINT/SIGTERM/SIGHUP while ``proc`` runs (see the module docstring)."""
+def forward_signals() -> Iterator[ReceivedSignal]:
+    """Handle SIGINT/SIGTERM/SIGHUP from before the command starts until it is done (see
+    the module docstring); :meth:`ReceivedSignal.attach` names the command once started."""
     received = ReceivedSignal()
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if received.signum is not None:
-            _send(proc, signal.SIGKILL)
+            if received.proc is not None:
+                _send(received.proc, signal.SIGKILL)
             return
         received.signum = signum
-        if signum in _FORWARDED:
-            _send(proc, signum)
+        if signum in _FORWARDED and received.proc is not None:
+            _send(received.proc, signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in _HANDLED}
     try:

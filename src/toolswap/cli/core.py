@@ -108,13 +108,16 @@ def run(
     ext = open_externalizer(session_id, workspace, session_dir)
     # What can be checked before the command runs (and has side effects) is checked now.
     ext.check_ready()
-    try:
-        proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    except OSError as exc:
-        click.echo(f"toolswap: cannot run {command[0]!r}: {exc.strerror}", err=True)
-        sys.exit(127)
-    assert proc.stdout is not None
-    with forward_signals(proc) as received:
+    with forward_signals() as received:
+        if received.signum is not None:
+            received.exit_like_the_signal()  # stopped before the command started
+        try:
+            proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            click.echo(f"toolswap: cannot run {command[0]!r}: {exc.strerror}", err=True)
+            sys.exit(127)
+        received.attach(proc)
+        assert proc.stdout is not None
         try:
             result = ext.process(
                 pipe_chunks(proc.stdout),
