@@ -19,6 +19,7 @@ import pytest
 from conftest import Clock
 from toolswap import (
     ArtifactAccessError,
+    ArtifactWriteError,
     ChainLogError,
     ExternalizedToolResult,
     ExternalizerSettings,
@@ -312,9 +313,10 @@ def test_tool_results_replaced_by_a_symlink_after_opening_is_refused_on_write(
     externalizer.tool_results_dir.rmdir()
     externalizer.tool_results_dir.symlink_to(elsewhere)
 
-    with pytest.raises(ArtifactAccessError):
+    with pytest.raises(ArtifactWriteError, match="not a symlink") as caught:
         externalizer.externalize(BIG, "bash")
 
+    assert isinstance(caught.value.__cause__, ArtifactAccessError)
     assert list(elsewhere.iterdir()) == []
 
 
@@ -668,9 +670,10 @@ def test_a_symlinked_manifest_is_refused_and_its_target_left_alone(
     target.write_bytes(b"")
     externalizer.session.manifest_path.symlink_to(target)
 
-    with pytest.raises(ChainLogError, match="symlink"):
+    with pytest.raises(ArtifactWriteError, match="symlink") as caught:
         externalizer.externalize(BIG, "bash")
 
+    assert isinstance(caught.value.__cause__, ChainLogError)
     assert target.read_bytes() == b""
     assert not any(n.startswith(".tmp-") for n in _files(externalizer))
 
