@@ -45,6 +45,7 @@ EXPECTED: dict[str, tuple[bool, bool, bool]] = {
     "capture.dir_fsynced": (True, False, False),
     "manifest.appended": (True, True, False),
     "manifest.fsynced": (True, True, False),
+    "manifest.head_written": (True, True, False),
 }
 
 

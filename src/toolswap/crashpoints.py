@@ -26,6 +26,7 @@ CRASH_POINTS: tuple[str, ...] = (
     "capture.dir_fsynced",
     "manifest.appended",
     "manifest.fsynced",
+    "manifest.head_written",
     "journal.prepared.appended",
     "journal.prepared.fsynced",
     "journal.publisher.before",

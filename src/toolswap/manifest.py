@@ -26,6 +26,7 @@ from typing import Any
 
 from .artifact import ArtifactReference, ArtifactSource, parse_artifact_filename
 from .chainlog import GENESIS_HASH, ChainLog
+from .crashpoints import crash_point
 from .errors import ChainLogError
 from .session import LOCK_NAME, MANIFEST_HEAD_NAME, Session, session_lock
 
@@ -282,6 +283,7 @@ class Manifest:
             pass
         finally:
             os.close(fd)
+        crash_point("manifest.head_written")
 
     def record_for(self, filename: str) -> dict[str, Any] | None:
         self.refresh()

@@ -128,3 +128,23 @@ def test_a_journal_opened_without_an_owner_on_purpose_still_checks_the_anchor(en
 
     with pytest.raises(ArtifactLeaseJournalError, match="session manifest anchored"):
         ArtifactRetentionJournal(env.session_dir, owner=None).recover()
+
+
+@pytest.mark.parametrize(
+    "point", ["manifest.appended", "manifest.fsynced", "manifest.head_written"]
+)
+def test_a_publisher_killed_while_anchoring_the_journal_leaves_a_recoverable_session(
+    env: Env, point: str
+) -> None:
+    # The first manifest append of a publish anchors its PREPARED record.
+    crashed = env.run("publish", env.source_ids[0], "tx", crash=point)
+    assert crashed.killed, (crashed.code, crashed.err)
+
+    recovered = env.run("recover")
+
+    assert recovered.code == 0, recovered.err
+    assert recovered.out["after"]["view"]["pending_transaction_ids"] == []
+    plan = plan_cleanup_from_journal(ArtifactRetentionJournal(env.session_dir), policy=EVERYTHING)
+    statuses = {e.source_id: e.status.value for e in plan.entries}
+    assert statuses[env.source_ids[0]] == "planned_delete"  # aborted: the owner never wrote it
+    assert statuses[env.source_ids[1]] == "planned_delete"
