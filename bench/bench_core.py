@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from _floor import capture_floor
 from toolswap import ExternalizerSettings, ToolResultExternalizer
 from toolswap import reader as reader_module
 
@@ -82,22 +83,9 @@ def _floor_capture(path: Path) -> float:
     """
     proc = _producer(CAPTURE_BYTES, widen=True)
     assert proc.stdout is not None
-    start = time.perf_counter()
-    sha = hashlib.sha256()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        while chunk := proc.stdout.read1(MIB):
-            sha.update(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    elapsed = time.perf_counter() - start
+    elapsed = capture_floor(proc.stdout, path)
     proc.stdout.close()
     proc.wait()
-    path.unlink()
     return elapsed
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _floor import capture_floor
 from real_outputs import REAL_CASES, RealCase
 from toolswap import ExternalizerSettings, ToolResultExternalizer
 
@@ -155,8 +156,6 @@ out.write(block[: total % len(block)])
 
 def _capture_once(root: Path, total: int) -> tuple[float, float]:
     """(toolswap seconds, floor seconds) for one run of each."""
-    import hashlib
-
     floor_path = root / "floor.bin"
     proc = subprocess.Popen([sys.executable, "-c", PRODUCER, str(total)], stdout=subprocess.PIPE)
     assert proc.stdout is not None
@@ -166,22 +165,9 @@ def _capture_once(root: Path, total: int) -> tuple[float, float]:
         fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, MIB)
     except (OSError, AttributeError, ImportError):
         pass
-    start = time.perf_counter()
-    sha = hashlib.sha256()
-    fd = os.open(floor_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        while chunk := proc.stdout.read1(MIB):
-            sha.update(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    floor = time.perf_counter() - start
+    floor = capture_floor(proc.stdout, floor_path)
     proc.stdout.close()
     proc.wait()
-    floor_path.unlink()
 
     ext = _externalizer(root / "capture")
     proc = subprocess.Popen([sys.executable, "-c", PRODUCER, str(total)], stdout=subprocess.PIPE)

@@ -216,7 +216,10 @@ class Manifest:
     def behind_head(self) -> str | None:
         """Why the manifest is behind its head file (deleted, cut or rolled back), or None."""
         self.refresh()
-        head = self.read_head()
+        return self._behind(self.read_head())
+
+    def _behind(self, head: ManifestHead | None) -> str | None:
+        """Why the folded manifest does not reach ``head``, or None."""
         if head is None or head.seq == 0:
             return None
         if len(self._hashes) < head.seq:
@@ -257,7 +260,7 @@ class Manifest:
         except ChainLogError:
             return  # keep the unusable file as it is: it is evidence, and says so
         seq, digest = len(self._hashes), self._hashes[-1] if self._hashes else GENESIS_HASH
-        if old is not None and self.behind_head() is not None:
+        if old is not None and self._behind(old) is not None:
             seq, digest = old.seq, old.hash
         high_water = max(self._high_water, old.high_water if old else 0)
         body = json.dumps(
