@@ -43,7 +43,7 @@ apply_cleanup_from_journal(
 
 
 def test_every_crash_point_belongs_to_a_family_with_a_crash_test() -> None:
-    families = ("capture.", "manifest.", "journal.", "owner.", "reconcile.", "cleanup.")
+    families = ("capture.", "manifest.", "journal.", "owner.", "reconcile.", "cleanup.", "store.")
     assert [p for p in CRASH_POINTS if not p.startswith(families)] == []
     assert len(set(CRASH_POINTS)) == len(CRASH_POINTS)
 

@@ -40,6 +40,7 @@ EXPECTED = [
     "ArtifactRetentionJournal",
     "ArtifactSearchTimeoutError",
     "ArtifactSource",
+    "ArtifactStoreError",
     "ArtifactWriteError",
     "ByteRange",
     "ChainLogError",

@@ -408,6 +408,11 @@ class StreamCapture:
             scanned_bytes=0,
         )
 
+    @property
+    def dir_fd(self) -> int:
+        """The descriptor of the directory the capture is written in."""
+        return self._dir_fd
+
     def link_as(self, final_name: str) -> bool:
         """Hard-link the finished file to ``final_name``; False if that name is taken.
 

@@ -285,6 +285,50 @@ class ChainLog:
         digest = hashlib.sha256(encoded).hexdigest()
         return record, digest, encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
 
+    def next_line(self, body: dict[str, Any]) -> tuple[int, bytes]:
+        """The record ``body`` would become if appended now: (sequence, line bytes).
+
+        A replica of a shared log offers this line to the shared store first (see
+        :meth:`extend`); the caller holds the lock that keeps the head where it is.
+        """
+        record, _, line = self._next_record(body)
+        return int(record["seq"]), line
+
+    def extend(
+        self, lines: list[bytes], *, crash_prefix: str
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Append records made elsewhere, byte for byte (a local replica of a shared log).
+
+        Each line must be a complete record that continues the chain from this log's head;
+        all are verified before any is written, then written in one append and fsynced.
+        The caller must hold the session lock.
+
+        Returns:
+            ``(new_records_before, records)``, as :meth:`append`.
+        """
+        with self.lock:
+            reset, before = self.refresh()
+            if reset:
+                raise self._fail("was replaced while in use; reopen it")
+            saved = (self._seq, self._hash, self._floor)
+            try:
+                offset = self._offset
+                records = []
+                for line in lines:
+                    if line.find(b"\n") != len(line) - 1:
+                        raise self._fail(f"a record to add at byte {offset} is not one line")
+                    records.append(self._verify(line, offset))
+                    offset += len(line)
+                data = b"".join(lines)
+                if data:
+                    self._write_durably(data, crash_prefix)
+            except BaseException:
+                self._seq, self._hash, self._floor = saved
+                raise
+            self._offset += len(data)
+            self._floor = (self._seq, self._hash)
+            return before, records
+
     def _append(
         self, body: dict[str, Any], crash_prefix: str
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -293,6 +337,18 @@ class ChainLog:
         reset, before = self.refresh()
         if reset:
             raise self._fail("was replaced while in use; reopen it")
+        record, digest, line = self._next_record(body)
+        self._write_durably(line, crash_prefix)
+        self._offset += len(line)
+        self._seq += 1
+        self._hash = digest
+        self._floor = (self._seq, digest)
+        record["hash"] = digest
+        return before, record
+
+    def _write_durably(self, data: bytes, crash_prefix: str) -> None:
+        """Write whole records at the end (one O_APPEND write, fsync file, fsync directory);
+        a failed write leaves none of them."""
         # The directory entry is made durable once per log object (the first append may
         # create the file, or follow a creator that crashed before its directory fsync);
         # later appends only need the file's own fsync.
@@ -313,9 +369,8 @@ class ChainLog:
                 os.fchmod(fd, 0o600)  # a log created by an older tool or a umask
             if self._torn is not None:
                 self._cut_torn_tail(fd)
-            record, digest, line = self._next_record(body)
             try:
-                write_all(fd, line)
+                write_all(fd, data)
                 crash_point(f"{crash_prefix}.appended")
                 os.fsync(fd)
                 if creating:
@@ -327,12 +382,6 @@ class ChainLog:
         finally:
             os.close(fd)
         self._identity = (st.st_dev, st.st_ino)
-        self._offset += len(line)
-        self._seq += 1
-        self._hash = digest
-        self._floor = (self._seq, digest)
-        record["hash"] = digest
-        return before, record
 
     def _take_back(self, fd: int, exc: OSError) -> None:
         """A failed append (a full disk, an I/O error) leaves no part of its record."""

@@ -56,6 +56,12 @@ CRASH_POINTS: tuple[str, ...] = (
     "cleanup.collect_recorded",
     "cleanup.unlinked",
     "cleanup.dir_fsynced",
+    "store.object_put",
+    "store.record_put",
+    "store.replica.appended",
+    "store.replica.fsynced",
+    "store.fetched",
+    "store.deleted",
 )
 
 _KNOWN = frozenset(CRASH_POINTS)

@@ -22,6 +22,7 @@ callers can catch either::
     │   ├── ArtifactPublicationConflictError   the publication ID already names another reference
     │   └── ArtifactFenceStaleError            the owner's generation moved before the seal
     ├── CleanupError (ValueError)              a cleanup plan or apply was refused
+    ├── ArtifactStoreError (OSError)           the shared artifact store failed or refused a request
     └── ArtifactWriteError (OSError)           the output could not be saved; carries a preview
 """
 
@@ -42,6 +43,7 @@ __all__ = [
     "ArtifactReferenceTombstonedError",
     "ArtifactRetentionError",
     "ArtifactSearchTimeoutError",
+    "ArtifactStoreError",
     "ArtifactWriteError",
     "ChainLogError",
     "CleanupError",
@@ -126,6 +128,10 @@ class ArtifactFenceStaleError(ArtifactReferenceOwnerError):
 
 class CleanupError(ToolswapError, ValueError):
     """A cleanup plan or apply was refused before anything was deleted."""
+
+
+class ArtifactStoreError(ToolswapError, OSError):
+    """The shared artifact store could not be reached, or failed a request."""
 
 
 class ArtifactWriteError(ToolswapError, OSError):

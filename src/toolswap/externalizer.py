@@ -8,6 +8,7 @@ ext.read_artifact(result.artifact, offset=40_000, limit=200)
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import os
@@ -55,6 +56,8 @@ from .pointer import (
     validate_summary,
 )
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
+from .remote import StoreObject
+from .replica import put_from_replica
 from .session import Session, toolswap_home, workspace_slug
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
 
@@ -408,6 +411,7 @@ class ToolResultExternalizer:
                     },
                     tool_name=tool_name,
                     exit_code=code,
+                    stats=stats,
                 )
                 source_id = format_source_id(self.session.session_id, filename, stats.sha256)
         finally:
@@ -445,40 +449,72 @@ class ToolResultExternalizer:
         *,
         tool_name: str,
         exit_code: int | None,
+        stats: CaptureStats,
     ) -> str:
         """Link the finished capture under the next free name and record it; the caller
         holds the session lock. A name that cannot be recorded is removed again: no final
         name is ever left without its manifest record by an error (a crash can leave one,
-        which ``verify`` reports and cleanup collects)."""
+        which ``verify`` reports and cleanup collects).
+
+        A session kept in a store writes the bytes there first, under a name the store
+        confirms is free (another host may hold the next one), then links the replica."""
         filename = ""
+        stored: str | None = None
+        shared = self.session.binding is not None
         try:
+            if shared:
+                self.manifest.sync()
             number = self.manifest.high_water() + 1
             while True:
                 filename = artifact_filename(number)
+                number += 1
+                if shared:
+                    if os.path.lexists(self.session.tool_results_dir / filename):
+                        continue  # a local leftover: the name is not ours to give
+                    stored = put_from_replica(
+                        self.session,
+                        capture.dir_fd,
+                        capture.tmp_name,
+                        filename,
+                        stats.byte_size,
+                        stats.sha256,
+                    )
+                    if stored is None:
+                        continue  # another host took this name
                 if capture.link_as(filename):
                     break
-                number += 1  # a name left by a crash before its manifest record
+                # A name left by a crash before its manifest record.
         except (OSError, ChainLogError) as exc:
-            self._unlink_unrecorded(filename)
+            self._unlink_unrecorded(filename, stored)
             reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
             raise self._unsaved(capture, tool_name, exit_code, reason) from exc
         try:
             self.manifest.append(record_for(filename))
         except (OSError, ChainLogError) as exc:
-            self._unlink_unrecorded(filename)
+            self._unlink_unrecorded(filename, stored)
             reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
             raise self._unsaved(capture, tool_name, exit_code, reason) from exc
         return filename
 
-    def _unlink_unrecorded(self, filename: str) -> None:
-        """Remove ``filename`` unless the manifest records it (the lock is held)."""
+    def _unlink_unrecorded(self, filename: str, stored: str | None = None) -> None:
+        """Remove ``filename`` unless the manifest records it (the lock is held); for a
+        session kept in a store, also the version this capture stored there."""
         if not filename:
             return
         try:
+            self.manifest.sync()  # a store may hold the record although the append failed
             if self.manifest.record_for(filename) is not None:
                 return
         except ChainLogError:
             return  # cannot prove it is unrecorded: keep it (verify reports it)
+        binding = self.session.binding
+        if binding is not None and stored is not None:
+            with contextlib.suppress(OSError):  # left for the store's cleanup otherwise
+                binding.store.delete_artifact(
+                    binding.workspace,
+                    binding.session,
+                    StoreObject(filename, 0, 0, stored),
+                )
         try:
             dir_fd = open_dir_nofollow(self.session.tool_results_dir)
         except ArtifactAccessError:

@@ -12,6 +12,12 @@ handed out and the manifest head it has seen (sequence and hash), rewritten afte
 append. It only moves forward along the same chain, so a manifest deleted, cut or
 replaced by an older copy no longer reaches it: names are still never reused (the high
 water mark is the higher of the two), and cleanup refuses to trust the manifest.
+
+A session bound to a shared store (:mod:`toolswap.remote`) keeps its manifest there, one
+object per record; ``manifest.jsonl`` is then the local replica of those records, byte for
+byte. Reads pull new records at most every :data:`PULL_INTERVAL` seconds (:meth:`Manifest.sync`
+pulls now); an append writes the next record to the store only if its sequence number is
+free, re-reads and tries the next one when another host won, then adds it to the replica.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,12 +34,15 @@ from typing import Any
 from .artifact import ArtifactReference, ArtifactSource, parse_artifact_filename
 from .chainlog import GENESIS_HASH, ChainLog
 from .crashpoints import crash_point
-from .errors import ChainLogError
+from .errors import ArtifactStoreError, ChainLogError
+from .remote import StoreBinding
 from .session import LOCK_NAME, MANIFEST_HEAD_NAME, Session, session_lock
 
-__all__ = ["CollectedRecord", "JournalAnchor", "Manifest", "ManifestHead"]
+__all__ = ["PULL_INTERVAL", "CollectedRecord", "JournalAnchor", "Manifest", "ManifestHead"]
 
 _HEAD_SIZE = 512
+PULL_INTERVAL = 1.0
+"""Seconds a replica's manifest may lag the store on reads (appends and cleanup never lag)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +78,17 @@ class CollectedRecord:
 class Manifest:
     """Folded view of the manifest log; refreshed incrementally on every access."""
 
-    def __init__(self, path: Path, session: str, tool_results_dir: Path) -> None:
+    def __init__(
+        self,
+        path: Path,
+        session: str,
+        tool_results_dir: Path,
+        *,
+        binding: StoreBinding | None = None,
+    ) -> None:
         self._log = ChainLog(path, session)
+        self._binding = binding
+        self._pulled_at = -PULL_INTERVAL
         self._dir = tool_results_dir
         self._head_path = path.with_name(MANIFEST_HEAD_NAME)
         self._artifacts: dict[str, dict[str, Any]] = {}
@@ -83,7 +102,12 @@ class Manifest:
     @classmethod
     def of(cls, session: Session) -> Manifest:
         """The manifest of ``session``."""
-        return cls(session.manifest_path, session.session_id, session.tool_results_dir)
+        return cls(
+            session.manifest_path,
+            session.session_id,
+            session.tool_results_dir,
+            binding=session.binding,
+        )
 
     @property
     def log(self) -> ChainLog:
@@ -118,6 +142,56 @@ class Manifest:
                 raise ChainLogError(f"manifest record {record.get('seq')} has unknown event")
 
     def refresh(self) -> None:
+        """Fold new records (a replica first pulls the store's, unless it did so lately).
+
+        Raises:
+            ChainLogError: the manifest (or, for a replica, the store) cannot be trusted or
+                read.
+        """
+        with self._log.lock:
+            self._refresh_local()
+            stale = time.monotonic() - self._pulled_at >= PULL_INTERVAL
+            if self._binding is not None and stale:
+                self._pull()
+
+    def sync(self) -> None:
+        """Fold every record there is now: a replica pulls the store's head first."""
+        with self._log.lock:
+            self._refresh_local()
+            if self._binding is not None:
+                self._pull()
+
+    def _store_error(self, exc: ArtifactStoreError) -> ChainLogError:
+        assert self._binding is not None
+        return ChainLogError(
+            f"the manifest of session {self._log.session!r} lives in {self._binding.url}, "
+            f"which cannot be read now ({exc}); nothing was changed"
+        )
+
+    def _pull(self, *, locked: bool = False) -> None:
+        """Add the store's records after the replica's head to the replica."""
+        binding = self._binding
+        assert binding is not None
+        self._pulled_at = time.monotonic()
+        store = binding.store
+        try:
+            lines = store.manifest_lines(binding.workspace, binding.session, self._log.head[0])
+            if not lines and not locked:
+                return
+            with session_lock(self._head_path.with_name(LOCK_NAME)):
+                self._refresh_local()  # another process here may have added some already
+                if not locked:
+                    lines = store.manifest_lines(
+                        binding.workspace, binding.session, self._log.head[0]
+                    )
+                if lines:
+                    before, records = self._log.extend(lines, crash_prefix="store.replica")
+                    self._fold([*before, *records])
+                    self._advance_head()
+        except ArtifactStoreError as exc:
+            raise self._store_error(exc) from exc
+
+    def _refresh_local(self) -> None:
         with self._log.lock:
             # A replaced manifest must still hold every record this process read (the log
             # refuses it otherwise), so no name is handed out twice.
@@ -142,12 +216,37 @@ class Manifest:
         return max(self._high_water, head.high_water if head else 0)
 
     def append(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Append a record durably; the caller holds the session lock."""
+        """Append a record durably; the caller holds the session lock.
+
+        A replica writes the record to the store first (the next free sequence number),
+        then to ``manifest.jsonl``.
+        """
         with self._log.lock:
-            before, record = self._log.append(body, crash_prefix="manifest")
-            self._fold([*before, record])
+            if self._binding is None:
+                before, record = self._log.append(body, crash_prefix="manifest")
+                self._fold([*before, record])
+            else:
+                record = self._append_shared(body)
             self._advance_head()
             return record
+
+    def _append_shared(self, body: dict[str, Any]) -> dict[str, Any]:
+        binding = self._binding
+        assert binding is not None
+        while True:
+            self._refresh_local()
+            self._pull(locked=True)
+            seq, line = self._log.next_line(body)
+            try:
+                won = binding.store.put_manifest_line(binding.workspace, binding.session, seq, line)
+            except ArtifactStoreError as exc:
+                raise self._store_error(exc) from exc
+            if won:
+                break  # else another host wrote record ``seq`` first: follow it
+        crash_point("store.record_put")
+        before, records = self._log.extend([line], crash_prefix="store.replica")
+        self._fold([*before, *records])
+        return records[-1]
 
     def journal_stores(self) -> list[str]:
         """The names of every lease journal store anchored here."""

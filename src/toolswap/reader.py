@@ -36,6 +36,7 @@ from .errors import (
 )
 from .grep import DEFAULT_TIMEOUT, GrepMatch, GrepResult, check_args, check_pattern, search
 from .manifest import Manifest
+from .replica import fetch_into_replica
 from .session import Session
 
 __all__ = [
@@ -275,6 +276,9 @@ class ArtifactReader:
                 f"({self.session.session_id!r}); open that session to read it"
             )
         record = self.manifest.record_for(parsed.filename)
+        if record is None and self.session.binding is not None:
+            self.manifest.sync()  # written by another host since the last pull
+            record = self.manifest.record_for(parsed.filename)
         if record is None or not record["sha256"].startswith(parsed.digest_prefix):
             collected = self.manifest.collected(parsed.filename)
             if collected is not None and collected.source_id in (None, source_id):
@@ -300,6 +304,16 @@ class ArtifactReader:
         return ref
 
     def _open(self, ref: ArtifactReference, *, fresh: bool = False) -> _OpenArtifact:
+        try:
+            return self._open_local(ref, fresh=fresh)
+        except ArtifactNotFoundError:
+            if self.session.binding is None:
+                raise
+        # Kept in a store: this host reads it for the first time.
+        fetch_into_replica(self.session, ref.path.name, ref.content_sha256, ref.byte_size)
+        return self._open_local(ref, fresh=fresh)
+
+    def _open_local(self, ref: ArtifactReference, *, fresh: bool) -> _OpenArtifact:
         dir_fd = open_dir_nofollow(self.session.tool_results_dir)
         try:
             fd = os.open(

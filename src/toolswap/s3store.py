@@ -19,22 +19,29 @@ local store hold, mapped onto S3's conditional requests instead of a local lock:
 - **Delete only what was verified.** :meth:`S3ArtifactStore.delete` is conditional on the
   ETag the caller saw (``If-Match``); a replaced object is never deleted.
 
+The store also keeps the contract of :class:`toolswap.remote.ArtifactStore`, so sessions
+bound to it with ``TOOLSWAP_STORE`` work through every command: a session's manifest
+records are objects ``<prefix>/<workspace>/<session>/manifest/<seq:012d>.jsonl``, each
+written only if its sequence number is free.
+
 Configuration: ``TOOLSWAP_STORE=s3://bucket/prefix`` (:meth:`S3ArtifactStore.from_url`);
 the endpoint and credentials come from boto3's usual sources (``AWS_ENDPOINT_URL``, ...).
 """
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import re
 import tempfile
-from collections.abc import Iterable
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 import boto3  # type: ignore[import-untyped]
-from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
 from .artifact import (
     SHA256_RE,
@@ -42,8 +49,16 @@ from .artifact import (
     parse_artifact_filename,
     validate_session_id,
 )
-from .errors import ArtifactIntegrityError, ArtifactNotFoundError, ConfigurationError
+from .errors import (
+    ArtifactIntegrityError,
+    ArtifactNotFoundError,
+    ArtifactStoreError,
+    ConfigurationError,
+)
+from .remote import StoreObject
 from .session import TOOL_RESULTS_DIR
+
+MANIFEST_DIR = "manifest"
 
 __all__ = ["S3ArtifactObject", "S3ArtifactStore"]
 
@@ -51,6 +66,9 @@ MIN_PART_SIZE = 5 << 20
 """S3's smallest part of a multipart upload (but the last)."""
 _SPOOL_IN_MEMORY = 8 << 20
 _URL_RE = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?")
+_RECORD_RE = re.compile(r"(\d{12})\.jsonl")
+_FETCHERS = 8
+"""Record objects fetched at once when a replica catches up on many."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +85,18 @@ class S3ArtifactObject:
 
 def _status(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+@contextmanager
+def _store_errors(action: str) -> Iterator[None]:
+    """A failure of the store (unreachable, refused, throttled) as ArtifactStoreError."""
+    try:
+        yield
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "?")
+        raise ArtifactStoreError(f"S3 refused {action} ({_status(exc)} {code})") from exc
+    except BotoCoreError as exc:
+        raise ArtifactStoreError(f"S3 failed while {action}: {exc}") from exc
 
 
 class S3ArtifactStore:
@@ -95,6 +125,7 @@ class S3ArtifactStore:
             raise ConfigurationError("the S3 prefix must be a relative key prefix without '..'")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.part_size = part_size
         self._client = client if client is not None else boto3.client("s3")
         self._verified: dict[tuple[str, str], str] = {}
@@ -118,11 +149,16 @@ class S3ArtifactStore:
 
     # -- names -----------------------------------------------------------------------
 
-    def _dir(self, workspace: str, session: str) -> str:
+    def _session_prefix(self, workspace: str, session: str) -> str:
         validate_session_id(workspace)
         validate_session_id(session)
-        parts = [p for p in (self.prefix, workspace, session, TOOL_RESULTS_DIR) if p]
-        return "/".join(parts) + "/"
+        return "/".join(p for p in (self.prefix, workspace, session) if p) + "/"
+
+    def _dir(self, workspace: str, session: str) -> str:
+        return self._session_prefix(workspace, session) + TOOL_RESULTS_DIR + "/"
+
+    def _record_key(self, workspace: str, session: str, seq: int) -> str:
+        return f"{self._session_prefix(workspace, session)}{MANIFEST_DIR}/{seq:012d}.jsonl"
 
     def key(self, workspace: str, session: str, filename: str) -> str:
         """The object key of ``filename`` in a session."""
@@ -191,7 +227,7 @@ class S3ArtifactStore:
                 return str(reply["ETag"])
             return self._multipart(key, spool, meta)
         except ClientError as exc:
-            if _status(exc) == 412:
+            if _status(exc) in (409, 412):  # taken, or a racing conditional write
                 return None
             raise
 
@@ -302,4 +338,147 @@ class S3ArtifactStore:
                 return False
             raise
         self._verified.pop((artifact.key, artifact.etag), None)
+        return True
+
+    # -- the session contract (toolswap.remote.ArtifactStore) -----------------------------
+
+    def session_exists(self, workspace: str, session: str) -> bool:
+        """Whether the store holds anything of the session."""
+        with _store_errors("a listing"):
+            reply = self._client.list_objects_v2(
+                Bucket=self.bucket, Prefix=self._session_prefix(workspace, session), MaxKeys=1
+            )
+        return bool(reply.get("KeyCount", 0))
+
+    def manifest_lines(self, workspace: str, session: str, after_seq: int) -> builtins.list[bytes]:
+        """The session's manifest records after ``after_seq``, in order (one GET each)."""
+        prefix = f"{self._session_prefix(workspace, session)}{MANIFEST_DIR}/"
+        keys: list[str] = []
+        with _store_errors("listing the manifest"):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket,
+                Prefix=prefix,
+                StartAfter=self._record_key(workspace, session, after_seq),
+            )
+            for page in pages:
+                for item in page.get("Contents", []):
+                    if _RECORD_RE.fullmatch(item["Key"][len(prefix) :]):
+                        keys.append(item["Key"])
+        if len(keys) <= 1:
+            return [self._get_record(key) for key in keys]
+        with ThreadPoolExecutor(min(_FETCHERS, len(keys))) as pool:
+            return list(pool.map(self._get_record, keys))
+
+    def _get_record(self, key: str) -> bytes:
+        with _store_errors(f"reading {key}"):
+            data: bytes = self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return data
+
+    def put_manifest_line(self, workspace: str, session: str, seq: int, line: bytes) -> bool:
+        """Write record ``seq`` only if it does not exist; False when another host did."""
+        key = self._record_key(workspace, session, seq)
+        with _store_errors(f"writing {key}"):
+            try:
+                self._client.put_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    Body=line,
+                    IfNoneMatch="*",
+                    ContentType="application/json",
+                )
+            except ClientError as exc:
+                if _status(exc) in (409, 412):  # taken, or a racing conditional write
+                    return False
+                raise
+        return True
+
+    def put_artifact(
+        self,
+        workspace: str,
+        session: str,
+        filename: str,
+        source: BinaryIO,
+        size: int,
+        sha256: str,
+    ) -> str | None:
+        """Write ``filename`` only if the name is free: its ETag, or None if taken."""
+        key = self.key(workspace, session, filename)
+        with _store_errors(f"writing {key}"):
+            etag = self._write_new(key, source, size, sha256)
+        if etag is not None:
+            self._verified[(key, etag)] = sha256
+        return etag
+
+    def fetch_artifact(
+        self, workspace: str, session: str, filename: str, sink: Callable[[bytes], None]
+    ) -> StoreObject:
+        """Stream the current version of ``filename`` into ``sink``."""
+        key = self.key(workspace, session, filename)
+        with _store_errors(f"reading {key}"):
+            try:
+                reply = self._client.get_object(Bucket=self.bucket, Key=key)
+            except ClientError as exc:
+                if _status(exc) == 404:
+                    raise ArtifactNotFoundError(
+                        f"{filename} is not in {self.url} (session {session!r})"
+                    ) from None
+                raise
+            body = reply["Body"]
+            for block in iter(lambda: body.read(1 << 20), b""):
+                sink(block)
+            body.close()
+        return StoreObject(
+            filename,
+            int(reply["ContentLength"]),
+            int(reply["LastModified"].timestamp() * 1_000_000_000),
+            str(reply["ETag"]),
+            reply.get("Metadata", {}).get("sha256"),
+        )
+
+    def artifacts(self, workspace: str, session: str) -> builtins.list[StoreObject]:
+        """Every artifact object of the session, in number order."""
+        prefix = self._dir(workspace, session)
+        found: list[tuple[int, StoreObject]] = []
+        with _store_errors("listing artifacts"):
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            ):
+                for item in page.get("Contents", []):
+                    name = item["Key"][len(prefix) :]
+                    number = parse_artifact_filename(name)
+                    if number is not None:
+                        mtime = int(item["LastModified"].timestamp() * 1_000_000_000)
+                        obj = StoreObject(name, int(item["Size"]), mtime, str(item["ETag"]))
+                        found.append((number, obj))
+        return [obj for _, obj in sorted(found, key=lambda pair: pair[0])]
+
+    def stat_artifact(self, workspace: str, session: str, filename: str) -> StoreObject | None:
+        """The current version of ``filename`` with its stored SHA-256 (None: absent)."""
+        key = self.key(workspace, session, filename)
+        with _store_errors(f"reading {key}"):
+            try:
+                reply = self._client.head_object(Bucket=self.bucket, Key=key)
+            except ClientError as exc:
+                if _status(exc) == 404:
+                    return None
+                raise
+        return StoreObject(
+            filename,
+            int(reply["ContentLength"]),
+            int(reply["LastModified"].timestamp() * 1_000_000_000),
+            str(reply["ETag"]),
+            reply.get("Metadata", {}).get("sha256"),
+        )
+
+    def delete_artifact(self, workspace: str, session: str, obj: StoreObject) -> bool:
+        """Delete exactly the version ``obj`` names (If-Match: its ETag)."""
+        key = self.key(workspace, session, obj.filename)
+        with _store_errors(f"deleting {key}"):
+            try:
+                self._client.delete_object(Bucket=self.bucket, Key=key, IfMatch=obj.version)
+            except ClientError as exc:
+                if _status(exc) in (404, 412):
+                    return False
+                raise
+        self._verified.pop((key, obj.version), None)
         return True

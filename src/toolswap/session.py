@@ -6,6 +6,7 @@ Layout of one session directory (every file 0600, every directory 0700)::
         tool-results/tool_result_NNN.txt   immutable artifacts
         manifest.jsonl                     one record per artifact and per collection
         manifest.head                      the manifest's highest head and name (evidence)
+        store.json                         the shared store this session lives in, if any
         retention-leases.jsonl             the lease journal
         .lock                              the session lock (flock)
 
@@ -23,12 +24,13 @@ import stat
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._fs import ensure_private_dir
 from .artifact import validate_session_id
-from .errors import ArtifactAccessError, ConfigurationError
+from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
+from .remote import STORE_ENV, StoreBinding, read_binding, write_binding
 
 __all__ = [
     "Session",
@@ -107,16 +109,33 @@ class Session:
 
     root: Path
     session_id: str
+    binding: StoreBinding | None = field(default=None, compare=False)
+    """The shared store this session lives in (None: this directory is the session)."""
 
     @classmethod
     def at(cls, session_dir: Path | str, *, create: bool = True) -> Session:
-        """Use ``session_dir`` as the session root; its last component is the session ID."""
+        """Use ``session_dir`` as the session root; its last component is the session ID.
+
+        With ``TOOLSWAP_STORE`` set, a new session is bound to that store and the directory
+        becomes its local replica (see :mod:`toolswap.remote`); a session already bound
+        keeps its store whatever the environment says.
+
+        Raises:
+            ConfigurationError: the session is bound to another store than
+                ``TOOLSWAP_STORE`` names, or was started without a store.
+        """
         root = Path(session_dir).expanduser().absolute()
         session_id = validate_session_id(root.name)
         # The caller chose the parent; a symlink there is followed once. The root itself
         # must be a real directory.
         root = root.parent.resolve() / root.name
         session = cls(root=root, session_id=session_id)
+        url = os.environ.get(STORE_ENV, "").strip()
+        if not create and url and not os.path.lexists(root):
+            # A replica of a session another host started is made on first use.
+            create = _binding_for(root, session_id, url).store.session_exists(
+                root.parent.name, session_id
+            )
         if create:
             ensure_private_dir(root)
             ensure_private_dir(session.tool_results_dir)
@@ -135,7 +154,7 @@ class Session:
                 raise ArtifactAccessError(
                     f"session root {root} is owned by uid {st.st_uid}, not by this user"
                 )
-        return session
+        return cls(root=root, session_id=session_id, binding=_bind(session, url))
 
     @classmethod
     def open(
@@ -181,6 +200,43 @@ class Session:
     def lock(self) -> AbstractContextManager[None]:
         """The session's exclusive lock (re-entrant in one thread, exclusive across processes)."""
         return session_lock(self.lock_path)
+
+
+def _binding_for(root: Path, session_id: str, url: str) -> StoreBinding:
+    try:
+        workspace = validate_session_id(root.parent.name)
+    except SourceIdError:
+        raise ConfigurationError(
+            f"{STORE_ENV} is set but {root.parent.name!r} cannot name a workspace in the "
+            "store; open the session by ID with a valid workspace name"
+        ) from None
+    return StoreBinding(url, workspace, session_id)
+
+
+def _bind(session: Session, url: str) -> StoreBinding | None:
+    """The session's store binding: the one it has, or a new one when ``url`` is set."""
+    bound = read_binding(session.root)
+    if bound is not None:
+        if url and url != bound.url:
+            raise ConfigurationError(
+                f"session {session.session_id!r} lives in {bound.url}, but {STORE_ENV}={url}; "
+                "a session never moves between stores"
+            )
+        if bound.session != session.session_id:
+            raise ConfigurationError(f"{session.root / 'store.json'} names another session")
+        return bound
+    if not url:
+        return None
+    try:
+        local = os.lstat(session.manifest_path).st_size > 0
+    except FileNotFoundError:
+        local = False
+    if local:
+        raise ConfigurationError(
+            f"session {session.session_id!r} was started without a store and keeps its "
+            f"artifacts here; unset {STORE_ENV} to use it, or start a new session"
+        )
+    return write_binding(session.root, _binding_for(session.root, session.session_id, url))
 
 
 class _LockState:

@@ -1,6 +1,9 @@
 """``toolswap verify``: compare every artifact on disk with its manifest record.
 
-Like diskcache's ``Cache.check``: read-only, typed findings, nothing repaired.
+Like diskcache's ``Cache.check``: read-only, typed findings, nothing repaired. A session
+kept in a shared store is checked there too: every recorded artifact must be in the store
+(this host's replica fetches, and so verifies, each one it lacks), and every object there
+must have a record.
 """
 
 from __future__ import annotations
@@ -16,8 +19,14 @@ from enum import StrEnum
 from ._fs import open_dir_nofollow
 from .artifact import parse_artifact_filename
 from .capture import TMP_PREFIX
-from .errors import ChainLogError
+from .errors import (
+    ArtifactIntegrityError,
+    ArtifactNotFoundError,
+    ArtifactStoreError,
+    ChainLogError,
+)
 from .manifest import Manifest
+from .replica import fetch_into_replica
 from .session import Session
 
 __all__ = ["FindingKind", "VerifyFinding", "verify_session"]
@@ -47,6 +56,8 @@ class FindingKind(StrEnum):
     """The manifest itself fails verification; nothing else was checked."""
     MANIFEST_BEHIND = "manifest_behind"
     """The manifest lost records its head file saw (deleted, cut, or an older copy)."""
+    STORE_UNREACHABLE = "store_unreachable"
+    """The session's shared store could not be listed; only this host's replica was checked."""
 
     @property
     def is_problem(self) -> bool:
@@ -89,6 +100,7 @@ def verify_session(
     manifest = Manifest.of(session)
     findings: list[VerifyFinding] = []
     try:
+        manifest.sync()
         records = {r["filename"]: r for r in manifest.records()}
         behind = manifest.behind_head()
     except ChainLogError as exc:
@@ -97,6 +109,9 @@ def verify_session(
         findings.append(
             VerifyFinding(FindingKind.MANIFEST_BEHIND, session.manifest_path.name, behind)
         )
+    reported: set[str] = set()
+    if session.binding is not None:
+        findings.extend(_check_store(session, manifest, records, reported))
     dir_fd = open_dir_nofollow(session.tool_results_dir)
     try:
         names = sorted(os.listdir(dir_fd))
@@ -167,6 +182,8 @@ def verify_session(
             done += 1
             if progress:
                 progress(done, total)
+            if name in reported:
+                continue
             findings.append(
                 VerifyFinding(
                     FindingKind.MISSING, name, "recorded but not on disk", record["source_id"]
@@ -174,4 +191,51 @@ def verify_session(
             )
     finally:
         os.close(dir_fd)
+    return findings
+
+
+def _check_store(
+    session: Session,
+    manifest: Manifest,
+    records: dict[str, dict[str, object]],
+    reported: set[str],
+) -> list[VerifyFinding]:
+    """Findings about the session's store; fetches every recorded artifact this host lacks
+    (so the local pass verifies it) and adds the names it reported to ``reported``."""
+    binding = session.binding
+    assert binding is not None
+    try:
+        stored = {o.filename for o in binding.store.artifacts(binding.workspace, binding.session)}
+    except ArtifactStoreError as exc:
+        return [VerifyFinding(FindingKind.STORE_UNREACHABLE, binding.url, str(exc))]
+    findings = []
+    for name, record in sorted(records.items()):
+        sid = str(record["source_id"])
+        if name not in stored:
+            findings.append(
+                VerifyFinding(FindingKind.MISSING, name, f"recorded but not in {binding.url}", sid)
+            )
+            reported.add(name)
+            continue
+        if os.path.lexists(session.tool_results_dir / name):
+            continue
+        try:
+            fetch_into_replica(session, name, str(record["sha256"]), int(str(record["byte_size"])))
+        except ArtifactIntegrityError as exc:
+            findings.append(VerifyFinding(FindingKind.DIGEST_MISMATCH, name, str(exc), sid))
+            reported.add(name)
+        except (ArtifactNotFoundError, ArtifactStoreError) as exc:
+            findings.append(VerifyFinding(FindingKind.MISSING, name, str(exc), sid))
+            reported.add(name)
+    for name in sorted(stored - records.keys()):
+        if manifest.collected(name) is not None:
+            findings.append(
+                VerifyFinding(FindingKind.COLLECTING, name, f"collected; still in {binding.url}")
+            )
+        else:
+            findings.append(
+                VerifyFinding(
+                    FindingKind.UNRECORDED, name, f"in {binding.url} without a manifest record"
+                )
+            )
     return findings

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .artifact import parse_artifact_source_id, validate_session_id
-from .errors import ArtifactNotFoundError, SourceIdError, ToolswapError
+from .errors import ArtifactAccessError, ArtifactNotFoundError, SourceIdError, ToolswapError
 from .reader import ArtifactReader
 from .session import TOOL_RESULTS_DIR, Session, toolswap_home
 
@@ -156,10 +156,15 @@ def find_session(
     base = home if home is not None else toolswap_home()
     if workspace is not None:
         prefer = base / "projects" / validate_session_id(workspace) / parsed.session
-    if prefer is not None and prefer.is_dir():
-        session = Session.at(prefer, create=False)
-        if holds(session, source_id.strip()):
-            return session
+    if prefer is not None:
+        try:
+            # With TOOLSWAP_STORE set, a session another host started is replicated here.
+            session = Session.at(prefer, create=False)
+        except ArtifactAccessError:
+            pass  # not here: searched below
+        else:
+            if holds(session, source_id.strip()):
+                return session
     dirs = _session_dirs(base, parsed.session)
     sessions = [Session.at(path, create=False) for _, path in dirs]
     holding = [s for s in sessions if holds(s, source_id.strip())]

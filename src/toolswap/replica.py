@@ -1,0 +1,99 @@
+"""A host's replica of a session kept in a shared store: artifacts in and out of it.
+
+The store is the authority (:mod:`toolswap.remote`); the session directory holds the
+artifacts this host wrote or read. Writing, the store gets the bytes first, under a name
+it confirms is free; the replica links the same bytes under that name. Reading, an
+artifact missing here is fetched into a temporary name, checked against the manifest's
+SHA-256 and size, fsynced, and only then linked under its name: the replica never holds
+unverified bytes under an artifact name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+
+from ._fs import open_dir_nofollow, write_all
+from .artifact import temporary_filename
+from .crashpoints import crash_point
+from .errors import ArtifactIntegrityError
+from .remote import StoreBinding
+from .session import Session
+
+__all__ = ["fetch_into_replica", "put_from_replica"]
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _binding(session: Session) -> StoreBinding:
+    if session.binding is None:
+        raise ValueError(f"session {session.session_id!r} is not kept in a store")
+    return session.binding
+
+
+def put_from_replica(
+    session: Session, dir_fd: int, tmp_name: str, filename: str, size: int, sha256: str
+) -> str | None:
+    """Write the finished capture ``tmp_name`` to the store as ``filename``, only if that
+    name is free there.
+
+    Returns:
+        The stored version, or None when another host took the name.
+
+    Raises:
+        ArtifactStoreError: the store failed (nothing is known to be written).
+    """
+    binding = _binding(session)
+    fd = os.open(tmp_name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    with open(fd, "rb") as source:
+        version = binding.store.put_artifact(
+            binding.workspace, binding.session, filename, source, size, sha256
+        )
+    if version is not None:
+        crash_point("store.object_put")
+    return version
+
+
+def fetch_into_replica(session: Session, filename: str, sha256: str, size: int) -> None:
+    """Copy ``filename`` from the store into the replica, verified before it is linked.
+
+    Raises:
+        ArtifactNotFoundError: the store has no such object.
+        ArtifactIntegrityError: the store's bytes are not the recorded output.
+        ArtifactStoreError: the store failed.
+    """
+    binding = _binding(session)
+    dir_fd = open_dir_nofollow(session.tool_results_dir)
+    tmp = temporary_filename(os.getpid(), secrets.token_hex(8))
+    try:
+        fd = os.open(tmp, _CREATE, 0o600, dir_fd=dir_fd)
+        try:
+            digest = hashlib.sha256()
+            received = 0
+
+            def sink(block: bytes) -> None:
+                nonlocal received
+                digest.update(block)
+                write_all(fd, block)
+                received += len(block)
+
+            binding.store.fetch_artifact(binding.workspace, binding.session, filename, sink)
+            if digest.hexdigest() != sha256 or received != size:
+                raise ArtifactIntegrityError(
+                    f"{filename}: the copy in {binding.url} is not the recorded output "
+                    f"({received} bytes, SHA-256 {digest.hexdigest()[:12]}); it was not used"
+                )
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        crash_point("store.fetched")
+        with contextlib.suppress(FileExistsError):  # another reader here fetched it first
+            os.link(tmp, filename, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        os.unlink(tmp, dir_fd=dir_fd)
+        os.fsync(dir_fd)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        os.close(dir_fd)
