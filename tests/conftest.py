@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from postgres_server import PostgresServer, unavailable_reason
+from s3_server import S3Server
+from s3_server import unavailable_reason as s3_unavailable_reason
 from toolswap import ToolResultExternalizer
 
 _ENV = (
@@ -148,3 +150,27 @@ _schemas = iter(range(1, 1 << 30))
 def postgres_schema(postgres_server: PostgresServer) -> str:
     """A schema name no other test of this run uses."""
     return f"t{os.getpid()}_{next(_schemas)}"
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One S3-compatible server (moto's server mode, a subprocess) for the whole run."""
+    reason = s3_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"S3 tests need moto's server: {reason}")
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+_buckets = iter(range(1, 1 << 30))
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server) -> str:
+    """A bucket no other test of this run uses."""
+    name = f"toolswap-test-{os.getpid()}-{next(_buckets)}"
+    s3_server.client().create_bucket(Bucket=name)
+    return name

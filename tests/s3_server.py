@@ -54,6 +54,15 @@ class S3Server:
                     raise RuntimeError("the S3 server did not start") from None
                 time.sleep(0.05)
 
+    def env(self) -> dict[str, str]:
+        """The variables that point boto3 (and so a toolswap subprocess) at this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
     def client(self) -> Any:
         import boto3
 

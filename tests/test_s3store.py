@@ -6,40 +6,18 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from itertools import count
 from typing import Any
 
 import pytest
 
-from s3_server import S3Server, unavailable_reason
+from s3_server import S3Server
 from toolswap.errors import ArtifactIntegrityError, ArtifactNotFoundError, ConfigurationError
 
 pytest.importorskip("boto3")
 
 from toolswap.s3store import S3ArtifactStore
 
-_buckets = count(1)
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"S3 tests need moto's server: {reason}")
-    server = S3Server().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def bucket(s3_server: S3Server) -> str:
-    name = f"toolswap-test-{next(_buckets)}"
-    s3_server.client().create_bucket(Bucket=name)
-    return name
 
 
 @pytest.fixture

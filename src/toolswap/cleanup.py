@@ -11,18 +11,27 @@ never through a path taken from the plan, and the directory is fsynced afterward
 manifest records each collection before the unlink, so a later read of that artifact says
 when and why it was collected.
 
+A session kept in a shared store (:mod:`toolswap.remote`) is collected in the store: plan
+lists its objects (size, last write, version) and takes each digest from the manifest;
+apply checks each object again with one HEAD (same version and size, stored SHA-256 equal
+to the manifest's), records the collection, then deletes exactly that version (a replaced
+object is never deleted) and drops this host's replica copy. It needs the journal shared
+by every host (a database journal): a host-local journal is refused, since another host's
+references would be invisible to it.
+
 Plans and reports are JSON-serializable and contain no filesystem path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
 import re
 import stat
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -37,8 +46,9 @@ from .artifact import (
     validate_session_id,
 )
 from .crashpoints import crash_point
-from .errors import ChainLogError, CleanupError
+from .errors import ArtifactStoreError, ChainLogError, CleanupError
 from .manifest import Manifest
+from .remote import StoreObject
 from .session import Session
 
 __all__ = [
@@ -173,6 +183,8 @@ class CleanupEntry:
     device: int | None = None
     inode: int | None = None
     sha256: str | None = None
+    version: str | None = None
+    """The object version planned on (a session kept in a store; None for a local file)."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -185,6 +197,7 @@ class CleanupEntry:
             "device": self.device,
             "inode": self.inode,
             "sha256": self.sha256,
+            "version": self.version,
         }
 
     @classmethod
@@ -211,6 +224,9 @@ class CleanupEntry:
             if not isinstance(source_id, str):
                 raise CleanupError("invalid plan entry source_id")
             parse_artifact_source_id(source_id)
+        version = data.get("version")
+        if version is not None and (not isinstance(version, str) or not 0 < len(version) <= 256):
+            raise CleanupError("invalid plan entry version")
         return cls(
             name=name,
             status=status,
@@ -221,6 +237,7 @@ class CleanupEntry:
             mtime_ns=ints["mtime_ns"],
             device=ints["device"],
             inode=ints["inode"],
+            version=version,
         )
 
 
@@ -412,23 +429,15 @@ def _plan(
     entries: list[CleanupEntry] = []
     candidates: list[CleanupEntry] = []
     total = 0
-    dir_fd = open_dir_nofollow(session.tool_results_dir)
-    try:
-        names = sorted(os.listdir(dir_fd))
-        seen: set[str] = set()
-        for done, name in enumerate(names, 1):
-            if progress:
-                progress(done, len(names))
-            seen.add(name)
-            entry = _plan_file(dir_fd, name, index, records, collected, now_ns, ttl_ns)
-            if entry.size is not None and entry.status is not S.DENIED:
-                total += entry.size
-            if entry.status is S.PLANNED_DELETE:
-                candidates.append(entry)
-            else:
-                entries.append(entry)
-    finally:
-        os.close(dir_fd)
+    seen: set[str] = set()
+    for entry in _planned_entries(session, index, records, collected, now_ns, ttl_ns, progress):
+        seen.add(entry.name)
+        if entry.size is not None and entry.status is not S.DENIED:
+            total += entry.size
+        if entry.status is S.PLANNED_DELETE:
+            candidates.append(entry)
+        else:
+            entries.append(entry)
     for name, claim_list in sorted(index.by_name.items()):
         if name not in seen:
             entries.append(
@@ -471,6 +480,54 @@ def _plan(
         total_bytes=total,
         budget_note=budget_note,
     )
+
+
+def _planned_entries(
+    session: Session,
+    index: _ClaimIndex,
+    records: Mapping[str, Mapping[str, Any]],
+    collected: set[str],
+    now_ns: int,
+    ttl_ns: int,
+    progress: Callable[[int, int], None] | None,
+) -> Iterator[CleanupEntry]:
+    """One entry per file of ``tool-results/`` (per object, for a session in a store)."""
+    if session.binding is not None:
+        objects = _store_objects(session)
+        for done, obj in enumerate(objects, 1):
+            if progress:
+                progress(done, len(objects))
+            record = records.get(obj.filename)
+            base = CleanupEntry(
+                name=obj.filename,
+                status=S.PLANNED_DELETE,
+                reason="",
+                source_id=record["source_id"] if record else None,
+                sha256=record["sha256"] if record else None,
+                size=obj.size,
+                mtime_ns=obj.mtime_ns,
+                version=obj.version,
+            )
+            yield _verdict(base, False, index, record, collected, now_ns, ttl_ns)
+        return
+    dir_fd = open_dir_nofollow(session.tool_results_dir)
+    try:
+        names = sorted(os.listdir(dir_fd))
+        for done, name in enumerate(names, 1):
+            if progress:
+                progress(done, len(names))
+            yield _plan_file(dir_fd, name, index, records, collected, now_ns, ttl_ns)
+    finally:
+        os.close(dir_fd)
+
+
+def _store_objects(session: Session) -> list[StoreObject]:
+    binding = session.binding
+    assert binding is not None
+    try:
+        return binding.store.artifacts(binding.workspace, binding.session)
+    except ArtifactStoreError as exc:
+        raise CleanupError(f"cannot list {binding.url}: {exc}; nothing was changed") from exc
 
 
 def _budget_cut(candidates: list[CleanupEntry], total: int, max_bytes: int) -> int:
@@ -551,6 +608,20 @@ def _plan_file(
         sha256=digest,
         **snap,
     )
+    return _verdict(base, is_tmp, index, record, collected, now_ns, ttl_ns)
+
+
+def _verdict(
+    base: CleanupEntry,
+    is_tmp: bool,
+    index: _ClaimIndex,
+    record: Mapping[str, Any] | None,
+    collected: set[str],
+    now_ns: int,
+    ttl_ns: int,
+) -> CleanupEntry:
+    """The status of one file or object, from its snapshot (``base``) and the claims."""
+    name, digest, source_id = base.name, base.sha256, base.source_id
     claims = index.by_name.get(name, [])
     if claims:
         wrong = [c for c in claims if c.content_sha256 != digest]
@@ -577,7 +648,7 @@ def _plan_file(
         return replace(
             base, status=S.RETAINED_RECENT, reason="a capture in progress (its process is alive)"
         )
-    age_ns = now_ns - fst.st_mtime_ns
+    age_ns = now_ns - (base.mtime_ns or 0)
     if age_ns < ttl_ns:
         expired = index.expired.get(name)
         why = (
@@ -600,8 +671,10 @@ def _plan_file(
 
 
 def _check_manifest(manifest: Manifest) -> None:
-    """Cleanup trusts no manifest that lost records (its journal anchor may be gone)."""
+    """Cleanup trusts no manifest that lost records (its journal anchor may be gone), and
+    decides on every record there is (a replica pulls its store's first)."""
     try:
+        manifest.sync()
         manifest.check_head()
     except ChainLogError as exc:
         raise CleanupError(str(exc)) from exc
@@ -631,6 +704,12 @@ def _refuse_raw_claims(session: Session) -> None:
     session's real references live there; a missing journal next to an owner database is
     a journal that was lost, never "no references".
     """
+    if session.binding is not None:
+        raise CleanupError(
+            f"session {session.session_id!r} is kept in {session.binding.url}: its references "
+            "live in the journal every host shares; plan and apply from that journal "
+            "(CLI: --database-url)"
+        )
     for path, what in (
         (session.journal_path, "a durable retention journal"),
         (session.root / _OWNER_DB, "a memory owner database"),
@@ -758,8 +837,12 @@ def _apply(
         records = {r["filename"]: r["sha256"] for r in manifest.records()}
         dir_fd = open_dir_nofollow(session.tool_results_dir)
         deleted_any = False
+        shared = session.binding is not None
         try:
-            limits = _Limits(rules, _current_total(dir_fd))
+            if shared:
+                limits = _Limits(rules, sum(o.size for o in _store_objects(session)))
+            else:
+                limits = _Limits(rules, _current_total(dir_fd))
             # Oldest first, as planning ranks them, so the limits keep the newest.
             order = sorted(
                 range(len(plan.entries)),
@@ -774,7 +857,10 @@ def _apply(
                     outcomes[i] = entry
                     continue
                 kept = limits.check(entry)
-                outcome = kept or _apply_one(dir_fd, entry, index, manifest, now, rules, records)
+                apply_one = _apply_object if shared else _apply_one
+                outcome = kept or apply_one(
+                    session, dir_fd, entry, index, manifest, now, rules, records
+                )
                 if outcome.status is S.DELETED:
                     deleted_any = True
                     freed += entry.size or 0
@@ -832,6 +918,7 @@ def _current_total(dir_fd: int) -> int:
 
 
 def _apply_one(
+    session: Session,
     dir_fd: int,
     entry: CleanupEntry,
     index: _ClaimIndex,
@@ -919,6 +1006,86 @@ def _apply_one(
         crash_point("cleanup.unlinked")
     finally:
         os.close(fd)
+    return replace(entry, status=S.DELETED, reason=entry.reason)
+
+
+def _apply_object(
+    session: Session,
+    dir_fd: int,
+    entry: CleanupEntry,
+    index: _ClaimIndex,
+    manifest: Manifest,
+    now: datetime,
+    policy: ArtifactCleanupPolicy,
+    records: Mapping[str, str],
+) -> CleanupEntry:
+    """Delete one object of a session kept in a store, if every check still holds."""
+    binding = session.binding
+    assert binding is not None
+    name = entry.name
+    if parse_artifact_filename(name) is None:
+        return replace(entry, status=S.RETAINED_UNKNOWN, reason="not a name toolswap writes")
+    if name in index.by_name:
+        return replace(
+            entry,
+            status=S.RETAINED_REFERENCED,
+            reason="a claim was added after planning; the object is kept",
+        )
+    if entry.version is None or entry.size is None:
+        return replace(entry, status=S.RACE_DETECTED, reason="the plan entry has no snapshot")
+    try:
+        obj = binding.store.stat_artifact(binding.workspace, binding.session, name)
+    except ArtifactStoreError as exc:
+        return replace(entry, status=S.RETAINED_UNKNOWN, reason=f"the store failed: {exc}")
+    if obj is None:
+        return replace(entry, status=S.ALREADY_MISSING, reason="already gone from the store")
+    if (obj.version, obj.size) != (entry.version, entry.size):
+        return replace(
+            entry, status=S.RACE_DETECTED, reason="the object was replaced since planning"
+        )
+    if int(now.timestamp() * 1_000_000_000) - obj.mtime_ns < int(
+        policy.orphan_ttl_seconds * 1_000_000_000
+    ):
+        return replace(
+            entry, status=S.RETAINED_RECENT, reason="younger than the orphan TTL (at apply)"
+        )
+    recorded = records.get(name)
+    if recorded is not None and obj.sha256 != recorded:
+        return replace(
+            entry,
+            status=S.RETAINED_CORRUPT,
+            reason="the object's stored SHA-256 is not the manifest's; kept for inspection",
+        )
+    if entry.sha256 is not None and obj.sha256 != entry.sha256:
+        return replace(entry, status=S.RACE_DETECTED, reason="content changed since planning")
+    crash_point("cleanup.verified")
+    # Recorded first, as for a local file: a crash before the delete leaves an object the
+    # manifest calls collected, which a later cleanup removes.
+    manifest.append(
+        {
+            "event": "collected",
+            "filename": name,
+            "source_id": entry.source_id,
+            "sha256": obj.sha256 if recorded is None else recorded,
+            "collected_at": now.astimezone(UTC).isoformat(),
+            "reason": entry.reason,
+        }
+    )
+    crash_point("cleanup.collect_recorded")
+    try:
+        deleted = binding.store.delete_artifact(binding.workspace, binding.session, obj)
+    except ArtifactStoreError as exc:
+        return replace(entry, status=S.RETAINED_UNKNOWN, reason=f"the store failed: {exc}")
+    if not deleted:
+        return replace(
+            entry,
+            status=S.RACE_DETECTED,
+            reason="replaced or deleted after it was checked; a replacement is kept",
+        )
+    crash_point("store.deleted")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dir_fd)  # this host's replica copy
+    crash_point("cleanup.unlinked")
     return replace(entry, status=S.DELETED, reason=entry.reason)
 
 

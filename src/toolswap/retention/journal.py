@@ -59,6 +59,7 @@ from ..errors import (
     ArtifactReferenceOwnerError,
     ArtifactRetentionError,
     ChainLogError,
+    ConfigurationError,
     SourceIdError,
 )
 from ..manifest import JournalAnchor, Manifest
@@ -185,6 +186,12 @@ class ArtifactRetentionJournal:
         ):
             raise TypeError("store must be a JournalStore of this session")
         self._store = store if store is not None else LocalJournalStore(self.session)
+        if self.session.binding is not None and not self._store.shared:
+            raise ConfigurationError(
+                f"session {self.session.session_id!r} is kept in {self.session.binding.url}, "
+                "so its leases must live in a journal every host sees: pass a "
+                "PostgresJournalStore (CLI: --database-url or TOOLSWAP_DATABASE_URL)"
+            )
         self._log = self._store.open_log()
         self._manifest = Manifest.of(self.session)
         self._reader = ArtifactReader(self.session, self._manifest)

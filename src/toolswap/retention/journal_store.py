@@ -31,6 +31,8 @@ class JournalStore(ABC):
     """The storage of one session's lease journal."""
 
     session: Session
+    shared: bool = False
+    """Whether every host sees this journal (a session kept in a shared store needs one)."""
 
     @property
     @abstractmethod

@@ -77,6 +77,8 @@ class PostgresJournalStore(JournalStore):
             newer version.
     """
 
+    shared = True
+
     def __init__(
         self,
         dsn: str,

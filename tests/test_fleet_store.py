@@ -1,0 +1,370 @@
+"""Sessions kept in a shared S3 store (TOOLSWAP_STORE): several hosts, one session.
+
+A "host" is a directory of its own (its TOOLSWAP_HOME, or its session replica), and where
+it matters a process of its own. The store is moto's S3 server in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from s3_server import S3Server
+from toolswap import (
+    ArtifactCollectedError,
+    ArtifactIntegrityError,
+    ArtifactWriteError,
+    ConfigurationError,
+    Session,
+    ToolResultExternalizer,
+)
+from toolswap.verify import FindingKind, verify_session
+
+pytest.importorskip("boto3")
+
+TIMEOUT = 120
+WS = "fleet"
+
+
+@dataclass
+class Fleet:
+    tmp: Path
+    bucket: str
+    server: S3Server
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/team"
+
+    def session_dir(self, host: str, session: str = "s1") -> Path:
+        return self.tmp / host / "home" / "projects" / WS / session
+
+    def ext(self, host: str, session: str = "s1") -> ToolResultExternalizer:
+        return ToolResultExternalizer(self.session_dir(host, session))
+
+    def env(self, host: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLSWAP_CRASH")}
+        env.update(self.server.env())
+        env.update(
+            TOOLSWAP_HOME=str(self.tmp / host / "home"),
+            TOOLSWAP_WORKSPACE=WS,
+            TOOLSWAP_STORE=self.url,
+        )
+        return env
+
+    def keys(self, kind: str) -> list[str]:
+        reply = self.server.client().list_objects_v2(
+            Bucket=self.bucket, Prefix=f"team/{WS}/s1/{kind}/"
+        )
+        return [item["Key"].rsplit("/", 1)[1] for item in reply.get("Contents", [])]
+
+    def python(
+        self, host: str, script: str, *args: str, crash: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        env = self.env(host)
+        if crash:
+            env["TOOLSWAP_CRASH_POINT"] = crash
+        return subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+
+    def cli(self, host: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "toolswap", *args],
+            env=self.env(host),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=TIMEOUT,
+            check=False,
+        )
+
+
+@pytest.fixture
+def fleet(
+    tmp_path: Path, s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> Fleet:
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    fleet = Fleet(tmp_path, bucket, s3_server)
+    monkeypatch.setenv("TOOLSWAP_STORE", fleet.url)
+    return fleet
+
+
+CAPTURES = """
+import sys
+from toolswap import ToolResultExternalizer
+host, count = sys.argv[1], int(sys.argv[2])
+ext = ToolResultExternalizer.open("s1")
+for i in range(count):
+    result = ext.externalize(f"{host} capture {i}\\n" * 20000, "bash")
+    print(result.artifact.source_id, flush=True)
+"""
+
+
+def test_two_hosts_capturing_into_one_session_at_once_never_share_a_name(fleet: Fleet) -> None:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CAPTURES, host, "6"],
+            env=fleet.env(host),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for host in ("a", "b")
+    ]
+    outputs = [proc.communicate(timeout=TIMEOUT) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+
+    ids = [line for out, _ in outputs for line in out.split()]
+    names = {sid.split(":")[2] for sid in ids}
+    assert len(names) == 12
+    assert sorted(fleet.keys("tool-results")) == sorted(names)
+    assert len(fleet.keys("manifest")) == 12
+    for host in ("a", "b", "c"):  # c never wrote: it reads everything from the store
+        ext = fleet.ext(host)
+        texts = {ext.read_artifact(sid, 0, 1) for sid in ids}
+        assert texts == {f"{h} capture {i}" for h in "ab" for i in range(6)}
+    replicas = [(fleet.session_dir(h) / "manifest.jsonl").read_bytes() for h in "abc"]
+    assert replicas[0] == replicas[1] == replicas[2]
+
+
+def test_a_host_serves_another_host_s_artifact_only_after_checking_its_digest(
+    fleet: Fleet,
+) -> None:
+    result = fleet.ext("a").externalize("line\n" * 50000, "bash")
+    sid = result.artifact.source_id
+    assert fleet.ext("b").read_artifact(sid, 49998, 1) == "line"
+
+    key = f"team/{WS}/s1/tool-results/{result.artifact.path.name}"
+    fleet.server.client().put_object(
+        Bucket=fleet.bucket,
+        Key=key,
+        Body=b"LINE\n" * 50000,
+        Metadata={"sha256": result.artifact.content_sha256},
+    )
+    with pytest.raises(ArtifactIntegrityError, match="not the recorded output"):
+        fleet.ext("c").read_artifact(sid, 0, 1)
+    assert os.listdir(fleet.session_dir("c") / "tool-results") == []
+    assert fleet.ext("b").read_artifact(sid, 0, 1) == "line"  # b's verified copy
+
+
+def test_a_session_never_moves_between_stores(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TOOLSWAP_STORE")
+    local = fleet.session_dir("a", "local")
+    ToolResultExternalizer(local).externalize("x\n" * 50000, "bash")
+    bound = fleet.ext("a")  # bound below, once TOOLSWAP_STORE is set
+
+    monkeypatch.setenv("TOOLSWAP_STORE", fleet.url)
+    with pytest.raises(ConfigurationError, match="started without a store"):
+        Session.at(local)
+    bound = fleet.ext("a")
+    bound.externalize("y\n" * 50000, "bash")
+    monkeypatch.setenv("TOOLSWAP_STORE", f"s3://{fleet.bucket}/elsewhere")
+    with pytest.raises(ConfigurationError, match="never moves between stores"):
+        Session.at(fleet.session_dir("a"))
+
+    monkeypatch.delenv("TOOLSWAP_STORE")
+    later = fleet.ext("a").externalize("z\n" * 50000, "bash")
+    assert later.artifact.path.name in fleet.keys("tool-results")
+
+
+def test_a_store_that_cannot_be_reached_loses_no_output(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    down = S3Server().start()
+    down.client().create_bucket(Bucket="gone")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", down.endpoint)
+    monkeypatch.setenv("TOOLSWAP_STORE", "s3://gone/x")
+    ext = fleet.ext("a")
+    down.stop()
+
+    with pytest.raises(ArtifactWriteError) as caught:
+        ext.externalize("first\n" + "middle\n" * 40000 + "last\n", "bash", exit_code=2)
+
+    assert "cannot be read now" in str(caught.value)
+    assert "first" in caught.value.preview and "last" in caught.value.preview
+    assert caught.value.exit_code == 2
+
+
+def test_run_on_another_host_reads_greps_lists_and_verifies_the_same_session(
+    fleet: Fleet,
+) -> None:
+    done = fleet.cli("a", "run", "--session", "s1", "--", "seq", "1", "200000")
+    assert done.returncode == 0, done.stderr
+    sid = done.stdout.split("toolswap read ")[1].split()[0]
+
+    listed = fleet.cli("b", "ls", "--session", "s1", "--json")
+    assert [a["source_id"] for a in json.loads(listed.stdout)] == [sid]
+    read = fleet.cli("b", "read", sid, "--offset", "199998", "--limit", "5")
+    assert read.stdout.split() == ["199999", "200000"]
+    grep = fleet.cli("b", "grep", sid, "^12345$")
+    assert grep.stdout.split() == ["12345:12345"]
+    verified = fleet.cli("c", "verify", "--session", "s1", "--json")
+    assert verified.returncode == 0, verified.stdout
+    assert [f["kind"] for f in json.loads(verified.stdout)] == ["ok"]
+
+
+# -- SIGKILL at every durable step of a capture into the store ------------------------
+
+CAPTURE_POINTS = [
+    "capture.tmp_created",
+    "capture.tmp_fsynced",
+    "store.object_put",
+    "capture.linked",
+    "capture.tmp_unlinked",
+    "capture.dir_fsynced",
+    "store.record_put",
+    "store.replica.appended",
+    "store.replica.fsynced",
+    "manifest.head_written",
+]
+ONE_CAPTURE = """
+import sys
+from toolswap import ToolResultExternalizer
+result = ToolResultExternalizer.open("s1").externalize(sys.argv[1] * 30000, "bash")
+print(result.artifact.source_id)
+"""
+
+
+@pytest.mark.parametrize("point", CAPTURE_POINTS)
+def test_a_host_killed_mid_capture_leaves_a_session_every_host_can_go_on_with(
+    fleet: Fleet, point: str
+) -> None:
+    killed = fleet.python("a", ONE_CAPTURE, "killed\n", crash=point)
+    assert killed.returncode == -9, killed.stderr
+    stored = set(fleet.keys("tool-results"))
+    recorded = point.startswith(("store.record_put", "store.replica", "manifest."))
+
+    ids = []
+    for host in ("b", "a"):  # another host, then the killed one again
+        done = fleet.python(host, ONE_CAPTURE, f"after on {host}\n")
+        assert done.returncode == 0, done.stderr
+        ids.append(done.stdout.strip())
+    new_names = {sid.split(":")[2] for sid in ids}
+    assert len(new_names) == 2 and not new_names & stored
+
+    ext = fleet.ext("c")
+    names = [a.path.name for a in ext.list_artifacts()]
+    assert len(names) == 2 + recorded
+    for host in ("a", "b", "c"):
+        texts = {fleet.ext(host).read_artifact(a, 0, 1) for a in ext.list_artifacts()}
+        assert texts == {"after on a", "after on b"} | ({"killed"} if recorded else set())
+    findings = verify_session(Session.at(fleet.session_dir("c")))
+    problems = {(f.kind, f.name) for f in findings if f.kind.is_problem}
+    orphans = stored - set(names)
+    assert problems == {(FindingKind.UNRECORDED, name) for name in orphans}
+    assert len(orphans) == (not recorded and point not in CAPTURE_POINTS[:2])
+
+
+# -- cleanup in the store, with the leases in PostgreSQL ------------------------------
+
+PUBLISH = """
+import sys
+from toolswap import ArtifactRetentionClaim, ArtifactRetentionJournal, ToolResultExternalizer
+from toolswap.retention.owners.postgres import PostgresMemoryOwner
+from toolswap.retention.postgres_journal import PostgresJournalStore
+dsn, schema, source_id = sys.argv[1:4]
+ext = ToolResultExternalizer.open("s1")
+owner = PostgresMemoryOwner(dsn, schema=schema)
+journal = ArtifactRetentionJournal(
+    ext.session, owner=owner, store=PostgresJournalStore(dsn, ext.session, schema=schema)
+)
+ref = ext.get_artifact(source_id).for_memory()
+claim = ArtifactRetentionClaim.from_memory_reference(ref)
+journal.publish_reference(claim, lambda: owner.publish("tx1", ref), transaction_id="tx1")
+print("published")
+"""
+
+
+@pytest.fixture
+def database(postgres_server: Any, postgres_schema: str) -> list[str]:
+    pytest.importorskip("psycopg")
+    return ["--database-url", postgres_server.dsn, "--database-schema", postgres_schema]
+
+
+def _capture(fleet: Fleet, host: str, text: str) -> str:
+    done = fleet.python(host, ONE_CAPTURE, text)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_one_host_s_gc_never_deletes_what_another_host_references(
+    fleet: Fleet, database: list[str]
+) -> None:
+    kept = _capture(fleet, "a", "referenced\n")
+    dropped = _capture(fleet, "a", "unreferenced\n")
+    done = fleet.python("a", PUBLISH, database[1], database[3], kept)
+    assert done.returncode == 0, done.stderr
+
+    refused = fleet.cli("b", "gc", "plan", "--session", "s1", "--ttl", "0s")
+    assert refused.returncode == 1
+    assert "every host sees" in refused.stderr
+
+    applied = fleet.cli(
+        "b", "gc", "apply", "--session", "s1", "--ttl", "0s", "--yes", "--json", *database
+    )
+    assert applied.returncode == 0, applied.stderr
+    report = json.loads(applied.stdout)["reports"][0]["report"]
+    statuses = {e["source_id"]: e["status"] for e in report["entries"]}
+    assert statuses == {kept: "retained_referenced", dropped: "deleted"}
+    assert fleet.keys("tool-results") == [kept.split(":")[2]]
+    assert fleet.ext("a").read_artifact(kept, 0, 1) == "referenced"
+    with pytest.raises(ArtifactCollectedError):
+        fleet.ext("a").read_artifact(dropped, 0, 1)
+
+
+def test_gc_keeps_an_object_replaced_after_it_was_planned(
+    fleet: Fleet, database: list[str]
+) -> None:
+    sid = _capture(fleet, "a", "original\n")
+    planned = fleet.cli(
+        "b",
+        "gc",
+        "plan",
+        "--session",
+        "s1",
+        "--ttl",
+        "0s",
+        "--save",
+        str(fleet.tmp / "plan.json"),
+        *database,
+    )
+    assert planned.returncode == 0, planned.stderr
+    key = f"team/{WS}/s1/tool-results/{sid.split(':')[2]}"
+    fleet.server.client().put_object(Bucket=fleet.bucket, Key=key, Body=b"replaced\n")
+
+    applied = fleet.cli(
+        "b",
+        "gc",
+        "apply",
+        "--session",
+        "s1",
+        "--ttl",
+        "0s",
+        "--plan",
+        str(fleet.tmp / "plan.json"),
+        "--yes",
+        "--json",
+        *database,
+    )
+
+    assert applied.returncode == 0, applied.stderr
+    (entry,) = json.loads(applied.stdout)["reports"][0]["report"]["entries"]
+    assert entry["status"] == "race_detected"
+    assert fleet.keys("tool-results") == [sid.split(":")[2]]
