@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from s3_server import S3Server
+from tcp_cut import CuttableLink
 from toolswap import (
     ArtifactCollectedError,
     ArtifactIntegrityError,
@@ -328,6 +329,20 @@ def test_one_host_s_gc_never_deletes_what_another_host_references(
     with pytest.raises(ArtifactCollectedError):
         fleet.ext("a").read_artifact(dropped, 0, 1)
 
+    # Host a still holds its copy of the collected artifact; its own gc drops it.
+    copy = fleet.session_dir("a") / "tool-results" / dropped.split(":")[2]
+    assert copy.exists()
+    again = fleet.cli(
+        "a", "gc", "apply", "--session", "s1", "--ttl", "0s", "--yes", "--json", *database
+    )
+    assert again.returncode == 0, again.stderr
+    entries = json.loads(again.stdout)["reports"][0]["report"]["entries"]
+    assert {(e["name"], e["status"]) for e in entries} == {
+        (kept.split(":")[2], "retained_referenced"),
+        (copy.name, "deleted"),
+    }
+    assert not copy.exists()
+
 
 def test_gc_keeps_an_object_replaced_after_it_was_planned(
     fleet: Fleet, database: list[str]
@@ -368,3 +383,74 @@ def test_gc_keeps_an_object_replaced_after_it_was_planned(
     (entry,) = json.loads(applied.stdout)["reports"][0]["report"]["entries"]
     assert entry["status"] == "race_detected"
     assert fleet.keys("tool-results") == [sid.split(":")[2]]
+
+
+GUARDED_CAPTURE = """
+import sys
+from toolswap import ArtifactWriteError, ToolResultExternalizer
+try:
+    ToolResultExternalizer.open("s1").externalize("first\\n" + "cut\\n" * 40000, "bash")
+except ArtifactWriteError as exc:
+    print(exc.preview.splitlines()[0])
+    print(str(exc), file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+def test_a_network_cut_mid_publish_loses_no_output_and_gc_settles_the_orphan(
+    fleet: Fleet, database: list[str], tmp_path: Path
+) -> None:
+    link = CuttableLink(fleet.server.port)
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    point = "store.object_put"
+    os.mkfifo(sync / f"{point}.reached")
+    os.mkfifo(sync / f"{point}.go")
+    env = fleet.env("a")
+    env.update(
+        AWS_ENDPOINT_URL=link.endpoint,
+        AWS_MAX_ATTEMPTS="2",
+        TOOLSWAP_SYNC_DIR=str(sync),
+        TOOLSWAP_SYNC_POINT=point,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GUARDED_CAPTURE],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with open(sync / f"{point}.reached", encoding="utf-8") as reached:
+            assert reached.read().strip() == point  # the object is in the store
+        link.cut()
+        with open(sync / f"{point}.go", "w", encoding="utf-8") as go:
+            go.write("go\n")
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        link.close()
+    assert proc.returncode == 3, err
+    assert out.startswith("[Output NOT saved")
+    assert "cannot be read now" in err
+    (orphan,) = fleet.keys("tool-results")
+    assert fleet.keys("manifest") == []
+
+    after = _capture(fleet, "b", "after the cut\n")
+    assert after.split(":")[2] != orphan
+    findings = verify_session(Session.at(fleet.session_dir("b")))
+    assert {(f.kind, f.name) for f in findings if f.kind.is_problem} == {
+        (FindingKind.UNRECORDED, orphan)
+    }
+    published = fleet.python("b", PUBLISH, database[1], database[3], after)
+    assert published.returncode == 0, published.stderr
+    applied = fleet.cli(
+        "a", "gc", "apply", "--session", "s1", "--ttl", "0s", "--yes", "--json", *database
+    )
+    assert applied.returncode == 0, applied.stderr
+    entries = json.loads(applied.stdout)["reports"][0]["report"]["entries"]
+    assert sorted((e["name"], e["status"]) for e in entries) == [
+        (orphan, "deleted"),  # from the store, with this host's unrecorded copy
+        (after.split(":")[2], "retained_referenced"),
+    ]
+    assert fleet.keys("tool-results") == [after.split(":")[2]]
+    assert os.listdir(fleet.session_dir("a") / "tool-results") == []

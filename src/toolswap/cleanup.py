@@ -492,6 +492,7 @@ def _planned_entries(
     progress: Callable[[int, int], None] | None,
 ) -> Iterator[CleanupEntry]:
     """One entry per file of ``tool-results/`` (per object, for a session in a store)."""
+    objects: list[StoreObject] = []
     if session.binding is not None:
         objects = _store_objects(session)
         for done, obj in enumerate(objects, 1):
@@ -509,13 +510,25 @@ def _planned_entries(
                 version=obj.version,
             )
             yield _verdict(base, False, index, record, collected, now_ns, ttl_ns)
-        return
+    stored = {o.filename for o in objects} if session.binding is not None else None
     dir_fd = open_dir_nofollow(session.tool_results_dir)
     try:
         names = sorted(os.listdir(dir_fd))
         for done, name in enumerate(names, 1):
-            if progress:
-                progress(done, len(names))
+            if stored is None:
+                if progress:
+                    progress(done, len(names))
+            elif name in stored:
+                continue  # this host's copy of a stored object: it goes with the object
+            elif name in records:
+                yield CleanupEntry(
+                    name=name,
+                    status=S.RETAINED_UNKNOWN,
+                    reason="recorded, but missing from the store: this replica's copy may be "
+                    "the only one (run verify)",
+                )
+                continue
+            # A temporary file, or a leftover of a capture or collection cut short here.
             yield _plan_file(dir_fd, name, index, records, collected, now_ns, ttl_ns)
     finally:
         os.close(dir_fd)
@@ -857,7 +870,8 @@ def _apply(
                     outcomes[i] = entry
                     continue
                 kept = limits.check(entry)
-                apply_one = _apply_object if shared else _apply_one
+                # A session in a store: its objects, and leftovers of this host's replica.
+                apply_one = _apply_object if entry.version is not None else _apply_one
                 outcome = kept or apply_one(
                     session, dir_fd, entry, index, manifest, now, rules, records
                 )

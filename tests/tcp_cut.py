@@ -1,0 +1,67 @@
+"""A TCP forwarder a test can cut: the network between a client and a real server."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+__all__ = ["CuttableLink"]
+
+
+class CuttableLink:
+    """Forwards 127.0.0.1:<port> to ``target``; :meth:`cut` drops every connection and
+    refuses new ones until :meth:`restore`."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = int(self._listener.getsockname()[1])
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._up = True
+        self._open: set[socket.socket] = set()
+        self._guard = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._guard:
+                if not self._up:
+                    client.close()
+                    continue
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+                self._open.update((client, upstream))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self._guard:
+            self._up = False
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self._open.clear()
+
+    def restore(self) -> None:
+        with self._guard:
+            self._up = True
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()
