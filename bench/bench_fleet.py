@@ -3,6 +3,10 @@
 1. Capture to S3 (S3ArtifactStore.put: spool + SHA-256 + conditional put or multipart)
    vs the floor: a plain boto3 put_object of the same bytes to the same server.
 2. A page fault (read_range of 64 KiB of a verified object) vs one plain ranged GET.
+3. A session kept in the store (TOOLSWAP_STORE): a capture (local capture and pointer,
+   the object put under a free name, the manifest record, the replica) vs a plain put of
+   the same bytes; another host's first read (fetch, verify, link, page) vs one plain GET
+   of the whole object; its later page faults (local, verified once) in ms.
 
 moto keeps objects in memory in a Python process, so both sides pay the same server
 cost; the ratios show what the store adds on top of the requests it must make.
@@ -36,9 +40,12 @@ def main() -> None:
     try:
         client = server.client()
         client.create_bucket(Bucket="bench")
-        store = S3ArtifactStore("bench", "fleet", client=client, part_size=8 << 20)
+        store = S3ArtifactStore("bench", "fleet", client=client)
+        parts = S3ArtifactStore(
+            "bench", "parts", client=client, part_size=8 << 20, multipart_threshold=8 << 20
+        )
         print("capture to S3 (median of runs) vs a plain boto3 put_object of the same bytes")
-        for size in SIZES:
+        for size, used in ((SIZES[0], store), (SIZES[-1], store), (SIZES[-1], parts)):
             data = os.urandom(size // 2).hex().encode()
             chunks = [data[i : i + (1 << 20)] for i in range(0, len(data), 1 << 20)]
             plain, ours = [], []
@@ -47,15 +54,16 @@ def main() -> None:
                 client.put_object(Bucket="bench", Key=f"plain/{size}/{i}", Body=data)
                 plain.append(time.perf_counter() - start)
                 start = time.perf_counter()
-                artifact = store.put("ws", f"s{size}", chunks)
+                artifact = used.put("ws", f"s{size}", chunks)
                 ours.append(time.perf_counter() - start)
             p, o = statistics.median(plain), statistics.median(ours)
-            mode = "multipart" if size > store.part_size else "one put"
+            mode = "multipart" if size > used.multipart_threshold else "one put"
             print(
                 f"  {size / (1 << 20):6.2f} MiB ({mode:9}): store {o * 1e3:7.1f} ms, "
                 f"plain put {p * 1e3:7.1f} ms  ({o / p:.2f}x the floor)"
             )
-        opened = store.open("ws", f"s{SIZES[-1]}", artifact.filename)
+        artifact = store.put("ws", "paged", chunks)
+        opened = store.open("ws", "paged", artifact.filename)
         faults, gets = [], []
         for i in range(RUNS * 4):
             offset = (i * 7919 * PAGE) % (opened.size - PAGE)
@@ -70,8 +78,61 @@ def main() -> None:
         f, g = statistics.median(faults), statistics.median(gets)
         print(f"page fault of {PAGE >> 10} KiB (ranged GET conditional on the verified ETag)")
         print(f"  store {f * 1e3:.2f} ms, plain ranged GET {g * 1e3:.2f} ms ({f / g:.2f}x)")
+        _bound_session(server, client)
     finally:
         server.stop()
+
+
+def _bound_session(server: S3Server, client: object) -> None:
+    """Section 3: the path every command takes on a session kept in the store."""
+    import tempfile
+
+    from toolswap import ToolResultExternalizer
+
+    os.environ.update(server.env(), TOOLSWAP_STORE="s3://bench/sessions")
+    size = SIZES[-1]
+    data = os.urandom(size // 2).hex().encode()
+    lines = b"\n".join(data[i : i + 100] for i in range(0, len(data), 100))
+    with tempfile.TemporaryDirectory() as tmp:
+        ours, plain, local, first, whole, later = [], [], [], [], [], []
+        os.environ["TOOLSWAP_STORE"] = ""
+        for i in range(RUNS):
+            alone = ToolResultExternalizer(Path(tmp, "local", "ws", f"s{i}"))
+            start = time.perf_counter()
+            alone.externalize(lines, "bench")
+            local.append(time.perf_counter() - start)
+        os.environ["TOOLSWAP_STORE"] = "s3://bench/sessions"
+        for i in range(RUNS):
+            writer = ToolResultExternalizer(Path(tmp, "a", "ws", f"s{i}"))
+            start = time.perf_counter()
+            result = writer.externalize(lines, "bench")
+            ours.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            client.put_object(Bucket="bench", Key=f"plain-bound/{i}", Body=lines)  # type: ignore[attr-defined]
+            plain.append(time.perf_counter() - start)
+            reader = ToolResultExternalizer(Path(tmp, "b", "ws", f"s{i}"))
+            sid = result.artifact.source_id
+            start = time.perf_counter()
+            reader.read_lines(sid, 1000, 200)
+            first.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            client.get_object(Bucket="bench", Key=f"plain-bound/{i}")["Body"].read()  # type: ignore[attr-defined]
+            whole.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            reader.read_lines(sid, 5000, 200)
+            later.append(time.perf_counter() - start)
+    o, p = statistics.median(ours), statistics.median(plain)
+    f, w = statistics.median(first), statistics.median(whole)
+    print(f"a session kept in the store, {size / (1 << 20):.2f} MiB of text (median of runs)")
+    loc = statistics.median(local)
+    print(
+        f"  capture {o * 1e3:.1f} ms vs plain put {p * 1e3:.1f} ms ({o / p:.2f}x); vs a local "
+        f"capture {loc * 1e3:.1f} ms + the plain put ({o / (loc + p):.2f}x that floor)"
+    )
+    print(
+        f"  first read on another host {f * 1e3:.1f} ms vs one plain GET of the object "
+        f"{w * 1e3:.1f} ms ({f / w:.2f}x); later pages {statistics.median(later) * 1e3:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

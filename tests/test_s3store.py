@@ -22,7 +22,9 @@ MiB = 1 << 20
 
 @pytest.fixture
 def store(s3_server: S3Server, bucket: str) -> S3ArtifactStore:
-    return S3ArtifactStore(bucket, "fleet", client=s3_server.client(), part_size=5 * MiB)
+    return S3ArtifactStore(
+        bucket, "fleet", client=s3_server.client(), part_size=5 * MiB, multipart_threshold=5 * MiB
+    )
 
 
 def test_captures_get_the_next_names_and_carry_their_full_digest(
@@ -50,7 +52,9 @@ def test_a_name_another_host_took_is_never_overwritten(
     store: S3ArtifactStore, s3_server: S3Server, bucket: str
 ) -> None:
     taken = store.put("ws", "s1", [b"the other host's output\n"])
-    late = _StaleListing(bucket, "fleet", client=s3_server.client(), part_size=5 * MiB)
+    late = _StaleListing(
+        bucket, "fleet", client=s3_server.client(), part_size=5 * MiB, multipart_threshold=5 * MiB
+    )
     mine = late.put("ws", "s1", [b"my output\n"])
     assert mine.filename == "tool_result_002.txt"  # 412 on 001, then the next number
     assert store.open("ws", "s1", taken.filename).sha256 == taken.sha256

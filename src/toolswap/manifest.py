@@ -175,12 +175,13 @@ class Manifest:
         self._pulled_at = time.monotonic()
         store = binding.store
         try:
-            lines = store.manifest_lines(binding.workspace, binding.session, self._log.head[0])
+            seen = self._log.head[0]
+            lines = store.manifest_lines(binding.workspace, binding.session, seen)
             if not lines and not locked:
                 return
             with session_lock(self._head_path.with_name(LOCK_NAME)):
-                self._refresh_local()  # another process here may have added some already
-                if not locked:
+                self._refresh_local()
+                if self._log.head[0] != seen:  # another process here added some meanwhile
                     lines = store.manifest_lines(
                         binding.workspace, binding.session, self._log.head[0]
                     )

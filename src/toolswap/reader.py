@@ -304,13 +304,28 @@ class ArtifactReader:
         return ref
 
     def _open(self, ref: ArtifactReference, *, fresh: bool = False) -> _OpenArtifact:
+        binding = self.session.binding
         try:
             return self._open_local(ref, fresh=fresh)
         except ArtifactNotFoundError:
-            if self.session.binding is None:
+            if binding is None:
                 raise
-        # Kept in a store: this host reads it for the first time.
-        fetch_into_replica(self.session, ref.path.name, ref.content_sha256, ref.byte_size)
+        # Kept in a store: this host reads it for the first time. The fetched copy is
+        # hashed and indexed once, before it is linked, and remembered as verified.
+        verified: list[_Verified] = []
+
+        def check(fd: int) -> None:
+            digest, size, newlines, checkpoints = _hash_and_index(fd, ref.byte_size)
+            if digest != ref.content_sha256 or size != ref.byte_size:
+                raise ArtifactIntegrityError(
+                    f"{ref.source_id}: the copy in {binding.url} is not the recorded "
+                    f"output ({size} bytes, SHA-256 {digest[:12]}); it was not used"
+                )
+            verified.append(_Verified(digest, size, newlines, checkpoints))
+
+        linked = fetch_into_replica(self.session, ref.path.name, check)
+        if linked is not None:
+            _remember(_identity(linked), verified[0])
         return self._open_local(ref, fresh=fresh)
 
     def _open_local(self, ref: ArtifactReference, *, fresh: bool) -> _OpenArtifact:

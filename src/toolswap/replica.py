@@ -11,20 +11,19 @@ unverified bytes under an artifact name.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
+from collections.abc import Callable
 
 from ._fs import open_dir_nofollow, write_all
 from .artifact import temporary_filename
 from .crashpoints import crash_point
-from .errors import ArtifactIntegrityError
 from .remote import StoreBinding
 from .session import Session
 
 __all__ = ["fetch_into_replica", "put_from_replica"]
 
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _binding(session: Session) -> StoreBinding:
@@ -56,12 +55,22 @@ def put_from_replica(
     return version
 
 
-def fetch_into_replica(session: Session, filename: str, sha256: str, size: int) -> None:
-    """Copy ``filename`` from the store into the replica, verified before it is linked.
+def fetch_into_replica(
+    session: Session, filename: str, check: Callable[[int], None]
+) -> os.stat_result | None:
+    """Copy ``filename`` from the store into the replica, checked before it is linked.
+
+    ``check`` gets a readable descriptor of the fetched, fsynced copy and raises (an
+    :class:`ArtifactIntegrityError`) unless its bytes are the recorded output; the reader
+    hashes and indexes in that one pass.
+
+    Returns:
+        The linked file's status (its identity as the caller may remember it verified),
+        or None when another process here linked its own copy first.
 
     Raises:
         ArtifactNotFoundError: the store has no such object.
-        ArtifactIntegrityError: the store's bytes are not the recorded output.
+        ArtifactIntegrityError: ``check`` refused the store's bytes (nothing is linked).
         ArtifactStoreError: the store failed.
     """
     binding = _binding(session)
@@ -70,29 +79,21 @@ def fetch_into_replica(session: Session, filename: str, sha256: str, size: int) 
     try:
         fd = os.open(tmp, _CREATE, 0o600, dir_fd=dir_fd)
         try:
-            digest = hashlib.sha256()
-            received = 0
-
-            def sink(block: bytes) -> None:
-                nonlocal received
-                digest.update(block)
-                write_all(fd, block)
-                received += len(block)
-
-            binding.store.fetch_artifact(binding.workspace, binding.session, filename, sink)
-            if digest.hexdigest() != sha256 or received != size:
-                raise ArtifactIntegrityError(
-                    f"{filename}: the copy in {binding.url} is not the recorded output "
-                    f"({received} bytes, SHA-256 {digest.hexdigest()[:12]}); it was not used"
-                )
+            binding.store.fetch_artifact(
+                binding.workspace, binding.session, filename, lambda block: write_all(fd, block)
+            )
             os.fsync(fd)
+            check(fd)
+            crash_point("store.fetched")
+            try:
+                os.link(tmp, filename, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            except FileExistsError:
+                return None  # another reader here fetched it first (and checks its own)
+            os.unlink(tmp, dir_fd=dir_fd)
+            os.fsync(dir_fd)
+            return os.fstat(fd)
         finally:
             os.close(fd)
-        crash_point("store.fetched")
-        with contextlib.suppress(FileExistsError):  # another reader here fetched it first
-            os.link(tmp, filename, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-        os.unlink(tmp, dir_fd=dir_fd)
-        os.fsync(dir_fd)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dir_fd)

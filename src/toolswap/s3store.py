@@ -30,6 +30,7 @@ the endpoint and credentials come from boto3's usual sources (``AWS_ENDPOINT_URL
 
 from __future__ import annotations
 
+import base64
 import builtins
 import hashlib
 import re
@@ -106,7 +107,9 @@ class S3ArtifactStore:
         bucket: the bucket (it must exist).
         prefix: a key prefix ("" for none).
         client: a boto3 S3 client (default: ``boto3.client("s3")``).
-        part_size: bytes per part of a multipart upload; smaller captures are one put.
+        part_size: bytes per part of a multipart upload.
+        multipart_threshold: captures up to this size are one streamed put (S3 allows
+            5 GiB); larger ones go up in parts.
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class S3ArtifactStore:
         *,
         client: Any = None,
         part_size: int = 8 << 20,
+        multipart_threshold: int = 64 << 20,
     ) -> None:
         if not isinstance(part_size, int) or part_size < MIN_PART_SIZE:
             raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum)")
@@ -127,6 +131,7 @@ class S3ArtifactStore:
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.part_size = part_size
+        self.multipart_threshold = max(multipart_threshold, part_size)
         self._client = client if client is not None else boto3.client("s3")
         self._verified: dict[tuple[str, str], str] = {}
         """(key, etag) -> sha256 of every object version this store verified whole."""
@@ -215,11 +220,14 @@ class S3ArtifactStore:
         """Write ``key`` only if it does not exist; its ETag, or None on a 412."""
         meta = {"sha256": digest}
         try:
-            if size <= self.part_size:
+            if size <= self.multipart_threshold:
+                # One streamed put; the server checks the bytes against the SHA-256 too.
                 reply = self._client.put_object(
                     Bucket=self.bucket,
                     Key=key,
-                    Body=spool.read(),
+                    Body=spool,
+                    ContentLength=size,
+                    ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode(),
                     IfNoneMatch="*",
                     Metadata=meta,
                     ContentType="text/plain; charset=utf-8",

@@ -219,8 +219,17 @@ def _check_store(
             continue
         if os.path.lexists(session.tool_results_dir / name):
             continue
+        expected = (str(record["sha256"]), int(str(record["byte_size"])))
+
+        def check(fd: int, name: str = name, expected: tuple[str, int] = expected) -> None:
+            os.lseek(fd, 0, os.SEEK_SET)
+            if _hash_fd(fd) != expected:
+                raise ArtifactIntegrityError(
+                    f"{name}: the copy in {binding.url} is not the recorded output"
+                )
+
         try:
-            fetch_into_replica(session, name, str(record["sha256"]), int(str(record["byte_size"])))
+            fetch_into_replica(session, name, check)
         except ArtifactIntegrityError as exc:
             findings.append(VerifyFinding(FindingKind.DIGEST_MISMATCH, name, str(exc), sid))
             reported.add(name)
