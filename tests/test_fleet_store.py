@@ -82,10 +82,15 @@ class Fleet:
             check=False,
         )
 
-    def cli(self, host: str, *args: str) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, host: str, *args: str, crash: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        env = self.env(host)
+        if crash:
+            env["TOOLSWAP_CRASH_POINT"] = crash
         return subprocess.run(
             [sys.executable, "-m", "toolswap", *args],
-            env=self.env(host),
+            env=env,
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,
@@ -454,3 +459,61 @@ def test_a_network_cut_mid_publish_loses_no_output_and_gc_settles_the_orphan(
     ]
     assert fleet.keys("tool-results") == [after.split(":")[2]]
     assert os.listdir(fleet.session_dir("a") / "tool-results") == []
+
+
+GC_POINTS = [
+    "cleanup.locked",
+    "cleanup.claims_folded",
+    "cleanup.verified",
+    "cleanup.collect_recorded",
+    "store.deleted",
+    "cleanup.unlinked",
+]
+
+
+@pytest.mark.parametrize("point", GC_POINTS)
+def test_a_gc_killed_at_any_step_leaves_what_is_referenced_and_the_next_gc_finishes(
+    fleet: Fleet, database: list[str], point: str
+) -> None:
+    kept = _capture(fleet, "a", "referenced\n")
+    dropped = _capture(fleet, "a", "unreferenced\n")
+    assert fleet.python("a", PUBLISH, database[1], database[3], kept).returncode == 0
+    gc = ["gc", "apply", "--session", "s1", "--ttl", "0s", "--yes", "--json", *database]
+
+    killed = fleet.cli("b", *gc, crash=point)
+    assert killed.returncode == -9, killed.stderr
+    assert kept.split(":")[2] in fleet.keys("tool-results")
+
+    done = fleet.cli("b", *gc)
+    assert done.returncode == 0, done.stderr
+    assert fleet.keys("tool-results") == [kept.split(":")[2]]
+    assert fleet.ext("c").read_artifact(kept, 0, 1) == "referenced"
+    with pytest.raises(ArtifactCollectedError):
+        fleet.ext("c").read_artifact(dropped, 0, 1)
+    findings = verify_session(Session.at(fleet.session_dir("c")))
+    assert [f.kind for f in findings if f.kind.is_problem] == []
+
+
+def test_a_reader_killed_after_fetching_leaves_nothing_a_later_read_or_gc_trips_on(
+    fleet: Fleet, database: list[str]
+) -> None:
+    sid = _capture(fleet, "a", "fetched\n")
+    read = "from toolswap import ToolResultExternalizer as T; import sys\n"
+    read += "print(T.open('s1').read_artifact(sys.argv[1], 0, 1))"
+    killed = fleet.python("b", read, sid, crash="store.fetched")
+    assert killed.returncode == -9, killed.stderr
+    (leftover,) = os.listdir(fleet.session_dir("b") / "tool-results")
+    assert leftover.startswith(".tmp-")
+
+    again = fleet.python("b", read, sid)
+    assert again.stdout.strip() == "fetched"
+    assert fleet.python("a", PUBLISH, database[1], database[3], sid).returncode == 0
+    done = fleet.cli(
+        "b", "gc", "apply", "--session", "s1", "--ttl", "0s", "--yes", "--json", *database
+    )
+    assert done.returncode == 0, done.stderr
+    entries = json.loads(done.stdout)["reports"][0]["report"]["entries"]
+    assert {(e["name"], e["status"]) for e in entries} == {
+        (sid.split(":")[2], "retained_referenced"),
+        (leftover, "deleted"),
+    }
