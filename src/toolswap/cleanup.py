@@ -931,6 +931,19 @@ def _current_total(dir_fd: int) -> int:
     return total
 
 
+def _claimed_since(entry: CleanupEntry, index: _ClaimIndex, ours: bool) -> CleanupEntry | None:
+    """The entry kept, when its name is not one toolswap writes or a claim now names it."""
+    if not ours:
+        return replace(entry, status=S.RETAINED_UNKNOWN, reason="not a name toolswap writes")
+    if entry.name in index.by_name:
+        return replace(
+            entry,
+            status=S.RETAINED_REFERENCED,
+            reason="a claim was added after planning; it is kept",
+        )
+    return None
+
+
 def _apply_one(
     session: Session,
     dir_fd: int,
@@ -942,14 +955,9 @@ def _apply_one(
     records: Mapping[str, str],
 ) -> CleanupEntry:
     name = entry.name
-    if not _owned_name(name):
-        return replace(entry, status=S.RETAINED_UNKNOWN, reason="not a name toolswap writes")
-    if name in index.by_name:
-        return replace(
-            entry,
-            status=S.RETAINED_REFERENCED,
-            reason="a claim was added after planning; the file is kept",
-        )
+    kept = _claimed_since(entry, index, _owned_name(name))
+    if kept is not None:
+        return kept
     if parse_temporary_filename(name) is not None and _capture_alive(name):
         return replace(entry, status=S.RACE_DETECTED, reason="a capture is writing this file")
     if entry.sha256 is None or None in (entry.size, entry.mtime_ns, entry.device, entry.inode):
@@ -1037,14 +1045,9 @@ def _apply_object(
     binding = session.binding
     assert binding is not None
     name = entry.name
-    if parse_artifact_filename(name) is None:
-        return replace(entry, status=S.RETAINED_UNKNOWN, reason="not a name toolswap writes")
-    if name in index.by_name:
-        return replace(
-            entry,
-            status=S.RETAINED_REFERENCED,
-            reason="a claim was added after planning; the object is kept",
-        )
+    kept = _claimed_since(entry, index, parse_artifact_filename(name) is not None)
+    if kept is not None:
+        return kept
     if entry.version is None or entry.size is None:
         return replace(entry, status=S.RACE_DETECTED, reason="the plan entry has no snapshot")
     try:

@@ -100,6 +100,17 @@ def _store_errors(action: str) -> Iterator[None]:
         raise ArtifactStoreError(f"S3 failed while {action}: {exc}") from exc
 
 
+def _object(filename: str, reply: dict[str, Any]) -> StoreObject:
+    """The object a GET or HEAD reply describes."""
+    return StoreObject(
+        filename,
+        int(reply["ContentLength"]),
+        int(reply["LastModified"].timestamp() * 1_000_000_000),
+        str(reply["ETag"]),
+        reply.get("Metadata", {}).get("sha256"),
+    )
+
+
 class S3ArtifactStore:
     """Artifacts of many sessions in one bucket (see the module docstring).
 
@@ -173,17 +184,7 @@ class S3ArtifactStore:
 
     def list(self, workspace: str, session: str) -> list[str]:
         """The artifact names of a session, in number order."""
-        prefix = self._dir(workspace, session)
-        names: list[tuple[int, str]] = []
-        for page in self._client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=prefix
-        ):
-            for item in page.get("Contents", []):
-                name = item["Key"][len(prefix) :]
-                number = parse_artifact_filename(name)
-                if number is not None:
-                    names.append((number, name))
-        return [name for _, name in sorted(names)]
+        return [obj.filename for obj in self.artifacts(workspace, session)]
 
     # -- writing ---------------------------------------------------------------------
 
@@ -435,13 +436,7 @@ class S3ArtifactStore:
             for block in iter(lambda: body.read(1 << 20), b""):
                 sink(block)
             body.close()
-        return StoreObject(
-            filename,
-            int(reply["ContentLength"]),
-            int(reply["LastModified"].timestamp() * 1_000_000_000),
-            str(reply["ETag"]),
-            reply.get("Metadata", {}).get("sha256"),
-        )
+        return _object(filename, reply)
 
     def artifacts(self, workspace: str, session: str) -> builtins.list[StoreObject]:
         """Every artifact object of the session, in number order."""
@@ -470,13 +465,7 @@ class S3ArtifactStore:
                 if _status(exc) == 404:
                     return None
                 raise
-        return StoreObject(
-            filename,
-            int(reply["ContentLength"]),
-            int(reply["LastModified"].timestamp() * 1_000_000_000),
-            str(reply["ETag"]),
-            reply.get("Metadata", {}).get("sha256"),
-        )
+        return _object(filename, reply)
 
     def delete_artifact(self, workspace: str, session: str, obj: StoreObject) -> bool:
         """Delete exactly the version ``obj`` names (If-Match: its ETag)."""
