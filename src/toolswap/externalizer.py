@@ -40,6 +40,7 @@ from .cleanup import (
 )
 from .errors import (
     ArtifactAccessError,
+    ArtifactStoreError,
     ArtifactWriteError,
     ChainLogError,
     CleanupError,
@@ -62,6 +63,9 @@ from .session import Session, toolswap_home, workspace_slug
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
 
 __all__ = ["Output", "ToolResultExternalizer"]
+
+_NAMES_TAKEN_MAX = 10_000
+"""Names in a row a store may refuse before a capture gives up on it."""
 
 Output = str | bytes | bytearray | memoryview | BinaryIO | Iterable[bytes]
 """What a tool may return: text, bytes, a binary file object or an iterable of byte chunks."""
@@ -460,6 +464,7 @@ class ToolResultExternalizer:
         confirms is free (another host may hold the next one), then links the replica."""
         filename = ""
         stored: str | None = None
+        taken = 0
         shared = self.session.binding is not None
         try:
             if shared:
@@ -479,8 +484,14 @@ class ToolResultExternalizer:
                         stats.byte_size,
                         stats.sha256,
                     )
-                    if stored is None:
-                        continue  # another host took this name
+                    if stored is None:  # another host took this name
+                        taken += 1
+                        if taken >= _NAMES_TAKEN_MAX:
+                            raise ArtifactStoreError(
+                                f"{taken} names in a row are taken in the store; "
+                                "is another writer looping?"
+                            )
+                        continue
                 if capture.link_as(filename):
                     break
                 # A name left by a crash before its manifest record.

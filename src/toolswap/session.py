@@ -178,6 +178,15 @@ class Session:
         return cls.at(base / "projects" / ws / session_id, create=create)
 
     @property
+    def key(self) -> str:
+        """The name shared services (a memory owner, a database journal) know this session
+        by: ``<workspace>/<session>``, after its store's URL when it lives in one (two
+        stores may hold sessions of the same names)."""
+        if self.binding is not None:
+            return f"{self.binding.url}/{self.binding.workspace}/{self.session_id}"
+        return f"{self.root.parent.name}/{self.session_id}"
+
+    @property
     def tool_results_dir(self) -> Path:
         return self.root / TOOL_RESULTS_DIR
 

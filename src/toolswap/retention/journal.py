@@ -221,8 +221,8 @@ class ArtifactRetentionJournal:
 
     @property
     def journal_key(self) -> str:
-        """The name this journal's head is acknowledged under: ``<workspace>/<session>``."""
-        return f"{self.session.root.parent.name}/{self.session.session_id}"
+        """The name this journal's head is acknowledged under (:attr:`Session.key`)."""
+        return self.session.key
 
     def lock(self) -> AbstractContextManager[None]:
         """The lock prepare(), every append and gc share (hold it to keep the view still)."""

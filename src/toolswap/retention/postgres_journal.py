@@ -98,7 +98,7 @@ class PostgresJournalStore(JournalStore):
             connect_timeout=connect_timeout,
             error=_journal_error,
         )
-        self.journal_key = f"{self.session.root.parent.name}/{self.session.session_id}"
+        self.journal_key = self.session.key
         version = self._pg.init_schema()
         if version != str(DB_SCHEMA_VERSION):
             raise ArtifactLeaseJournalError(
