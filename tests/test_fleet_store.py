@@ -23,6 +23,7 @@ from toolswap import (
     ArtifactCollectedError,
     ArtifactIntegrityError,
     ArtifactWriteError,
+    ChainLogError,
     ConfigurationError,
     Session,
     ToolResultExternalizer,
@@ -517,3 +518,50 @@ def test_a_reader_killed_after_fetching_leaves_nothing_a_later_read_or_gc_trips_
         (sid.split(":")[2], "retained_referenced"),
         (leftover, "deleted"),
     }
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("rewrite", "does not match its hash"),
+        ("delete", "sequence must be contiguous"),
+        ("foreign", "breaks the hash chain"),
+    ],
+)
+def test_a_damaged_manifest_in_the_store_is_refused_by_every_host(
+    fleet: Fleet, damage: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [
+        fleet.ext("a").externalize(f"{i}\n" * 30000, "bash").artifact.source_id for i in range(3)
+    ]
+    client, prefix = fleet.server.client(), f"team/{WS}/s1/manifest/"
+    second = client.get_object(Bucket=fleet.bucket, Key=prefix + "000000000002.jsonl")
+    line = second["Body"].read()
+    if damage == "rewrite":
+        client.put_object(
+            Bucket=fleet.bucket,
+            Key=prefix + "000000000002.jsonl",
+            Body=line.replace(b"30000", b"30001"),
+        )
+    elif damage == "delete":
+        client.delete_object(Bucket=fleet.bucket, Key=prefix + "000000000002.jsonl")
+    else:  # a whole record of the same session's name in another store: another chain
+        monkeypatch.setenv("TOOLSWAP_STORE", f"s3://{fleet.bucket}/other")
+        other = fleet.ext("x")
+        for i in range(2):
+            other.externalize(f"other {i}\n" * 30000, "bash")
+        monkeypatch.setenv("TOOLSWAP_STORE", fleet.url)
+        fake = client.get_object(
+            Bucket=fleet.bucket, Key=f"other/{WS}/s1/manifest/000000000002.jsonl"
+        )
+        client.put_object(
+            Bucket=fleet.bucket, Key=prefix + "000000000002.jsonl", Body=fake["Body"].read()
+        )
+
+    with pytest.raises(ChainLogError, match=message):
+        fleet.ext("b").read_artifact(ids[2], 0, 1)
+    with pytest.raises(ArtifactWriteError) as caught:
+        fleet.ext("b").externalize("after\n" * 30000, "bash")
+    assert "after" in caught.value.preview
+    findings = verify_session(Session.at(fleet.session_dir("c")))
+    assert [f.kind for f in findings] == [FindingKind.MANIFEST_CORRUPT]

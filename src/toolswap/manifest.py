@@ -43,6 +43,8 @@ __all__ = ["PULL_INTERVAL", "CollectedRecord", "JournalAnchor", "Manifest", "Man
 _HEAD_SIZE = 512
 PULL_INTERVAL = 1.0
 """Seconds a replica's manifest may lag the store on reads (appends and cleanup never lag)."""
+_APPEND_STALLS = 12
+"""Refused appends in a row, with nothing new to pull, before an append gives up (~5 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +236,7 @@ class Manifest:
     def _append_shared(self, body: dict[str, Any]) -> dict[str, Any]:
         binding = self._binding
         assert binding is not None
+        stalled = 0
         while True:
             self._refresh_local()
             self._pull(locked=True)
@@ -243,7 +246,18 @@ class Manifest:
             except ArtifactStoreError as exc:
                 raise self._store_error(exc) from exc
             if won:
-                break  # else another host wrote record ``seq`` first: follow it
+                break
+            # Another host wrote record ``seq`` first (follow it), or two writes raced and
+            # the store refused both (409): back off a little and try again.
+            self._refresh_local()
+            self._pull(locked=True)
+            stalled = stalled + 1 if self._log.head[0] < seq else 0
+            if stalled >= _APPEND_STALLS:
+                raise ChainLogError(
+                    f"{binding.url} refused manifest record {seq} {stalled} times without "
+                    "showing another record there; nothing was recorded"
+                )
+            time.sleep(min(0.5, 0.01 * 2**stalled) if stalled else 0)
         crash_point("store.record_put")
         before, records = self._log.extend([line], crash_prefix="store.replica")
         self._fold([*before, *records])
