@@ -565,3 +565,31 @@ def test_a_damaged_manifest_in_the_store_is_refused_by_every_host(
     assert "after" in caught.value.preview
     findings = verify_session(Session.at(fleet.session_dir("c")))
     assert [f.kind for f in findings] == [FindingKind.MANIFEST_CORRUPT]
+
+
+def test_the_store_flag_binds_a_new_session_like_the_setting(fleet: Fleet) -> None:
+    env = fleet.env("a")
+    del env["TOOLSWAP_STORE"]
+    run = ["run", "--session", "s1", "--", "seq", "1", "100000"]
+    done = subprocess.run(
+        [sys.executable, "-m", "toolswap", "--store", fleet.url, *run],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert fleet.keys("tool-results") == ["tool_result_001.txt"]
+    binding = json.loads((fleet.session_dir("a") / "store.json").read_text(encoding="utf-8"))
+    assert binding == {"session": "s1", "store": fleet.url, "workspace": WS}
+
+    wrong = subprocess.run(
+        [sys.executable, "-m", "toolswap", "--store", "/tmp/x", "ls", "--session", "s1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert wrong.returncode == 2 and "s3://bucket/prefix" in wrong.stderr

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from .. import __version__
+from ..remote import STORE_ENV
 
 __all__ = ["main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="toolswap")
-def main() -> None:
+@click.option(
+    "--store",
+    metavar="URL",
+    default=None,
+    help=f"Keep new sessions in this shared store, s3://bucket/prefix (env {STORE_ENV}).",
+)
+def main(store: str | None) -> None:
     """toolswap: keep agents alive when tools return more text than the model can hold.
 
     Large outputs become immutable, digest-verified artifacts; the model gets a pointer and
     pages the rest in with `read` and `grep`.
     """
+    if store is not None:
+        if not store.startswith("s3://"):
+            raise click.BadParameter("use s3://bucket/prefix", param_hint="--store")
+        os.environ[STORE_ENV] = store  # where every session opened below looks
