@@ -21,7 +21,7 @@ from .errors import ArtifactAccessError, ArtifactNotFoundError, SourceIdError, T
 from .reader import ArtifactReader
 from .session import TOOL_RESULTS_DIR, Session, toolswap_home
 
-__all__ = ["SessionEntry", "find_session", "holds", "list_sessions"]
+__all__ = ["SessionEntry", "find_session", "holds", "list_sessions", "session_dirs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ class SessionEntry:
         }
 
 
-def _session_dirs(home: Path, session_id: str | None = None) -> list[tuple[str, Path]]:
+def session_dirs(home: Path, session_id: str | None = None) -> list[tuple[str, Path]]:
     """``(workspace, session directory)`` pairs: real directories owned by this user that
     hold a ``tool-results`` directory, sorted by workspace then session."""
     base = home / "projects"
@@ -88,7 +88,7 @@ def list_sessions(home: Path | None = None) -> list[SessionEntry]:
     """Every session under ``<home>/projects`` (default ``$TOOLSWAP_HOME``), with the count,
     size and last write time of its artifacts. Reads directory entries only."""
     entries: list[SessionEntry] = []
-    for workspace, path in _session_dirs(home if home is not None else toolswap_home()):
+    for workspace, path in session_dirs(home if home is not None else toolswap_home()):
         count = size = 0
         latest: float | None = None
         try:
@@ -165,7 +165,7 @@ def find_session(
         else:
             if holds(session, source_id.strip()):
                 return session
-    dirs = _session_dirs(base, parsed.session)
+    dirs = session_dirs(base, parsed.session)
     sessions = [Session.at(path, create=False) for _, path in dirs]
     holding = [s for s in sessions if holds(s, source_id.strip())]
     if holding:

@@ -28,9 +28,10 @@ from ..cleanup import (
     limit_plans,
     plan_cleanup_from_journal,
 )
-from ..errors import CleanupError
+from ..errors import CleanupError, ToolswapError
 from ..pointer import human_size
 from ..session import Session, toolswap_home, workspace_slug
+from ..workspaces import session_dirs
 from ._common import echo_json, handle_errors, is_tty, resolve_session, session_options
 from ._group import main
 from .retention import backend_options, open_backend
@@ -126,20 +127,13 @@ def _apply_session(
 
 
 def _all_sessions() -> list[tuple[str, Session]]:
-    base = toolswap_home() / "projects"
+    """Every session of this user's home; one that cannot be opened is skipped, and said."""
     found: list[tuple[str, Session]] = []
-    if not base.is_dir():
-        return found
-    for ws_dir in sorted(base.iterdir()):
-        if ws_dir.is_symlink() or not ws_dir.is_dir():
-            continue
-        for sess_dir in sorted(ws_dir.iterdir()):
-            if sess_dir.is_symlink() or not (sess_dir / "tool-results").is_dir():
-                continue
-            try:
-                found.append((validate_session_id(ws_dir.name), Session.at(sess_dir, create=False)))
-            except Exception:  # a directory that is not a session: not ours to clean
-                continue
+    for workspace, path in session_dirs(toolswap_home()):
+        try:
+            found.append((workspace, Session.at(path, create=False)))
+        except ToolswapError as exc:
+            click.echo(f"toolswap: skipping {workspace}/{path.name}: {exc}", err=True)
     return found
 
 
