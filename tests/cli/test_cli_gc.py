@@ -93,6 +93,26 @@ def test_gc_budget_across_all_sessions(toolswap_home: Path) -> None:
     assert statuses == ["planned_delete", "retained_limit"]
 
 
+def test_all_sessions_goes_on_past_a_session_it_cannot_trust_and_exits_1(
+    toolswap_home: Path,
+) -> None:
+    healthy = _make_artifact("s1")
+    broken = _make_artifact("s2")
+    manifest = toolswap_home / "projects" / "ws" / "s2" / "manifest.jsonl"
+    manifest.write_bytes(manifest.read_bytes().replace(b'"tool"', b'"t00l"'))
+
+    done = toolswap("gc", "apply", "--all-sessions", "--ttl", "0s", "--yes", "--json", check=False)
+
+    assert done.returncode == 1
+    reports = json.loads(done.stdout)["reports"]
+    assert [(r["workspace"], r["report"]["session"]) for r in reports] == [("ws", "s1")]
+    assert [e["status"] for e in reports[0]["report"]["entries"]] == ["deleted"]
+    assert "ws/s2 skipped (nothing of it is deleted)" in done.stderr
+    assert "1 session(s) skipped" in done.stderr
+    assert healthy.split(":")[2] not in os.listdir(toolswap_home / "projects/ws/s1/tool-results")
+    assert broken.split(":")[2] in os.listdir(toolswap_home / "projects/ws/s2/tool-results")
+
+
 @pytest.mark.parametrize("bad", [["--ttl", "soon"], ["--max-bytes", "lots"]])
 def test_gc_rejects_malformed_limits_as_usage_errors(toolswap_home: Path, bad: list[str]) -> None:
     done = toolswap("gc", "plan", "--session", "s1", *bad, check=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import re
@@ -126,6 +127,29 @@ def _apply_session(
     )
 
 
+_SKIPPED: list[str] = []
+"""Sessions --all-sessions left alone in this command (it then exits 1)."""
+
+
+def _skip(name: str, exc: ToolswapError) -> None:
+    _SKIPPED.append(name)
+    click.echo(f"toolswap: {name} skipped (nothing of it is deleted): {exc}", err=True)
+
+
+def _fails_if_skipped(command: Callable[..., None]) -> Callable[..., None]:
+    """Exit 1 after the command when --all-sessions had to leave a session alone."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        _SKIPPED.clear()
+        command(*args, **kwargs)
+        if _SKIPPED:
+            click.echo(f"toolswap: {len(_SKIPPED)} session(s) skipped, see above", err=True)
+            sys.exit(1)
+
+    return run
+
+
 def _all_sessions() -> list[tuple[str, Session]]:
     """Every session of this user's home; one that cannot be opened is skipped, and said."""
     found: list[tuple[str, Session]] = []
@@ -133,7 +157,7 @@ def _all_sessions() -> list[tuple[str, Session]]:
         try:
             found.append((workspace, Session.at(path, create=False)))
         except ToolswapError as exc:
-            click.echo(f"toolswap: skipping {workspace}/{path.name}: {exc}", err=True)
+            _skip(f"{workspace}/{path.name}", exc)
     return found
 
 
@@ -176,12 +200,16 @@ def _make_plans(
     backend: _Backend,
 ) -> list[tuple[str, ArtifactCleanupPlan]]:
     if all_sessions:
-        sessions = _all_sessions()
         unlimited = replace(policy, max_deletions=None, max_bytes=None)
+        planned: list[tuple[str, ArtifactCleanupPlan]] = []
         with _progress("planning", show_progress) as progress:
-            plans = [_plan_session(s, unlimited, progress, backend) for _, s in sessions]
-        limited = limit_plans(plans, policy)
-        return [(ws, plan) for (ws, _), plan in zip(sessions, limited, strict=True)]
+            for ws, session in _all_sessions():
+                try:
+                    planned.append((ws, _plan_session(session, unlimited, progress, backend)))
+                except ToolswapError as exc:
+                    _skip(f"{ws}/{session.session_id}", exc)
+        limited = limit_plans([plan for _, plan in planned], policy)
+        return [(ws, plan) for (ws, _), plan in zip(planned, limited, strict=True)]
     session = resolve_session(session_id, workspace, session_dir, create=False)
     ws = workspace or (session_dir.parent.name if session_dir else workspace_slug())
     with _progress("planning", show_progress) as progress:
@@ -223,6 +251,7 @@ def gc() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="List every file, not only those that matter.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plans as JSON.")
 @handle_errors
+@_fails_if_skipped
 def gc_plan(
     session_id: str,
     workspace: str | None,
@@ -334,6 +363,7 @@ def _load_plans(path: Path) -> list[tuple[str, ArtifactCleanupPlan]]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
 @handle_errors
+@_fails_if_skipped
 def gc_apply(
     session_id: str,
     workspace: str | None,
