@@ -116,6 +116,16 @@ class Manifest:
         return self._log
 
     def _fold(self, records: list[dict[str, Any]]) -> None:
+        try:
+            self._fold_records(records)
+        except ChainLogError:
+            # The log already moved past these records: read it all again next time, so the
+            # bad record is met again instead of skipped by the next refresh.
+            self._log.reset()
+            self._clear()
+            raise
+
+    def _fold_records(self, records: list[dict[str, Any]]) -> None:
         for record in records:
             self._hashes.append(record["hash"])
             event = record.get("event")
@@ -200,12 +210,15 @@ class Manifest:
             # refuses it otherwise), so no name is handed out twice.
             reset, records = self._log.refresh()
             if reset:
-                self._artifacts.clear()
-                self._collected.clear()
-                self._high_water = 0
-                self._hashes.clear()
-                self._anchors.clear()
+                self._clear()
             self._fold(records)
+
+    def _clear(self) -> None:
+        self._artifacts.clear()
+        self._collected.clear()
+        self._high_water = 0
+        self._hashes.clear()
+        self._anchors.clear()
 
     def high_water(self) -> int:
         """The highest artifact number ever handed out, by every piece of evidence kept:
