@@ -22,6 +22,8 @@ class CuttableLink:
         self.port = int(self._listener.getsockname()[1])
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._up = True
+        self._drop_marker: bytes | None = None
+        self.replies_lost = 0
         self._open: set[socket.socket] = set()
         self._guard = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -38,16 +40,37 @@ class CuttableLink:
                     continue
                 upstream = socket.create_connection(("127.0.0.1", self.target_port))
                 self._open.update((client, upstream))
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            dropping = threading.Event()
+            for src, dst, requests in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(
+                    target=self._pump, args=(src, dst, requests, dropping), daemon=True
+                ).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(
+        self, src: socket.socket, dst: socket.socket, requests: bool, dropping: threading.Event
+    ) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
+                if requests:
+                    with self._guard:
+                        marker = self._drop_marker
+                        if marker is not None and marker in data:
+                            self._drop_marker = None
+                            self.replies_lost += 1
+                            dropping.set()
+                elif dropping.is_set():
+                    break  # the server answered; the client never hears it
                 dst.sendall(data)
         for sock in (src, dst):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+    def lose_reply_to(self, marker: bytes) -> None:
+        """Forward the next request that contains ``marker``, then cut its connection
+        before the reply reaches the client (the server did the work; the client may
+        retry)."""
+        with self._guard:
+            self._drop_marker = marker
 
     def cut(self) -> None:
         with self._guard:

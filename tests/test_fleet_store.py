@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -593,3 +595,149 @@ def test_the_store_flag_binds_a_new_session_like_the_setting(fleet: Fleet) -> No
         check=False,
     )
     assert wrong.returncode == 2 and "s3://bucket/prefix" in wrong.stderr
+
+
+# -- races between hosts, forced with the crash-point FIFOs ---------------------------
+
+
+class Stopped:
+    """A process stopped at a named durable step until :meth:`go`."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], point: str, sync: Path) -> None:
+        sync.mkdir()
+        os.mkfifo(sync / f"{point}.reached")
+        os.mkfifo(sync / f"{point}.go")
+        self.sync, self.point = sync, point
+        env = dict(env, TOOLSWAP_SYNC_DIR=str(sync), TOOLSWAP_SYNC_POINT=point)
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        with open(sync / f"{point}.reached", encoding="utf-8") as reached:
+            assert reached.read().strip() == point
+
+    def go(self) -> tuple[int, str, str]:
+        with open(self.sync / f"{self.point}.go", "w", encoding="utf-8") as go:
+            go.write("go\n")
+        out, err = self.proc.communicate(timeout=TIMEOUT)
+        return self.proc.returncode, out, err
+
+
+def test_gc_on_another_host_collecting_an_upload_before_its_record_makes_the_capture_fail_loudly(
+    fleet: Fleet, database: list[str], tmp_path: Path
+) -> None:
+    capture = Stopped(
+        [sys.executable, "-c", GUARDED_CAPTURE], fleet.env("a"), "store.object_put", tmp_path / "a"
+    )
+    (uploaded,) = fleet.keys("tool-results")
+    gc = fleet.cli(
+        "b", "gc", "apply", "--session", "s1", "--ttl", "0s", "--yes", "--json", *database
+    )
+    assert gc.returncode == 0, gc.stderr
+    assert fleet.keys("tool-results") == []  # collected as an unrecorded object
+
+    code, out, err = capture.go()
+
+    assert code == 3, err
+    assert out.startswith("[Output NOT saved") and "collected the stored copy" in err
+    ext = fleet.ext("c")
+    assert ext.list_artifacts() == []  # never recorded as live over its collection
+    findings = verify_session(ext.session)
+    assert [f.kind for f in findings if f.kind.is_problem] == []
+    assert fleet.keys("tool-results") == [] and uploaded
+
+
+def test_a_capture_recorded_while_gc_checks_its_object_is_kept(
+    fleet: Fleet, database: list[str], tmp_path: Path
+) -> None:
+    capture = Stopped(
+        [sys.executable, "-c", ONE_CAPTURE, "racing\n"],
+        fleet.env("a"),
+        "store.object_put",
+        tmp_path / "a",
+    )
+    gc_argv = [sys.executable, "-m", "toolswap", "gc", "apply", "--session", "s1"]
+    gc_argv += ["--ttl", "0s", "--yes", "--json", *database]
+    gc = Stopped(gc_argv, fleet.env("b"), "cleanup.verified", tmp_path / "b")
+
+    code, out, err = capture.go()  # recorded while gc holds its checked HEAD
+    assert code == 0, err
+    sid = out.strip()
+    code, out, err = gc.go()
+
+    assert code == 0, err
+    (entry,) = json.loads(out)["reports"][0]["report"]["entries"]
+    assert entry["status"] == "race_detected"
+    assert "changed after it was checked" in entry["reason"]
+    assert fleet.ext("c").read_artifact(sid, 0, 1) == "racing"
+
+
+def test_a_read_waiting_for_a_capture_in_the_same_process_does_not_deadlock(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ext = fleet.ext("a")
+    ext.externalize("first\n" * 30000, "bash")
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    for end in ("reached", "go"):
+        os.mkfifo(sync / f"store.object_put.{end}")
+    monkeypatch.setenv("TOOLSWAP_SYNC_DIR", str(sync))
+    monkeypatch.setenv("TOOLSWAP_SYNC_POINT", "store.object_put")
+    capture = threading.Thread(target=ext.externalize, args=("second\n" * 30000, "bash"))
+    capture.start()
+    with open(sync / "store.object_put.reached", encoding="utf-8") as reached:
+        reached.read()  # the capture holds the session lock, its upload done
+    fleet.ext("b").externalize("other host\n" * 30000, "bash")
+    reader = threading.Thread(target=ext.manifest.sync, name="reader")
+    reader.start()
+    _wait_until_blocked_in(reader, "session_lock")
+    with open(sync / "store.object_put.go", "w", encoding="utf-8") as go:
+        go.write("go\n")
+    capture.join(TIMEOUT)
+    reader.join(TIMEOUT)
+    assert not capture.is_alive() and not reader.is_alive()
+    assert len(ext.list_artifacts()) == 3
+
+
+def _wait_until_blocked_in(thread: threading.Thread, function: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or 0)
+        while frame is not None:
+            if frame.f_code.co_name == function:
+                return
+            frame = frame.f_back
+        time.sleep(0.01)
+    raise AssertionError(f"{thread.name} never reached {function}")
+
+
+def test_a_lost_reply_to_a_manifest_record_does_not_record_the_artifact_twice(
+    fleet: Fleet,
+) -> None:
+    link = CuttableLink(fleet.server.port)
+    env = dict(fleet.env("a"), AWS_ENDPOINT_URL=link.endpoint)
+    try:
+        link.lose_reply_to(b"/manifest/000000000001.jsonl")
+        done = subprocess.run(
+            [sys.executable, "-c", ONE_CAPTURE, "once\n"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    finally:
+        link.close()
+    assert done.returncode == 0, done.stderr
+    assert link.replies_lost == 1
+    assert fleet.keys("manifest") == ["000000000001.jsonl"]
+    assert [a.source.source_id for a in fleet.ext("b").list_artifacts()] == [done.stdout.strip()]
+
+
+def test_two_spellings_of_one_store_are_one_store(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = fleet.ext("a").externalize("spelled\n" * 30000, "bash").artifact.source_id
+    monkeypatch.setenv("TOOLSWAP_STORE", fleet.url + "/")
+    other = fleet.ext("b")
+    assert other.read_artifact(sid, 0, 1) == "spelled"
+    assert other.session.key == fleet.ext("a").session.key == f"{fleet.url}/{WS}/s1"

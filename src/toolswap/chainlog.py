@@ -285,14 +285,14 @@ class ChainLog:
         digest = hashlib.sha256(encoded).hexdigest()
         return record, digest, encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
 
-    def next_line(self, body: dict[str, Any]) -> tuple[int, bytes]:
-        """The record ``body`` would become if appended now: (sequence, line bytes).
+    def next_line(self, body: dict[str, Any]) -> tuple[int, str, bytes]:
+        """The record ``body`` would become if appended now: (sequence, hash, line bytes).
 
         A replica of a shared log offers this line to the shared store first (see
         :meth:`extend`); the caller holds the lock that keeps the head where it is.
         """
-        record, _, line = self._next_record(body)
-        return int(record["seq"]), line
+        record, digest, line = self._next_record(body)
+        return int(record["seq"]), digest, line
 
     def extend(
         self, lines: list[bytes], *, crash_prefix: str

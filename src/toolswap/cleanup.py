@@ -47,7 +47,7 @@ from .artifact import (
 )
 from .crashpoints import crash_point
 from .errors import ArtifactStoreError, ChainLogError, CleanupError
-from .manifest import Manifest
+from .manifest import Manifest, ManifestConflict
 from .remote import StoreObject
 from .session import Session
 
@@ -871,7 +871,7 @@ def _apply(
                     continue
                 kept = limits.check(entry)
                 # A session in a store: its objects, and leftovers of this host's replica.
-                apply_one = _apply_object if entry.version is not None else _apply_one
+                apply_one = _apply_object if shared and entry.version is not None else _apply_one
                 outcome = kept or apply_one(
                     session, dir_fd, entry, index, manifest, now, rules, records
                 )
@@ -1076,18 +1076,30 @@ def _apply_object(
     if entry.sha256 is not None and obj.sha256 != entry.sha256:
         return replace(entry, status=S.RACE_DETECTED, reason="content changed since planning")
     crash_point("cleanup.verified")
+
+    def unchanged(record: Mapping[str, Any] | None, collected: object) -> str | None:
+        if (record["sha256"] if record else None) != recorded:
+            return "its manifest record changed after it was checked (another host)"
+        return None
+
     # Recorded first, as for a local file: a crash before the delete leaves an object the
-    # manifest calls collected, which a later cleanup removes.
-    manifest.append(
-        {
-            "event": "collected",
-            "filename": name,
-            "source_id": entry.source_id,
-            "sha256": obj.sha256 if recorded is None else recorded,
-            "collected_at": now.astimezone(UTC).isoformat(),
-            "reason": entry.reason,
-        }
-    )
+    # manifest calls collected, which a later cleanup removes. The record goes only onto a
+    # chain where the name's record is still the one checked: a capture on another host
+    # that records this object meanwhile keeps it.
+    try:
+        manifest.append(
+            {
+                "event": "collected",
+                "filename": name,
+                "source_id": entry.source_id,
+                "sha256": obj.sha256 if recorded is None else recorded,
+                "collected_at": now.astimezone(UTC).isoformat(),
+                "reason": entry.reason,
+            },
+            expect=(name, unchanged),
+        )
+    except ManifestConflict as exc:
+        return replace(entry, status=S.RACE_DETECTED, reason=f"{exc}; the object is kept")
     crash_point("cleanup.collect_recorded")
     try:
         deleted = binding.store.delete_artifact(binding.workspace, binding.session, obj)

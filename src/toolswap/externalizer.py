@@ -8,7 +8,6 @@ ext.read_artifact(result.artifact, offset=40_000, limit=200)
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import io
 import os
@@ -57,7 +56,6 @@ from .pointer import (
     validate_summary,
 )
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
-from .remote import StoreObject
 from .replica import put_from_replica
 from .session import Session, toolswap_home, workspace_slug
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
@@ -463,53 +461,59 @@ class ToolResultExternalizer:
         A session kept in a store writes the bytes there first, under a name the store
         confirms is free (another host may hold the next one), then links the replica."""
         filename = ""
-        stored: str | None = None
         taken = 0
-        shared = self.session.binding is not None
+        binding = self.session.binding
         try:
-            if shared:
+            if binding is not None:
                 self.manifest.sync()
             number = self.manifest.high_water() + 1
             while True:
                 filename = artifact_filename(number)
                 number += 1
-                if shared:
-                    if os.path.lexists(self.session.tool_results_dir / filename):
-                        continue  # a local leftover: the name is not ours to give
-                    stored = put_from_replica(
-                        self.session,
-                        capture.dir_fd,
-                        capture.tmp_name,
-                        filename,
-                        stats.byte_size,
-                        stats.sha256,
-                    )
-                    if stored is None:  # another host took this name
-                        taken += 1
-                        if taken >= _NAMES_TAKEN_MAX:
-                            raise ArtifactStoreError(
-                                f"{taken} names in a row are taken in the store; "
-                                "is another writer looping?"
-                            )
-                        continue
+                if binding is not None and not self._put_under(capture, filename, stats):
+                    taken += 1
+                    if taken >= _NAMES_TAKEN_MAX:
+                        raise ArtifactStoreError(
+                            f"{taken} names in a row are taken in the store; "
+                            "is another writer looping?"
+                        )
+                    continue
                 if capture.link_as(filename):
                     break
                 # A name left by a crash before its manifest record.
         except (OSError, ChainLogError) as exc:
-            self._unlink_unrecorded(filename, stored)
+            self._unlink_unrecorded(filename)
             reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
             raise self._unsaved(capture, tool_name, exit_code, reason) from exc
         try:
-            self.manifest.append(record_for(filename))
+            self.manifest.append(record_for(filename), expect=(filename, _unclaimed_name))
         except (OSError, ChainLogError) as exc:
-            self._unlink_unrecorded(filename, stored)
+            self._unlink_unrecorded(filename)
             reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
             raise self._unsaved(capture, tool_name, exit_code, reason) from exc
         return filename
 
-    def _unlink_unrecorded(self, filename: str, stored: str | None = None) -> None:
-        """Remove ``filename`` unless the manifest records it (the lock is held); for a
-        session kept in a store, also the version this capture stored there."""
+    def _put_under(self, capture: StreamCapture, filename: str, stats: CaptureStats) -> bool:
+        """Put the capture in the session's store as ``filename``, only if that name is
+        free here and there (a HEAD first: a taken name costs no upload)."""
+        binding = self.session.binding
+        assert binding is not None
+        if os.path.lexists(self.session.tool_results_dir / filename):
+            return False  # a local leftover: the name is not ours to give
+        if binding.store.stat_artifact(binding.workspace, binding.session, filename) is not None:
+            return False
+        stored = put_from_replica(
+            self.session, capture.dir_fd, capture.tmp_name, filename, stats.byte_size, stats.sha256
+        )
+        return stored is not None
+
+    def _unlink_unrecorded(self, filename: str) -> None:
+        """Remove ``filename`` unless the manifest records it (the lock is held).
+
+        A copy this capture put in a shared store stays there: the put or the record may
+        still land after a lost reply, so only cleanup, which records the collection
+        first and refuses once a record exists, may delete it (as an unrecorded object).
+        """
         if not filename:
             return
         try:
@@ -518,14 +522,6 @@ class ToolResultExternalizer:
                 return
         except ChainLogError:
             return  # cannot prove it is unrecorded: keep it (verify reports it)
-        binding = self.session.binding
-        if binding is not None and stored is not None:
-            with contextlib.suppress(OSError):  # left for the store's cleanup otherwise
-                binding.store.delete_artifact(
-                    binding.workspace,
-                    binding.session,
-                    StoreObject(filename, 0, 0, stored),
-                )
         try:
             dir_fd = open_dir_nofollow(self.session.tool_results_dir)
         except ArtifactAccessError:
@@ -690,6 +686,18 @@ class ToolResultExternalizer:
                 f"the journal belongs to session {journal.session.session_id!r} at "
                 f"{journal.session.root}, not to this externalizer's session"
             )
+
+
+def _unclaimed_name(record: object, collected: object) -> str | None:
+    """A capture's record goes only onto a chain where its name is still unused."""
+    if collected is not None:
+        return (
+            "cleanup on another host collected the stored copy before its record was "
+            "written (an orphan TTL shorter than the upload?)"
+        )
+    if record is not None:
+        return "the name was recorded by another writer"
+    return None
 
 
 def _clip(text: str) -> str:

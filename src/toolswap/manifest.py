@@ -26,6 +26,8 @@ import json
 import os
 import stat
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,7 +40,15 @@ from .errors import ArtifactStoreError, ChainLogError
 from .remote import StoreBinding
 from .session import LOCK_NAME, MANIFEST_HEAD_NAME, Session, session_lock
 
-__all__ = ["PULL_INTERVAL", "CollectedRecord", "JournalAnchor", "Manifest", "ManifestHead"]
+__all__ = [
+    "PULL_INTERVAL",
+    "CollectedRecord",
+    "Expectation",
+    "JournalAnchor",
+    "Manifest",
+    "ManifestConflict",
+    "ManifestHead",
+]
 
 _HEAD_SIZE = 512
 PULL_INTERVAL = 1.0
@@ -75,6 +85,15 @@ class CollectedRecord:
     source_id: str | None
     collected_at: str
     reason: str
+
+
+class ManifestConflict(ChainLogError):
+    """A record's expectation about the chain it would extend does not hold (another
+    process or host changed the artifact's state first); nothing was written."""
+
+
+Expectation = tuple[str, Callable[[dict[str, Any] | None, "CollectedRecord | None"], str | None]]
+"""``(filename, check)`` for :meth:`Manifest.append`."""
 
 
 class Manifest:
@@ -156,22 +175,30 @@ class Manifest:
     def refresh(self) -> None:
         """Fold new records (a replica first pulls the store's, unless it did so lately).
 
+        A replica whose store cannot be reached goes on with the records it holds (reads
+        may lag the store by :data:`PULL_INTERVAL` anyway); :meth:`sync` and appends never
+        do.
+
         Raises:
-            ChainLogError: the manifest (or, for a replica, the store) cannot be trusted or
-                read.
+            ChainLogError: the manifest (or a record the store sent) cannot be trusted.
         """
-        with self._log.lock:
-            self._refresh_local()
-            stale = time.monotonic() - self._pulled_at >= PULL_INTERVAL
-            if self._binding is not None and stale:
+        self._refresh_local()
+        if self._binding is not None and time.monotonic() - self._pulled_at >= PULL_INTERVAL:
+            try:
                 self._pull()
+            except ChainLogError as exc:
+                if not isinstance(exc.__cause__, ArtifactStoreError):
+                    raise
 
     def sync(self) -> None:
-        """Fold every record there is now: a replica pulls the store's head first."""
-        with self._log.lock:
-            self._refresh_local()
-            if self._binding is not None:
-                self._pull()
+        """Fold every record there is now: a replica pulls the store's head first.
+
+        Raises:
+            ChainLogError: the manifest cannot be trusted, or its store cannot be read.
+        """
+        self._refresh_local()
+        if self._binding is not None:
+            self._pull()
 
     def _store_error(self, exc: ArtifactStoreError) -> ChainLogError:
         assert self._binding is not None
@@ -180,7 +207,12 @@ class Manifest:
             f"which cannot be read now ({exc}); nothing was changed"
         )
 
-    def _pull(self, *, locked: bool = False) -> None:
+    def _lock(self) -> AbstractContextManager[None]:
+        """The session lock. Lock order: the session lock, then the log's in-process lock
+        (a capture holds the session lock when it appends)."""
+        return session_lock(self._head_path.with_name(LOCK_NAME))
+
+    def _pull(self) -> None:
         """Add the store's records after the replica's head to the replica."""
         binding = self._binding
         assert binding is not None
@@ -189,9 +221,9 @@ class Manifest:
         try:
             seen = self._log.head[0]
             lines = store.manifest_lines(binding.workspace, binding.session, seen)
-            if not lines and not locked:
+            if not lines:
                 return
-            with session_lock(self._head_path.with_name(LOCK_NAME)):
+            with self._lock(), self._log.lock:
                 self._refresh_local()
                 if self._log.head[0] != seen:  # another process here added some meanwhile
                     lines = store.manifest_lines(
@@ -231,39 +263,62 @@ class Manifest:
         head = self.read_head()
         return max(self._high_water, head.high_water if head else 0)
 
-    def append(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Append a record durably; the caller holds the session lock.
+    def append(self, body: dict[str, Any], *, expect: Expectation | None = None) -> dict[str, Any]:
+        """Append a record durably, under the session lock (re-entrant: a capture holds it).
 
         A replica writes the record to the store first (the next free sequence number),
         then to ``manifest.jsonl``.
+
+        Args:
+            expect: ``(filename, check)``: ``check`` gets the name's current artifact
+                record and collection (None when there is none) on the chain the record
+                would extend, and returns why the record must not be written (or None).
+                On a shared store it runs again whenever another host appended first, so
+                the record is written only onto a chain where it holds.
+
+        Raises:
+            ManifestConflict: ``expect`` refused the record; nothing was written.
         """
-        with self._log.lock:
+        with self._lock(), self._log.lock:
             if self._binding is None:
+                self._refresh_local()
+                self._check(expect)
                 before, record = self._log.append(body, crash_prefix="manifest")
                 self._fold([*before, record])
             else:
-                record = self._append_shared(body)
+                record = self._append_shared(body, expect)
             self._advance_head()
             return record
 
-    def _append_shared(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _check(self, expect: Expectation | None) -> None:
+        if expect is not None:
+            filename, check = expect
+            why = check(self._artifacts.get(filename), self._collected.get(filename))
+            if why is not None:
+                raise ManifestConflict(why)
+
+    def _append_shared(self, body: dict[str, Any], expect: Expectation | None) -> dict[str, Any]:
         binding = self._binding
         assert binding is not None
         stalled = 0
         while True:
             self._refresh_local()
-            self._pull(locked=True)
-            seq, line = self._log.next_line(body)
+            self._pull()
+            self._check(expect)
+            seq, digest, line = self._log.next_line(body)
             try:
                 won = binding.store.put_manifest_line(binding.workspace, binding.session, seq, line)
             except ArtifactStoreError as exc:
                 raise self._store_error(exc) from exc
             if won:
                 break
-            # Another host wrote record ``seq`` first (follow it), or two writes raced and
-            # the store refused both (409): back off a little and try again.
-            self._refresh_local()
-            self._pull(locked=True)
+            # Record ``seq`` is taken: by this very put whose reply was lost (a retry met
+            # its own record), by another host (follow it), or two writes raced and the
+            # store refused both (409: back off a little and try again).
+            self._pull()
+            if len(self._hashes) >= seq and self._hashes[seq - 1] == digest:
+                crash_point("store.record_put")
+                return dict(json.loads(line))
             stalled = stalled + 1 if self._log.head[0] < seq else 0
             if stalled >= _APPEND_STALLS:
                 raise ChainLogError(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import stat
 import threading
 from collections.abc import Callable
@@ -44,7 +45,9 @@ __all__ = [
     "ArtifactStore",
     "StoreBinding",
     "StoreObject",
+    "canonical_store_url",
     "open_store",
+    "parse_s3_url",
     "read_binding",
     "write_binding",
 ]
@@ -52,6 +55,39 @@ __all__ = [
 STORE_ENV = "TOOLSWAP_STORE"
 STORE_BINDING_NAME = "store.json"
 _BINDING_MAX = 4096
+_S3_URL_RE = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?")
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """``(bucket, prefix)`` of ``s3://bucket/prefix``; the prefix without outer slashes.
+
+    Raises:
+        ConfigurationError: not such a URL, or a prefix with ``..`` or empty segments.
+    """
+    match = _S3_URL_RE.fullmatch(url.strip()) if isinstance(url, str) else None
+    if match is None:
+        raise ConfigurationError(f"{url!r} is not an S3 URL such as s3://bucket/prefix")
+    prefix = (match.group(2) or "").strip("/")
+    if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+        raise ConfigurationError(
+            f"{url!r}: the key prefix may not have empty, '.' or '..' segments"
+        )
+    return match.group(1), prefix
+
+
+def canonical_store_url(url: str) -> str:
+    """The one spelling of a store URL (``s3://b/p/`` and ``s3://b/p`` are one store), which
+    bindings keep and compare and shared services key sessions by.
+
+    Raises:
+        ConfigurationError: not a supported store URL.
+    """
+    if not isinstance(url, str) or not url.strip().startswith("s3://"):
+        raise ConfigurationError(
+            f"{STORE_ENV}={url!r} is not a supported store; use s3://bucket/prefix"
+        )
+    bucket, prefix = parse_s3_url(url)
+    return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,28 +168,25 @@ _STORES_GUARD = threading.Lock()
 
 
 def open_store(url: str) -> ArtifactStore:
-    """The store a ``TOOLSWAP_STORE`` URL names (one object per URL and process).
+    """The store a ``TOOLSWAP_STORE`` URL names (one object per store and process).
 
     Raises:
         ConfigurationError: not a supported store URL, or its extra is not installed.
     """
+    url = canonical_store_url(url)
     with _STORES_GUARD:
         store = _STORES.get(url)
         if store is not None:
             return store
-        backend = next((b for scheme, b in _BACKENDS.items() if url.startswith(scheme)), None)
-        if backend is None:
-            raise ConfigurationError(
-                f"{STORE_ENV}={url!r} is not a supported store; use s3://bucket/prefix"
-            )
+        module_name, class_name = _BACKENDS["s3://"]
         try:
-            module = importlib.import_module(backend[0])
+            module = importlib.import_module(module_name)
         except ImportError as exc:
             raise ConfigurationError(
                 f"{STORE_ENV}={url} needs {exc.name}, which is not installed: "
                 "pip install 'toolswap[s3]'"
             ) from None
-        made: ArtifactStore = getattr(module, backend[1]).from_url(url)
+        made: ArtifactStore = getattr(module, class_name).from_url(url)
         _STORES[url] = made
         return made
 
@@ -179,9 +212,9 @@ def _parse_binding(raw: bytes, where: Path) -> StoreBinding:
     try:
         data = json.loads(raw)
         url, workspace, session = data["store"], data["workspace"], data["session"]
-        if not isinstance(url, str) or not url:
-            raise TypeError("store")
-        return StoreBinding(url, validate_session_id(workspace), validate_session_id(session))
+        return StoreBinding(
+            canonical_store_url(url), validate_session_id(workspace), validate_session_id(session)
+        )
     except (ValueError, KeyError, TypeError, SourceIdError) as exc:
         raise ConfigurationError(
             f"{where} is not a valid store binding ({exc}); restore it or move the session aside"

@@ -56,7 +56,7 @@ from .errors import (
     ArtifactStoreError,
     ConfigurationError,
 )
-from .remote import StoreObject
+from .remote import StoreObject, parse_s3_url
 from .session import TOOL_RESULTS_DIR
 
 MANIFEST_DIR = "manifest"
@@ -66,7 +66,6 @@ __all__ = ["S3ArtifactObject", "S3ArtifactStore"]
 MIN_PART_SIZE = 5 << 20
 """S3's smallest part of a multipart upload (but the last)."""
 _SPOOL_IN_MEMORY = 8 << 20
-_URL_RE = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?")
 _RECORD_RE = re.compile(r"(\d{12})\.jsonl")
 _FETCHERS = 8
 """Record objects fetched at once when a replica catches up on many."""
@@ -134,10 +133,9 @@ class S3ArtifactStore:
     ) -> None:
         if not isinstance(part_size, int) or part_size < MIN_PART_SIZE:
             raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum)")
-        if not _URL_RE.fullmatch(f"s3://{bucket}"):
-            raise ConfigurationError(f"{bucket!r} is not an S3 bucket name")
-        if ".." in prefix.split("/") or prefix.startswith("/"):
-            raise ConfigurationError("the S3 prefix must be a relative key prefix without '..'")
+        if prefix.startswith("/"):
+            raise ConfigurationError("the S3 prefix must be a relative key prefix")
+        bucket, prefix = parse_s3_url(f"s3://{bucket}/{prefix}")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
@@ -156,12 +154,8 @@ class S3ArtifactStore:
         Raises:
             ConfigurationError: not an ``s3://`` URL with a valid bucket name.
         """
-        match = _URL_RE.fullmatch(url or "")
-        if match is None:
-            raise ConfigurationError(
-                f"TOOLSWAP_STORE={url!r} is not an S3 URL such as s3://bucket/prefix"
-            )
-        return cls(match.group(1), match.group(2) or "", **kwargs)
+        bucket, prefix = parse_s3_url(url)
+        return cls(bucket, prefix, **kwargs)
 
     # -- names -----------------------------------------------------------------------
 

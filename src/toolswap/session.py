@@ -30,7 +30,13 @@ from pathlib import Path
 from ._fs import ensure_private_dir
 from .artifact import validate_session_id
 from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
-from .remote import STORE_ENV, StoreBinding, read_binding, write_binding
+from .remote import (
+    STORE_ENV,
+    StoreBinding,
+    canonical_store_url,
+    read_binding,
+    write_binding,
+)
 
 __all__ = [
     "Session",
@@ -131,6 +137,7 @@ class Session:
         root = root.parent.resolve() / root.name
         session = cls(root=root, session_id=session_id)
         url = os.environ.get(STORE_ENV, "").strip()
+        url = canonical_store_url(url) if url else ""
         if not create and url and not os.path.lexists(root):
             # A replica of a session another host started is made on first use.
             create = _binding_for(root, session_id, url).store.session_exists(

@@ -7,7 +7,8 @@ import os
 import click
 
 from .. import __version__
-from ..remote import STORE_ENV
+from ..errors import ConfigurationError
+from ..remote import STORE_ENV, canonical_store_url
 
 __all__ = ["main"]
 
@@ -27,6 +28,7 @@ def main(store: str | None) -> None:
     pages the rest in with `read` and `grep`.
     """
     if store is not None:
-        if not store.startswith("s3://"):
-            raise click.BadParameter("use s3://bucket/prefix", param_hint="--store")
-        os.environ[STORE_ENV] = store  # where every session opened below looks
+        try:
+            os.environ[STORE_ENV] = canonical_store_url(store)  # every session below looks
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint="--store") from None
