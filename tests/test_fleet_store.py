@@ -741,3 +741,67 @@ def test_two_spellings_of_one_store_are_one_store(
     other = fleet.ext("b")
     assert other.read_artifact(sid, 0, 1) == "spelled"
     assert other.session.key == fleet.ext("a").session.key == f"{fleet.url}/{WS}/s1"
+
+
+def test_verify_checks_the_store_s_copy_even_where_this_host_has_one(fleet: Fleet) -> None:
+    ext = fleet.ext("a")
+    results = [ext.externalize(f"{i}\n" * 30000, "bash").artifact for i in range(2)]
+    client = fleet.server.client()
+    shrunk, relabelled = (f"team/{WS}/s1/tool-results/{r.path.name}" for r in results)
+    client.put_object(
+        Bucket=fleet.bucket,
+        Key=shrunk,
+        Body=b"9 bytes\n\n",
+        Metadata={"sha256": results[0].content_sha256},
+    )
+    body = client.get_object(Bucket=fleet.bucket, Key=relabelled)["Body"].read()
+    client.put_object(Bucket=fleet.bucket, Key=relabelled, Body=body, Metadata={"sha256": "0" * 64})
+
+    findings = verify_session(ext.session)
+
+    assert {(f.kind, f.name) for f in findings if f.kind.is_problem} == {
+        (FindingKind.SIZE_MISMATCH, results[0].path.name),
+        (FindingKind.DIGEST_MISMATCH, results[1].path.name),
+    }
+
+
+def test_a_fetch_stops_at_the_recorded_size(fleet: Fleet) -> None:
+    result = fleet.ext("a").externalize("small\n" * 30000, "bash").artifact
+    key = f"team/{WS}/s1/tool-results/{result.path.name}"
+    fleet.server.client().put_object(Bucket=fleet.bucket, Key=key, Body=b"x" * (4 << 20))
+
+    with pytest.raises(ArtifactIntegrityError, match="longer than the recorded"):
+        fleet.ext("b").read_artifact(result.source.source_id, 0, 1)
+    assert os.listdir(fleet.session_dir("b") / "tool-results") == []
+
+
+def test_a_session_with_any_local_evidence_is_never_bound_to_a_store(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TOOLSWAP_STORE")
+    local = fleet.session_dir("a", "old")
+    ToolResultExternalizer(local).externalize("x\n" * 50000, "bash")
+    (local / "manifest.jsonl").unlink()  # lost, but its head file and artifact remain
+
+    monkeypatch.setenv("TOOLSWAP_STORE", fleet.url)
+    with pytest.raises(ConfigurationError, match="started without a store"):
+        Session.at(local, create=False)
+    assert not (local / "store.json").exists()
+
+
+def test_verify_says_the_store_is_unreachable_and_checks_the_replica(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ext = fleet.ext("a")
+    ext.externalize("kept here\n" * 30000, "bash")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setattr("toolswap.remote._STORES", {})
+    session = Session.at(fleet.session_dir("a"), create=False)
+
+    findings = verify_session(session)
+
+    assert [f.kind for f in findings] == [FindingKind.STORE_UNREACHABLE, FindingKind.OK]
+    assert (
+        ToolResultExternalizer(session).read_artifact(ext.list_artifacts()[0], 0, 1) == "kept here"
+    )

@@ -166,3 +166,30 @@ def test_store_urls_and_names_are_checked_before_any_request(s3_server: S3Server
         store.key("../ws", "s1", "tool_result_001.txt")
     with pytest.raises(ArtifactNotFoundError):
         store.key("ws", "s1", "../../etc/passwd")
+
+
+class _IgnoresConditions:
+    """A client for a store that ignores If-None-Match and If-Match (as some do)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._client, name)
+
+        def without_conditions(**kwargs: Any) -> Any:
+            kwargs.pop("IfNoneMatch", None)
+            kwargs.pop("IfMatch", None)
+            return call(**kwargs)
+
+        return without_conditions
+
+
+def test_a_store_that_ignores_write_conditions_is_refused(s3_server: S3Server, bucket: str) -> None:
+    good = S3ArtifactStore(bucket, "fleet", client=s3_server.client())
+    good.check_conditional_writes()
+    lax = S3ArtifactStore(bucket, "fleet", client=_IgnoresConditions(s3_server.client()))
+
+    with pytest.raises(ConfigurationError, match="ignores conditional writes"):
+        lax.check_conditional_writes()
+    assert s3_server.client().list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0

@@ -323,7 +323,7 @@ class ArtifactReader:
                 )
             verified.append(_Verified(digest, size, newlines, checkpoints))
 
-        linked = fetch_into_replica(self.session, ref.path.name, check)
+        linked = fetch_into_replica(self.session, ref.path.name, ref.byte_size, check)
         if linked is not None:
             _remember(_identity(linked), verified[0])
         return self._open_local(ref, fresh=fresh)

@@ -121,6 +121,10 @@ class ArtifactStore(Protocol):
         """The manifest records after ``after_seq``, in order, each one line of bytes."""
         ...
 
+    def check_conditional_writes(self) -> None:
+        """Raise ConfigurationError unless the store enforces its write conditions."""
+        ...
+
     def put_manifest_line(self, workspace: str, session: str, seq: int, line: bytes) -> bool:
         """Write record ``seq`` only if no record ``seq`` exists; False if one does."""
         ...

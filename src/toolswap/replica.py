@@ -18,6 +18,7 @@ from collections.abc import Callable
 from ._fs import open_dir_nofollow, write_all
 from .artifact import temporary_filename
 from .crashpoints import crash_point
+from .errors import ArtifactIntegrityError
 from .remote import StoreBinding
 from .session import Session
 
@@ -56,9 +57,10 @@ def put_from_replica(
 
 
 def fetch_into_replica(
-    session: Session, filename: str, check: Callable[[int], None]
+    session: Session, filename: str, size: int, check: Callable[[int], None]
 ) -> os.stat_result | None:
-    """Copy ``filename`` from the store into the replica, checked before it is linked.
+    """Copy ``filename`` (``size`` bytes, as recorded) from the store into the replica,
+    checked before it is linked; a longer object is cut off at ``size + 1`` bytes.
 
     ``check`` gets a readable descriptor of the fetched, fsynced copy and raises (an
     :class:`ArtifactIntegrityError`) unless its bytes are the recorded output; the reader
@@ -79,9 +81,19 @@ def fetch_into_replica(
     try:
         fd = os.open(tmp, _CREATE, 0o600, dir_fd=dir_fd)
         try:
-            binding.store.fetch_artifact(
-                binding.workspace, binding.session, filename, lambda block: write_all(fd, block)
-            )
+            received = 0
+
+            def sink(block: bytes) -> None:
+                nonlocal received
+                received += len(block)
+                if received > size:  # never fill the disk with what is not the artifact
+                    raise ArtifactIntegrityError(
+                        f"{filename}: the copy in {binding.url} is longer than the recorded "
+                        f"{size} bytes; it was not used"
+                    )
+                write_all(fd, block)
+
+            binding.store.fetch_artifact(binding.workspace, binding.session, filename, sink)
             os.fsync(fd)
             check(fd)
             crash_point("store.fetched")

@@ -34,6 +34,7 @@ import base64
 import builtins
 import hashlib
 import re
+import secrets
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +69,8 @@ MIN_PART_SIZE = 5 << 20
 _SPOOL_IN_MEMORY = 8 << 20
 _RECORD_RE = re.compile(r"(\d{12})\.jsonl")
 _FETCHERS = 8
+RECORD_MAX = 8 << 20
+"""The largest manifest record object read (a record is one line of JSON)."""
 """Record objects fetched at once when a replica catches up on many."""
 
 
@@ -345,6 +348,42 @@ class S3ArtifactStore:
 
     # -- the session contract (toolswap.remote.ArtifactStore) -----------------------------
 
+    def check_conditional_writes(self) -> None:
+        """Refuse a store that ignores ``If-None-Match`` or ``If-Match``: on one, two hosts
+        would overwrite each other's artifacts and records without a word.
+
+        One probe object under ``<prefix>/.toolswap-probe/``: written twice (the second
+        must be refused), deleted with a wrong ETag (must be refused), then deleted.
+
+        Raises:
+            ConfigurationError: the store does not enforce the conditions.
+            ArtifactStoreError: the store failed.
+        """
+        key = "/".join(p for p in (self.prefix, ".toolswap-probe", secrets.token_hex(8)) if p)
+        refused = []
+        with _store_errors("probing conditional writes"):
+            for _ in range(2):
+                try:
+                    self._client.put_object(Bucket=self.bucket, Key=key, Body=b"", IfNoneMatch="*")
+                    refused.append(False)
+                except ClientError as exc:
+                    if _status(exc) not in (409, 412):
+                        raise
+                    refused.append(True)
+            try:
+                self._client.delete_object(Bucket=self.bucket, Key=key, IfMatch='"0"')
+                refused.append(False)
+            except ClientError as exc:
+                if _status(exc) != 412:
+                    raise
+                refused.append(True)
+            self._client.delete_object(Bucket=self.bucket, Key=key)
+        if refused != [False, True, True]:
+            raise ConfigurationError(
+                f"{self.url} ignores conditional writes (If-None-Match / If-Match); hosts "
+                "sharing it would overwrite each other, so toolswap does not use it"
+            )
+
     def session_exists(self, workspace: str, session: str) -> bool:
         """Whether the store holds anything of the session."""
         with _store_errors("a listing"):
@@ -374,7 +413,11 @@ class S3ArtifactStore:
 
     def _get_record(self, key: str) -> bytes:
         with _store_errors(f"reading {key}"):
-            data: bytes = self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            data: bytes = body.read(RECORD_MAX + 1)
+            body.close()
+        if len(data) > RECORD_MAX:
+            raise ArtifactStoreError(f"{key} is larger than any manifest record; not read")
         return data
 
     def put_manifest_line(self, workspace: str, session: str, seq: int, line: bytes) -> bool:

@@ -229,6 +229,22 @@ def _binding_for(root: Path, session_id: str, url: str) -> StoreBinding:
     return StoreBinding(url, workspace, session_id)
 
 
+def _holds_anything(session: Session) -> bool:
+    """Whether the directory holds anything of a local session (a manifest with records,
+    its head file, a lease journal, or any file in tool-results/)."""
+    try:
+        if os.lstat(session.manifest_path).st_size > 0:
+            return True
+    except FileNotFoundError:
+        pass
+    if os.path.lexists(session.manifest_head_path) or os.path.lexists(session.journal_path):
+        return True
+    try:
+        return bool(os.listdir(session.tool_results_dir))
+    except FileNotFoundError:
+        return False
+
+
 def _bind(session: Session, url: str) -> StoreBinding | None:
     """The session's store binding: the one it has, or a new one when ``url`` is set."""
     bound = read_binding(session.root)
@@ -243,16 +259,14 @@ def _bind(session: Session, url: str) -> StoreBinding | None:
         return bound
     if not url:
         return None
-    try:
-        local = os.lstat(session.manifest_path).st_size > 0
-    except FileNotFoundError:
-        local = False
-    if local:
+    if _holds_anything(session):
         raise ConfigurationError(
             f"session {session.session_id!r} was started without a store and keeps its "
             f"artifacts here; unset {STORE_ENV} to use it, or start a new session"
         )
-    return write_binding(session.root, _binding_for(session.root, session.session_id, url))
+    binding = _binding_for(session.root, session.session_id, url)
+    binding.store.check_conditional_writes()  # once per session and host, before binding
+    return write_binding(session.root, binding)
 
 
 class _LockState:

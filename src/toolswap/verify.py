@@ -99,8 +99,19 @@ def verify_session(
     """Check every artifact of ``session`` against its manifest record (read-only)."""
     manifest = Manifest.of(session)
     findings: list[VerifyFinding] = []
+    unreachable = False
     try:
-        manifest.sync()
+        try:
+            manifest.sync()
+        except ChainLogError as exc:
+            if not isinstance(exc.__cause__, ArtifactStoreError):
+                raise
+            # The store cannot be reached: say so, and check what this host's replica holds.
+            assert session.binding is not None
+            unreachable = True
+            findings.append(
+                VerifyFinding(FindingKind.STORE_UNREACHABLE, session.binding.url, str(exc))
+            )
         records = {r["filename"]: r for r in manifest.records()}
         behind = manifest.behind_head()
     except ChainLogError as exc:
@@ -110,7 +121,7 @@ def verify_session(
             VerifyFinding(FindingKind.MANIFEST_BEHIND, session.manifest_path.name, behind)
         )
     reported: set[str] = set()
-    if session.binding is not None:
+    if session.binding is not None and not unreachable:
         findings.extend(_check_store(session, manifest, records, reported))
     dir_fd = open_dir_nofollow(session.tool_results_dir)
     try:
@@ -204,20 +215,48 @@ def _check_store(
     (so the local pass verifies it) and adds the names it reported to ``reported``."""
     binding = session.binding
     assert binding is not None
+    store = binding.store
     try:
-        stored = {o.filename for o in binding.store.artifacts(binding.workspace, binding.session)}
+        stored = {o.filename: o for o in store.artifacts(binding.workspace, binding.session)}
     except ArtifactStoreError as exc:
         return [VerifyFinding(FindingKind.STORE_UNREACHABLE, binding.url, str(exc))]
     findings = []
     for name, record in sorted(records.items()):
         sid = str(record["source_id"])
-        if name not in stored:
+        obj = stored.get(name)
+        if obj is None:
             findings.append(
                 VerifyFinding(FindingKind.MISSING, name, f"recorded but not in {binding.url}", sid)
             )
             reported.add(name)
             continue
+        if obj.size != record["byte_size"]:
+            findings.append(
+                VerifyFinding(
+                    FindingKind.SIZE_MISMATCH,
+                    name,
+                    f"{obj.size} bytes in {binding.url}, {record['byte_size']} recorded",
+                    sid,
+                )
+            )
+            continue
         if os.path.lexists(session.tool_results_dir / name):
+            # This host's copy is checked below; the store's by the digest stored with it
+            # (fetched and hashed only on a host without a copy).
+            try:
+                head = store.stat_artifact(binding.workspace, binding.session, name)
+            except ArtifactStoreError as exc:
+                findings.append(VerifyFinding(FindingKind.STORE_UNREACHABLE, name, str(exc), sid))
+                continue
+            if head is None or head.sha256 != record["sha256"]:
+                findings.append(
+                    VerifyFinding(
+                        FindingKind.DIGEST_MISMATCH,
+                        name,
+                        f"the copy in {binding.url} is stored with another SHA-256",
+                        sid,
+                    )
+                )
             continue
         expected = (str(record["sha256"]), int(str(record["byte_size"])))
 
@@ -229,14 +268,14 @@ def _check_store(
                 )
 
         try:
-            fetch_into_replica(session, name, check)
+            fetch_into_replica(session, name, expected[1], check)
         except ArtifactIntegrityError as exc:
             findings.append(VerifyFinding(FindingKind.DIGEST_MISMATCH, name, str(exc), sid))
             reported.add(name)
         except (ArtifactNotFoundError, ArtifactStoreError) as exc:
             findings.append(VerifyFinding(FindingKind.MISSING, name, str(exc), sid))
             reported.add(name)
-    for name in sorted(stored - records.keys()):
+    for name in sorted(stored.keys() - records.keys()):
         if manifest.collected(name) is not None:
             findings.append(
                 VerifyFinding(FindingKind.COLLECTING, name, f"collected; still in {binding.url}")
