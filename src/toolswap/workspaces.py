@@ -166,7 +166,13 @@ def find_session(
             if holds(session, source_id.strip()):
                 return session
     dirs = session_dirs(base, parsed.session)
-    sessions = [Session.at(path, create=False) for _, path in dirs]
+    sessions = []
+    for _, path in dirs:
+        try:
+            sessions.append(Session.at(path, create=False))
+        except ToolswapError:
+            continue  # one that cannot be opened here (another store, say) holds nothing
+
     holding = [s for s in sessions if holds(s, source_id.strip())]
     if holding:
         # Several only if the same bytes were saved under the same name and session in
