@@ -227,6 +227,10 @@ def test_run_on_another_host_reads_greps_lists_and_verifies_the_same_session(
     verified = fleet.cli("c", "verify", "--session", "s1", "--json")
     assert verified.returncode == 0, verified.stdout
     assert [f["kind"] for f in json.loads(verified.stdout)] == ["ok"]
+    listed = fleet.cli("c", "sessions", "--json")
+    assert [(s["session"], s["store"], s["artifacts"]) for s in json.loads(listed.stdout)] == [
+        ("s1", fleet.url, 1)
+    ]
 
 
 # -- SIGKILL at every durable step of a capture into the store ------------------------

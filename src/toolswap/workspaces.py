@@ -17,8 +17,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .artifact import parse_artifact_source_id, validate_session_id
-from .errors import ArtifactAccessError, ArtifactNotFoundError, SourceIdError, ToolswapError
+from .errors import (
+    ArtifactAccessError,
+    ArtifactNotFoundError,
+    ConfigurationError,
+    SourceIdError,
+    ToolswapError,
+)
 from .reader import ArtifactReader
+from .remote import read_binding
 from .session import TOOL_RESULTS_DIR, Session, toolswap_home
 
 __all__ = ["SessionEntry", "find_session", "holds", "list_sessions", "session_dirs"]
@@ -36,6 +43,9 @@ class SessionEntry:
     byte_size: int
     modified: datetime | None
     """When an artifact was last written (None when there is none)."""
+    store: str | None = None
+    """The shared store the session lives in (its directory then holds this host's
+    replica: ``artifacts`` counts the copies here); None for a local session."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -45,6 +55,7 @@ class SessionEntry:
             "artifacts": self.artifacts,
             "byte_size": self.byte_size,
             "modified": self.modified.isoformat() if self.modified else None,
+            "store": self.store,
         }
 
 
@@ -113,9 +124,18 @@ def list_sessions(home: Path | None = None) -> list[SessionEntry]:
                 artifacts=count,
                 byte_size=size,
                 modified=datetime.fromtimestamp(latest, UTC) if latest is not None else None,
+                store=_store_of(path),
             )
         )
     return entries
+
+
+def _store_of(path: Path) -> str | None:
+    try:
+        binding = read_binding(path)
+    except ConfigurationError as exc:
+        return f"? ({exc})"
+    return binding.url if binding else None
 
 
 def holds(session: Session, source_id: str) -> bool:

@@ -79,8 +79,9 @@ def test_sessions_lists_nothing_politely_and_in_plain_text_when_piped(tmp_path: 
     _toolswap("run", "--session", "build", "--", *BIG, cwd=tmp_path)
     rows = _toolswap("sessions", cwd=tmp_path).stdout.splitlines()
     assert rows == [rows[0]]
-    workspace, session, count, _size, _when = rows[0].split("\t")
+    workspace, session, count, _size, _when, kept_in = rows[0].split("\t")
     assert (workspace, session, count) == (f"* {workspace_slug(tmp_path)}", "build", "1")
+    assert kept_in == "local"
 
 
 def test_a_session_under_the_old_workspace_name_is_announced_not_silently_orphaned(

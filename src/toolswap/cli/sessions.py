@@ -42,6 +42,7 @@ def sessions(as_json: bool) -> None:
             f"{e.artifacts:,}",
             human_size(e.byte_size),
             e.modified.isoformat(timespec="seconds") if e.modified else "",
+            e.store or "local",
         )
         for e in entries
     ]
@@ -49,7 +50,7 @@ def sessions(as_json: bool) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table("workspace", "session", "artifacts", "size", "last write")
+        table = Table("workspace", "session", "artifacts", "size", "last write", "kept in")
         for row in rows:
             table.add_row(*row)
         Console().print(table)
