@@ -1,4 +1,12 @@
-"""A damaged journal is never read as "no references": only a torn final record is ignored."""
+"""A damaged journal is never read as "no references": only a torn final record is ignored.
+
+The damage cases run on the session's journal file and on the journal's rows in
+PostgreSQL. The database's triggers refuse any change to written rows, so the tests make
+the damage as a superuser would (the triggers disabled inside the damaging transaction):
+what an attacker with the database's keys, a restored backup or a corrupt disk page
+could leave. A database journal has no torn tail (a record is a committed row or
+nothing), so a cut inside its last row is damage too.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +14,100 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from toolswap import ArtifactLeaseJournalError, ArtifactRetentionJournal
-from toolswap.chainlog import canonical_json
+from toolswap.chainlog import GENESIS_HASH, canonical_json
+from toolswap.cleanup import ArtifactCleanupPlan, ArtifactCleanupPolicy
 
 from .conftest import Env
 
 Records = list[dict[str, Any]]
+JOURNALS = pytest.mark.parametrize("env", ["sqlite", "postgres-journal"], indirect=True)
+"""The journal in the session's file and in PostgreSQL (with the PostgreSQL owner)."""
 
 
 def _path(env: Env) -> Path:
     return env.session_dir / "retention-leases.jsonl"
+
+
+def _damage(env: Env, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    """Run ``statements`` on the journal's table as a superuser: triggers off, one
+    transaction (no other session ever sees the triggers off)."""
+    import psycopg
+
+    with psycopg.connect(env.dsn, options=f"-c search_path={env.schema}") as conn:
+        conn.execute("ALTER TABLE lease_journal DISABLE TRIGGER USER")
+        for statement, params in statements:
+            conn.execute(statement, params)
+        conn.execute("ALTER TABLE lease_journal ENABLE TRIGGER USER")
+
+
+def _key(env: Env) -> str:
+    return str(env.store().journal_key)
+
+
+def _read(env: Env) -> bytes:
+    """The journal's bytes: the file, or the rows' stored records in sequence order."""
+    if not env.shared_journal:
+        return _path(env).read_bytes()
+    import psycopg
+
+    with psycopg.connect(env.dsn, options=f"-c search_path={env.schema}") as conn:
+        rows = conn.execute(
+            "SELECT line FROM lease_journal WHERE journal_key = %s ORDER BY seq", (_key(env),)
+        ).fetchall()
+    return b"".join(bytes(line) for (line,) in rows)
+
+
+def _chain_columns(line: bytes) -> tuple[str, str]:
+    """The (prev, hash) a row of ``line`` carries: the record's own, when it has them."""
+    try:
+        record = json.loads(line)
+        return str(record.get("prev", GENESIS_HASH)), str(record.get("hash", GENESIS_HASH))
+    except (ValueError, AttributeError):
+        return GENESIS_HASH, GENESIS_HASH
+
+
+def _write(env: Env, data: bytes) -> None:
+    """Replace the journal with ``data``: the file, or one row per line (sequence 1...)."""
+    if not env.shared_journal:
+        _path(env).write_bytes(data)
+        return
+    key = _key(env)
+    inserts = [
+        (
+            "INSERT INTO lease_journal (journal_key, seq, prev, hash, line) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (key, seq, *_chain_columns(line), line),
+        )
+        for seq, line in enumerate(data.splitlines(keepends=True), 1)
+    ]
+    _damage(env, ("DELETE FROM lease_journal WHERE journal_key = %s", (key,)), *inserts)
+
+
+LATER = datetime.now(UTC) + timedelta(days=30)
+GC = ArtifactCleanupPolicy(dry_run=False)
+
+
+def _plan(env: Env) -> ArtifactCleanupPlan:
+    """gc's plan on the intact journal: it would delete the released lease's artifact."""
+    plan = env.ext.plan_cleanup_from_journal(env.journal(), policy=GC, now=LATER)
+    assert [e.source_id for e in plan.planned] == [env.source_ids[1]]
+    return plan
+
+
+def _gc_refuses(env: Env, plan: ArtifactCleanupPlan) -> None:
+    """On the damaged journal gc neither plans nor applies the earlier plan."""
+    with pytest.raises(ArtifactLeaseJournalError):
+        env.ext.plan_cleanup_from_journal(env.journal(), policy=GC, now=LATER)
+    with pytest.raises(ArtifactLeaseJournalError):
+        env.ext.apply_cleanup_from_journal(plan, env.journal(), now=LATER)
+    env.ext.reader.verify(env.source_ids[1])  # still there, intact
 
 
 def _build(env: Env) -> bytes:
@@ -32,11 +119,11 @@ def _build(env: Env) -> bytes:
     journal.prepare(env.claim(2), transaction_id="c")
     journal.abort("c")
     journal.prepare(env.claim(2), transaction_id="d")
-    return _path(env).read_bytes()
+    return _read(env)
 
 
 def _fresh(env: Env) -> ArtifactRetentionJournal:
-    return ArtifactRetentionJournal(env.session_dir, owner=None)
+    return env.journal(owner=None)
 
 
 def _load(data: bytes) -> Records:
@@ -58,9 +145,13 @@ def _encode(records: Records, *, rechain: bool = True) -> bytes:
     return bytes(out)
 
 
+@JOURNALS
 def test_rebuilding_an_untouched_journal_gives_the_same_bytes(env: Env) -> None:
     data = _build(env)
     assert _encode(_load(data)) == data
+    _write(env, _encode(_load(data)))
+    assert _read(env) == data
+    assert _fresh(env).recover().pending_transaction_ids == ("d",)
 
 
 def test_torn_tail_sweep_every_cut_inside_the_last_record_is_ignored(env: Env) -> None:
@@ -222,13 +313,15 @@ def test_every_damage_case_names_its_expected_reason() -> None:
     assert sorted(_WHY) == sorted(_mutations())
 
 
+@JOURNALS
 @pytest.mark.parametrize("name", sorted(_mutations()))
 def test_damaged_journal_fails_recovery(env: Env, name: str) -> None:
     data = _build(env)
+    plan = _plan(env)
     changed = _mutations()[name](_load(data))
     damaged = changed if isinstance(changed, bytes) else _encode(changed)
     assert damaged != data
-    _path(env).write_bytes(damaged)
+    _write(env, damaged)
     with pytest.raises(ArtifactLeaseJournalError, match=_WHY[name]):
         _fresh(env).recover()
     # Every entry point fails closed, and keeps failing.
@@ -238,7 +331,8 @@ def test_damaged_journal_fails_recovery(env: Env, name: str) -> None:
             attempt()
     with pytest.raises(ArtifactLeaseJournalError):
         journal.prepare(env.claim(), transaction_id="new")
-    assert _path(env).read_bytes() == damaged
+    _gc_refuses(env, plan)
+    assert _read(env) == damaged
 
 
 def test_symlinked_journal_is_refused(env: Env) -> None:
