@@ -21,6 +21,7 @@ __all__ = [
     "ENV",
     "PYTHONPATH",
     "advisory_lock_waiters",
+    "child_env",
     "open_journal",
     "open_owner",
     "open_store",
@@ -36,6 +37,13 @@ PYTHONPATH = str(Path(__file__).resolve().parent)
 def spec(schema: str, dsn: str) -> str:
     """The value of :data:`ENV` for a journal in ``schema`` of the database at ``dsn``."""
     return f"postgres|{schema}|{dsn}"
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment for a child that imports this module."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PYTHONPATH, env.get("PYTHONPATH")) if p)
+    return env
 
 
 def postgres_dsn() -> str | None:

@@ -6,7 +6,7 @@ at a named durable step until the test lets it go. Nothing depends on timing.
 The tests that take the journal's lock run twice: with the session's journal file (its
 lock is the session ``flock``) and with the journal and the owner in PostgreSQL (the lock
 that ``prepare()`` and gc's apply share is then a database advisory lock); every process
-opens them through ``journal_backend`` (see the ``backend`` fixture).
+opens them through ``journal_backend`` (see the ``journal_store`` fixture).
 """
 
 from __future__ import annotations
@@ -71,23 +71,10 @@ print(result.artifact.source_id)
 """
 
 
-@pytest.fixture(params=["local", "postgres"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Where the journal (and the owner) live for this test and every process it starts."""
-    if request.param == "postgres":
-        dsn = request.getfixturevalue("postgres_server").dsn
-        schema = request.getfixturevalue("postgres_schema")
-        monkeypatch.setenv(journal_backend.ENV, journal_backend.spec(schema, dsn))
-    return str(request.param)
-
-
 def _spawn(
     code: str, *args: str, sync: tuple[Path, str] | None = None, crash: str | None = None
 ) -> subprocess.Popen[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (journal_backend.PYTHONPATH, env.get("PYTHONPATH")) if p
-    )
+    env = journal_backend.child_env()
     if crash is not None:
         env["TOOLSWAP_CRASH_POINT"] = crash
     if sync is not None:
@@ -164,7 +151,7 @@ def _setup(tmp_path: Path) -> tuple[Path, str, Path, str]:
 
 def test_lease_that_wins_the_lock_keeps_its_file_although_the_plan_said_delete(
     tmp_path: Path,
-    backend: str,
+    journal_store: str,
 ) -> None:
     session_dir, source_id, plan_file, sha = _setup(tmp_path)
     marker = tmp_path / "published"
@@ -186,7 +173,7 @@ def test_lease_that_wins_the_lock_keeps_its_file_although_the_plan_said_delete(
 
 def test_cleanup_that_wins_the_lock_makes_the_later_prepare_fail_without_publishing(
     tmp_path: Path,
-    backend: str,
+    journal_store: str,
 ) -> None:
     session_dir, source_id, plan_file, sha = _setup(tmp_path)
     marker = tmp_path / "published"
@@ -210,7 +197,7 @@ def test_cleanup_that_wins_the_lock_makes_the_later_prepare_fail_without_publish
 
 
 def test_apply_waits_for_a_prepare_in_progress_and_then_keeps_the_file(
-    tmp_path: Path, backend: str
+    tmp_path: Path, journal_store: str
 ) -> None:
     session_dir, source_id, plan_file, sha = _setup(tmp_path)
     marker = tmp_path / "published"
@@ -249,7 +236,7 @@ def test_capture_in_progress_survives_a_zero_ttl_cleanup(tmp_path: Path) -> None
 
 
 def test_released_lease_no_longer_protects_and_committed_one_does(
-    tmp_path: Path, backend: str
+    tmp_path: Path, journal_store: str
 ) -> None:
     session_dir, source_id, _, sha = _setup(tmp_path)
     marker = tmp_path / "published"
@@ -352,7 +339,7 @@ def _check_final_state(session_dir: Path, source_id: str, protects: bool, refuse
 @pytest.mark.parametrize("saved_plan", [True, False], ids=["apply-saved-plan", "plan-then-apply"])
 @pytest.mark.parametrize(("point", "mode", "protects"), PROTOCOL_STEPS)
 def test_cleanup_running_while_the_protocol_waits_at_each_step_never_strands_a_reference(
-    tmp_path: Path, backend: str, point: str, mode: str, protects: bool, saved_plan: bool
+    tmp_path: Path, journal_store: str, point: str, mode: str, protects: bool, saved_plan: bool
 ) -> None:
     session_dir, source_id, sha, plan_file = _owner_setup(tmp_path)
     with _stopped_at(tmp_path, point, PROTOCOL, str(session_dir), source_id, sha, mode) as proto:
@@ -369,7 +356,7 @@ def test_cleanup_running_while_the_protocol_waits_at_each_step_never_strands_a_r
 @pytest.mark.parametrize("point", ["cleanup.locked", "cleanup.claims_folded", "cleanup.verified"])
 @pytest.mark.parametrize("mode", ["publish", "publish_remove"])
 def test_protocol_starting_while_cleanup_holds_the_lock_waits_and_then_fails_or_protects(
-    tmp_path: Path, backend: str, point: str, mode: str
+    tmp_path: Path, journal_store: str, point: str, mode: str
 ) -> None:
     session_dir, source_id, sha, plan_file = _owner_setup(tmp_path)
     with _stopped_at(tmp_path, point, PLAN_AND_APPLY, str(session_dir), str(plan_file), LATER) as c:
@@ -423,7 +410,7 @@ KILLED_PUBLISHER = {
 
 @pytest.mark.parametrize("point", sorted(KILLED_PUBLISHER))
 def test_gc_after_a_publisher_killed_mid_publish_keeps_the_file_until_the_owner_settles_it(
-    tmp_path: Path, backend: str, point: str
+    tmp_path: Path, journal_store: str, point: str
 ) -> None:
     session_dir, source_id, sha, plan_file = _owner_setup(tmp_path)
     killed = _spawn(PROTOCOL, str(session_dir), source_id, sha, "publish", crash=point)
@@ -432,7 +419,7 @@ def test_gc_after_a_publisher_killed_mid_publish_keeps_the_file_until_the_owner_
     owner = open_owner(session_dir)
     journal = open_journal(session_dir, owner=owner)
     lease = journal.transaction("tx")
-    if backend == "postgres" and point == "journal.prepared.appended":
+    if journal_store == "postgres" and point == "journal.prepared.appended":
         # The PREPARED record's transaction never committed: no lease, and the publisher
         # never ran, so nothing refers to the file and gc may take it.
         assert lease is None and owner.get("tx") is None
@@ -457,7 +444,7 @@ def test_gc_after_a_publisher_killed_mid_publish_keeps_the_file_until_the_owner_
 
 @pytest.mark.parametrize("mode", ["publish", "publish_remove"])
 def test_a_stale_plan_applied_after_the_protocol_finished_follows_the_journal_not_the_plan(
-    tmp_path: Path, backend: str, mode: str
+    tmp_path: Path, journal_store: str, mode: str
 ) -> None:
     session_dir, source_id, sha, plan_file = _owner_setup(tmp_path)
     # The plan (made before any reference) says delete; then a reference is published
