@@ -336,7 +336,13 @@ def _check_final_state(session_dir: Path, source_id: str, protects: bool, refuse
         assert view.is_protected(stored.reference.source.source_id)
 
 
-@pytest.mark.parametrize("saved_plan", [True, False], ids=["apply-saved-plan", "plan-then-apply"])
+@pytest.mark.parametrize(
+    ("saved_plan", "journal_store"),
+    # A saved plan applied late runs on PostgreSQL in the stale-plan and lock-order tests.
+    [(True, "local"), (False, "local"), (False, "postgres")],
+    ids=["apply-saved-plan-local", "plan-then-apply-local", "plan-then-apply-postgres"],
+    indirect=["journal_store"],
+)
 @pytest.mark.parametrize(("point", "mode", "protects"), PROTOCOL_STEPS)
 def test_cleanup_running_while_the_protocol_waits_at_each_step_never_strands_a_reference(
     tmp_path: Path, journal_store: str, point: str, mode: str, protects: bool, saved_plan: bool
