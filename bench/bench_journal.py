@@ -250,7 +250,13 @@ def main() -> None:
 
         server = PostgresServer().start()
         try:
-            pg_recovery = postgres_recovery(server.dsn, large_ext)
+            # Its own copy without the manifest, which anchors the local journal (a
+            # session's leases live in one store, and a second one is refused).
+            shared_root = root / "pg-journal" / large_ext.session.session_id
+            shutil.copytree(
+                large_ext.session.root, shared_root, ignore=shutil.ignore_patterns("manifest*")
+            )
+            pg_recovery = postgres_recovery(server.dsn, ToolResultExternalizer(shared_root))
             with PostgresMemoryOwner(server.dsn) as pg_owner:
                 pg_ext = ToolResultExternalizer(pg_root)
                 owned["PostgresMemoryOwner"] = owned_publish(pg_ext, large_refs, pg_owner)

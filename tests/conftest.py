@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import journal_backend
 from postgres_server import PostgresServer, unavailable_reason
 from s3_server import S3Server
 from s3_server import unavailable_reason as s3_unavailable_reason
@@ -174,3 +175,14 @@ def bucket(s3_server: S3Server) -> str:
     name = f"toolswap-test-{os.getpid()}-{next(_buckets)}"
     s3_server.client().create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture(params=["local", "postgres"])
+def journal_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where the lease journal and its owner live for this test and every process it
+    starts: the session's file and SQLite owner, or PostgreSQL (see journal_backend.py)."""
+    if request.param == "postgres":
+        dsn = request.getfixturevalue("postgres_server").dsn
+        schema = request.getfixturevalue("postgres_schema")
+        monkeypatch.setenv(journal_backend.ENV, journal_backend.spec(schema, dsn))
+    return str(request.param)

@@ -2,15 +2,22 @@
 
 The order is forced with the crash-point FIFOs (``TOOLSWAP_SYNC_POINT``): a process stops
 at a named durable step until the test lets it go. Nothing depends on timing.
+
+The tests that take the journal's lock run twice: with the session's journal file (its
+lock is the session ``flock``) and with the journal and the owner in PostgreSQL (the lock
+that ``prepare()`` and gc's apply share is then a database advisory lock); every process
+opens them through ``journal_backend`` (see the ``journal_store`` fixture).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
@@ -18,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from toolswap import ArtifactRetentionJournal, ToolResultExternalizer
+import journal_backend
+from journal_backend import open_journal, open_owner
+from toolswap import ToolResultExternalizer
 from toolswap.cleanup import ArtifactCleanupPlan, ArtifactCleanupPolicy, ArtifactCleanupStatus
 
 S = ArtifactCleanupStatus
@@ -27,11 +36,12 @@ LATER = (datetime.now(UTC) + timedelta(days=2)).isoformat()
 PUBLISH = """
 import sys
 from pathlib import Path
-from toolswap import ArtifactRetentionClaim, ArtifactRetentionJournal
+from journal_backend import open_journal
+from toolswap import ArtifactRetentionClaim
 session_dir, source_id, marker = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 # The claim comes from what memory kept (source ID + digest), not from the disk.
 claim = ArtifactRetentionClaim(source_id=source_id, content_sha256=sys.argv[4])
-journal = ArtifactRetentionJournal(session_dir)
+journal = open_journal(session_dir)
 def publisher():
     marker.write_text("published", encoding="utf-8")
 try:
@@ -45,11 +55,11 @@ print("committed")
 APPLY = """
 import json, sys
 from datetime import datetime
-from toolswap import ArtifactRetentionJournal
+from journal_backend import open_journal
 from toolswap.cleanup import ArtifactCleanupPlan, apply_cleanup_from_journal
 session_dir, plan_file, now = sys.argv[1], sys.argv[2], datetime.fromisoformat(sys.argv[3])
 plan = ArtifactCleanupPlan.from_dict(json.loads(open(plan_file, encoding="utf-8").read()))
-report = apply_cleanup_from_journal(plan, ArtifactRetentionJournal(session_dir), now=now)
+report = apply_cleanup_from_journal(plan, open_journal(session_dir), now=now)
 print(json.dumps(report.to_dict()))
 """
 
@@ -61,8 +71,12 @@ print(result.artifact.source_id)
 """
 
 
-def _spawn(code: str, *args: str, sync: tuple[Path, str] | None = None) -> subprocess.Popen[str]:
-    env = dict(os.environ)
+def _spawn(
+    code: str, *args: str, sync: tuple[Path, str] | None = None, crash: str | None = None
+) -> subprocess.Popen[str]:
+    env = journal_backend.child_env()
+    if crash is not None:
+        env["TOOLSWAP_CRASH_POINT"] = crash
     if sync is not None:
         env["TOOLSWAP_SYNC_DIR"] = str(sync[0])
         env["TOOLSWAP_SYNC_POINT"] = sync[1]
@@ -99,6 +113,18 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def _until_it_waits_for_the_database_lock(proc: subprocess.Popen[str]) -> None:
+    """With the journal in PostgreSQL: return once ``proc`` waits for the journal's
+    advisory lock (the one gc holds), so the order is the database's, not the flock's."""
+    if journal_backend.postgres_dsn() is None:
+        return
+    deadline = time.monotonic() + 60
+    while journal_backend.advisory_lock_waiters() == 0:
+        assert proc.poll() is None, _finish(proc)
+        assert time.monotonic() < deadline, "the process never waited for the journal lock"
+        time.sleep(0.02)
+
+
 def _setup(tmp_path: Path) -> tuple[Path, str, Path, str]:
     session_dir = tmp_path / "sessions" / "s1"
     ext = ToolResultExternalizer(session_dir)
@@ -107,13 +133,13 @@ def _setup(tmp_path: Path) -> tuple[Path, str, Path, str]:
     other = ext.externalize("z" * 100_000, "grep").artifact
     from toolswap import ArtifactRetentionClaim
 
-    ArtifactRetentionJournal(session_dir).publish_reference(
+    open_journal(session_dir).publish_reference(
         ArtifactRetentionClaim.from_memory_reference(other.for_memory()),
         lambda: None,
         transaction_id="tx-other",
     )
     plan = ext.plan_cleanup_from_journal(
-        ArtifactRetentionJournal(session_dir),
+        open_journal(session_dir),
         policy=ArtifactCleanupPolicy(dry_run=False),
         now=datetime.fromisoformat(LATER),
     )
@@ -125,6 +151,7 @@ def _setup(tmp_path: Path) -> tuple[Path, str, Path, str]:
 
 def test_lease_that_wins_the_lock_keeps_its_file_although_the_plan_said_delete(
     tmp_path: Path,
+    journal_store: str,
 ) -> None:
     session_dir, source_id, plan_file, sha = _setup(tmp_path)
     marker = tmp_path / "published"
@@ -146,6 +173,7 @@ def test_lease_that_wins_the_lock_keeps_its_file_although_the_plan_said_delete(
 
 def test_cleanup_that_wins_the_lock_makes_the_later_prepare_fail_without_publishing(
     tmp_path: Path,
+    journal_store: str,
 ) -> None:
     session_dir, source_id, plan_file, sha = _setup(tmp_path)
     marker = tmp_path / "published"
@@ -154,6 +182,7 @@ def test_cleanup_that_wins_the_lock_makes_the_later_prepare_fail_without_publish
     ) as cleaner:
         # The file is unlinked and cleanup still holds the session lock.
         publisher = _spawn(PUBLISH, str(session_dir), source_id, str(marker), sha)
+        _until_it_waits_for_the_database_lock(publisher)
     code, out, err = _finish(cleaner)
     assert code == 0, err
     [entry] = [e for e in json.loads(out)["entries"] if e["source_id"] == source_id]
@@ -162,12 +191,14 @@ def test_cleanup_that_wins_the_lock_makes_the_later_prepare_fail_without_publish
     assert code == 3, (out, err)
     assert "missing artifact" in out
     assert not marker.exists()
-    view = ArtifactRetentionJournal(session_dir).recover()
+    view = open_journal(session_dir).recover()
     assert not view.is_protected(source_id)
     assert view.pending_transaction_ids == ()
 
 
-def test_apply_waits_for_a_prepare_in_progress_and_then_keeps_the_file(tmp_path: Path) -> None:
+def test_apply_waits_for_a_prepare_in_progress_and_then_keeps_the_file(
+    tmp_path: Path, journal_store: str
+) -> None:
     session_dir, source_id, plan_file, sha = _setup(tmp_path)
     marker = tmp_path / "published"
     with _stopped_at(
@@ -204,13 +235,15 @@ def test_capture_in_progress_survives_a_zero_ttl_cleanup(tmp_path: Path) -> None
     assert ext.read_artifact(out.strip(), 0, 1).startswith("yyy")
 
 
-def test_released_lease_no_longer_protects_and_committed_one_does(tmp_path: Path) -> None:
+def test_released_lease_no_longer_protects_and_committed_one_does(
+    tmp_path: Path, journal_store: str
+) -> None:
     session_dir, source_id, _, sha = _setup(tmp_path)
     marker = tmp_path / "published"
     code, out, err = _finish(_spawn(PUBLISH, str(session_dir), source_id, str(marker), sha))
     assert (code, out.strip()) == (0, "committed"), err
     ext = ToolResultExternalizer(session_dir)
-    journal = ArtifactRetentionJournal(session_dir)
+    journal = open_journal(session_dir)
     policy = ArtifactCleanupPolicy(dry_run=False)
     when = datetime.fromisoformat(LATER)
     plan = ext.plan_cleanup_from_journal(journal, policy=policy, now=when)
@@ -230,10 +263,11 @@ def test_saved_plan_survives_the_round_trip_used_by_the_subprocess(tmp_path: Pat
 
 PROTOCOL = """
 import sys
+from journal_backend import open_journal, open_owner
 from toolswap import *
 session_dir, source_id, sha, mode = sys.argv[1:5]
-owner = SqliteMemoryOwner(session_dir + "/memory.sqlite3")
-journal = ArtifactRetentionJournal(session_dir, owner=owner)
+owner = open_owner(session_dir)
+journal = open_journal(session_dir, owner=owner)
 claim = ArtifactRetentionClaim(source_id=source_id, content_sha256=sha)
 def publisher():
     ref = ToolResultExternalizer(session_dir).get_artifact(source_id).for_memory()
@@ -251,12 +285,12 @@ print("done")
 PLAN_AND_APPLY = """
 import json, sys
 from datetime import datetime
-from toolswap import ArtifactRetentionJournal, SqliteMemoryOwner
+from journal_backend import open_journal, open_owner
 from toolswap.cleanup import ArtifactCleanupPlan, ArtifactCleanupPolicy
 from toolswap.cleanup import apply_cleanup_from_journal, plan_cleanup_from_journal
 session_dir, plan_file, now = sys.argv[1], sys.argv[2], datetime.fromisoformat(sys.argv[3])
-owner = SqliteMemoryOwner(session_dir + "/memory.sqlite3")
-journal = ArtifactRetentionJournal(session_dir, owner=owner)
+owner = open_owner(session_dir)
+journal = open_journal(session_dir, owner=owner)
 if plan_file == "-":
     policy = ArtifactCleanupPolicy(dry_run=False)
     plan = plan_cleanup_from_journal(journal, policy=policy, now=now)
@@ -278,20 +312,19 @@ PROTOCOL_STEPS = [
 
 
 def _owner_setup(tmp_path: Path) -> tuple[Path, str, str, Path]:
-    from toolswap import SqliteMemoryOwner
-
     session_dir, source_id, plan_file, sha = _setup(tmp_path)
-    SqliteMemoryOwner(session_dir / "memory.sqlite3")
+    open_owner(session_dir)  # its database exists before the processes race
     return session_dir, source_id, sha, plan_file
 
 
 def _check_final_state(session_dir: Path, source_id: str, protects: bool, refused: bool) -> None:
-    from toolswap import SqliteMemoryOwner
-
-    owner = SqliteMemoryOwner(session_dir / "memory.sqlite3")
-    journal = ArtifactRetentionJournal(session_dir, owner=owner)
+    owner = open_owner(session_dir)
+    journal = open_journal(session_dir, owner=owner)
     view = journal.recover()
     assert view.pending_transaction_ids == ()
+    # Every process used the backend's journal: a database journal leaves no file.
+    local = journal_backend.postgres_dsn() is None
+    assert (session_dir / "retention-leases.jsonl").exists() == local
     if refused:
         assert journal.transaction("tx") is None
         assert owner.get("tx") is None
@@ -303,10 +336,16 @@ def _check_final_state(session_dir: Path, source_id: str, protects: bool, refuse
         assert view.is_protected(stored.reference.source.source_id)
 
 
-@pytest.mark.parametrize("saved_plan", [True, False], ids=["apply-saved-plan", "plan-then-apply"])
+@pytest.mark.parametrize(
+    ("saved_plan", "journal_store"),
+    # A saved plan applied late runs on PostgreSQL in the stale-plan and lock-order tests.
+    [(True, "local"), (False, "local"), (False, "postgres")],
+    ids=["apply-saved-plan-local", "plan-then-apply-local", "plan-then-apply-postgres"],
+    indirect=["journal_store"],
+)
 @pytest.mark.parametrize(("point", "mode", "protects"), PROTOCOL_STEPS)
 def test_cleanup_running_while_the_protocol_waits_at_each_step_never_strands_a_reference(
-    tmp_path: Path, point: str, mode: str, protects: bool, saved_plan: bool
+    tmp_path: Path, journal_store: str, point: str, mode: str, protects: bool, saved_plan: bool
 ) -> None:
     session_dir, source_id, sha, plan_file = _owner_setup(tmp_path)
     with _stopped_at(tmp_path, point, PROTOCOL, str(session_dir), source_id, sha, mode) as proto:
@@ -323,11 +362,12 @@ def test_cleanup_running_while_the_protocol_waits_at_each_step_never_strands_a_r
 @pytest.mark.parametrize("point", ["cleanup.locked", "cleanup.claims_folded", "cleanup.verified"])
 @pytest.mark.parametrize("mode", ["publish", "publish_remove"])
 def test_protocol_starting_while_cleanup_holds_the_lock_waits_and_then_fails_or_protects(
-    tmp_path: Path, point: str, mode: str
+    tmp_path: Path, journal_store: str, point: str, mode: str
 ) -> None:
     session_dir, source_id, sha, plan_file = _owner_setup(tmp_path)
     with _stopped_at(tmp_path, point, PLAN_AND_APPLY, str(session_dir), str(plan_file), LATER) as c:
         proto = _spawn(PROTOCOL, str(session_dir), source_id, sha, mode)
+        _until_it_waits_for_the_database_lock(proto)
     code, out, err = _finish(c)
     assert code == 0, err
     [entry] = [e for e in json.loads(out)["entries"] if e["source_id"] == source_id]
@@ -357,3 +397,68 @@ def test_externalize_waiting_at_its_link_ends_readable_or_recorded_as_collected(
     with suppress(ArtifactCollectedError):
         assert ext.read_artifact(new_id.strip(), 0, 1).startswith("yyy")
     assert [f for f in verify_session(ext.session) if f.kind.is_problem] == []
+
+
+def _entry(report: str, source_id: str) -> str:
+    [entry] = [e for e in json.loads(report)["entries"] if e["source_id"] == source_id]
+    return str(entry["status"])
+
+
+# Where the publisher is killed -> does the owner hold the reference afterwards.
+KILLED_PUBLISHER = {
+    "journal.prepared.appended": False,
+    "journal.prepared.fsynced": False,
+    "owner.publishing": False,
+    "owner.published": True,
+    "journal.committed.appended": True,
+}
+
+
+@pytest.mark.parametrize("point", sorted(KILLED_PUBLISHER))
+def test_gc_after_a_publisher_killed_mid_publish_keeps_the_file_until_the_owner_settles_it(
+    tmp_path: Path, journal_store: str, point: str
+) -> None:
+    session_dir, source_id, sha, plan_file = _owner_setup(tmp_path)
+    killed = _spawn(PROTOCOL, str(session_dir), source_id, sha, "publish", crash=point)
+    code, _, err = _finish(killed)
+    assert code == -signal.SIGKILL, err
+    owner = open_owner(session_dir)
+    journal = open_journal(session_dir, owner=owner)
+    lease = journal.transaction("tx")
+    if journal_store == "postgres" and point == "journal.prepared.appended":
+        # The PREPARED record's transaction never committed: no lease, and the publisher
+        # never ran, so nothing refers to the file and gc may take it.
+        assert lease is None and owner.get("tx") is None
+        code, out, err = _finish(_spawn(PLAN_AND_APPLY, str(session_dir), str(plan_file), LATER))
+        assert (code, _entry(out, source_id)) == (0, "deleted"), err
+        return
+    assert lease is not None
+    # Pending (or committed, when only the database's commit was lost) protects the file:
+    # the saved plan from before the publish and a fresh plan both keep it.
+    for plan in (str(plan_file), "-"):
+        code, out, err = _finish(_spawn(PLAN_AND_APPLY, str(session_dir), plan, LATER))
+        assert (code, _entry(out, source_id)) == (0, "retained_referenced"), err
+    # Reconciliation settles the lease by what the owner holds; gc then follows it.
+    journal.reconcile_pending(owner)
+    holds = KILLED_PUBLISHER[point]
+    assert (owner.get("tx") is not None) == holds
+    code, out, err = _finish(_spawn(PLAN_AND_APPLY, str(session_dir), "-", LATER))
+    assert code == 0, err
+    assert _entry(out, source_id) == ("retained_referenced" if holds else "deleted")
+    _check_final_state(session_dir, source_id, protects=holds, refused=False)
+
+
+@pytest.mark.parametrize("mode", ["publish", "publish_remove"])
+def test_a_stale_plan_applied_after_the_protocol_finished_follows_the_journal_not_the_plan(
+    tmp_path: Path, journal_store: str, mode: str
+) -> None:
+    session_dir, source_id, sha, plan_file = _owner_setup(tmp_path)
+    # The plan (made before any reference) says delete; then a reference is published
+    # (and, in one case, removed again) before the plan is applied.
+    code, out, err = _finish(_spawn(PROTOCOL, str(session_dir), source_id, sha, mode))
+    assert (code, out.strip()) == (0, "done"), err
+    code, out, err = _finish(_spawn(APPLY, str(session_dir), str(plan_file), LATER))
+    assert code == 0, err
+    referenced = mode == "publish"
+    assert _entry(out, source_id) == ("retained_referenced" if referenced else "deleted")
+    _check_final_state(session_dir, source_id, protects=referenced, refused=False)

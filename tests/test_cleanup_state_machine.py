@@ -5,10 +5,15 @@ between them, with the plan going stale as in production. The memory owner is th
 SQLite owner; a "crash" is a real subprocess killed with SIGKILL in the middle of a
 publish. Invariant, checked after every step: no artifact with an active or pending claim
 is missing, and each still verifies against its digest.
+
+It runs again with the journal (records, lock, checkpoint) and the owner in PostgreSQL:
+gc then plans and applies under the database's advisory lock, and every restart and
+crashed publisher opens the journal from the database.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -28,15 +33,17 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
+import journal_backend
+from journal_backend import open_journal, open_owner
+from postgres_server import PostgresServer
 from toolswap import (
     ArtifactLeasePhase,
     ArtifactReconcileStatus,
     ArtifactRetentionClaim,
     ArtifactRetentionError,
-    ArtifactRetentionJournal,
-    SqliteMemoryOwner,
     ToolResultExternalizer,
 )
 from toolswap.cleanup import ArtifactCleanupPlan, ArtifactCleanupPolicy, ArtifactCleanupStatus
@@ -44,10 +51,11 @@ from toolswap.cleanup import ArtifactCleanupPlan, ArtifactCleanupPolicy, Artifac
 LATER = datetime.now(UTC) + timedelta(days=2)
 CRASHING_PUBLISH = """
 import sys
+from journal_backend import open_journal, open_owner
 from toolswap import *
 session_dir, source_id, sha, tx = sys.argv[1:5]
-owner = SqliteMemoryOwner(session_dir + "/memory.sqlite3")
-journal = ArtifactRetentionJournal(session_dir, owner=owner)
+owner = open_owner(session_dir)
+journal = open_journal(session_dir, owner=owner)
 ref = ToolResultExternalizer(session_dir).get_artifact(source_id).for_memory()
 claim = ArtifactRetentionClaim(source_id=source_id, content_sha256=sha)
 journal.publish_reference(claim, lambda: owner.publish(tx, ref), transaction_id=tx)
@@ -64,16 +72,24 @@ class PublishTimedOut(RuntimeError):
     """A publisher whose outcome is unknown: the lease must stay PREPARED."""
 
 
+_SCHEMAS = itertools.count(1)
+
+
 class CleanupMachine(RuleBasedStateMachine):
     artifacts = Bundle("artifacts")
+    dsn = ""
+    """Set: the journal and the owner live in PostgreSQL (a schema per example)."""
 
     @initialize()
     def open_session(self) -> None:
+        if self.dsn:
+            schema = f"cleanup_{os.getpid()}_{next(_SCHEMAS)}"
+            os.environ[journal_backend.ENV] = journal_backend.spec(schema, self.dsn)
         self.tmp = Path(tempfile.mkdtemp(prefix="toolswap-sm-"))
         self.root = self.tmp / "s1"
         self.ext = ToolResultExternalizer(self.root)
-        self.owner = SqliteMemoryOwner(self.root / "memory.sqlite3")
-        self.journal = ArtifactRetentionJournal(self.root, owner=self.owner)
+        self.owner = open_owner(self.root)
+        self.journal = open_journal(self.root, owner=self.owner)
         self.committed: dict[str, str] = {}
         self.pending: dict[str, str] = {}
         self.digests: dict[str, str] = {}
@@ -84,6 +100,7 @@ class CleanupMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if hasattr(self, "tmp"):
             shutil.rmtree(self.tmp, ignore_errors=True)
+        os.environ.pop(journal_backend.ENV, None)
 
     def _tx(self) -> str:
         self.next_tx += 1
@@ -144,7 +161,7 @@ class CleanupMachine(RuleBasedStateMachine):
                 self.digests[source_id],
                 tx,
             ],
-            env=dict(os.environ, TOOLSWAP_CRASH_POINT=point),
+            env=dict(journal_backend.child_env(), TOOLSWAP_CRASH_POINT=point),
             capture_output=True,
             check=False,
         )
@@ -178,8 +195,8 @@ class CleanupMachine(RuleBasedStateMachine):
     @rule()
     def restart(self) -> None:
         self.ext = ToolResultExternalizer(self.root)
-        self.owner = SqliteMemoryOwner(self.root / "memory.sqlite3")
-        self.journal = ArtifactRetentionJournal(self.root, owner=self.owner)
+        self.owner = open_owner(self.root)
+        self.journal = open_journal(self.root, owner=self.owner)
 
     @rule()
     def plan_cleanup(self) -> None:
@@ -209,6 +226,8 @@ class CleanupMachine(RuleBasedStateMachine):
             return
         view = self.journal.recover(now=LATER)
         assert set(view.pending_transaction_ids) == set(self.pending)
+        if self.dsn:  # the journal is in the database alone
+            assert not (self.root / "retention-leases.jsonl").exists()
         assert set(view.claims) == {*self.committed.values(), *self.pending.values()}
 
     @invariant()
@@ -227,3 +246,22 @@ CleanupMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_cleanup_never_loses_a_protected_artifact = CleanupMachine.TestCase
+
+
+class PostgresCleanupMachine(CleanupMachine):
+    """The same machine with the journal and the owner in PostgreSQL."""
+
+
+def test_cleanup_never_loses_a_protected_artifact_with_the_journal_in_postgres(
+    postgres_server: PostgresServer,
+) -> None:
+    PostgresCleanupMachine.dsn = postgres_server.dsn
+    run_state_machine_as_test(
+        PostgresCleanupMachine,
+        settings=settings(
+            max_examples=5,  # the fleet machine runs it with the store in S3 as well
+            stateful_step_count=20,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )

@@ -2,13 +2,14 @@
 
 After each crash a fresh process checks: the referenced artifact is intact, the manifest
 and the journal verify, and a second plan/apply finishes the job without losing a word
-about what was collected.
+about what was collected. It runs with the session's journal file and with the journal
+and its owner in PostgreSQL, where the killed cleanup held the journal's advisory lock
+(the server releases it with the dead connection, so the next cleanup gets it).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+import journal_backend
+from journal_backend import open_journal
 from toolswap import (
     CRASH_POINTS,
     ArtifactCollectedError,
     ArtifactRetentionClaim,
-    ArtifactRetentionJournal,
     ToolResultExternalizer,
 )
 from toolswap.cleanup import ArtifactCleanupPolicy, ArtifactCleanupStatus
@@ -33,11 +35,11 @@ LATER = datetime.now(UTC) + timedelta(days=2)
 APPLY = """
 import json, sys
 from datetime import datetime
-from toolswap import ArtifactRetentionJournal
+from journal_backend import open_journal
 from toolswap.cleanup import ArtifactCleanupPlan, apply_cleanup_from_journal
 plan = ArtifactCleanupPlan.from_dict(json.loads(open(sys.argv[2], encoding="utf-8").read()))
 apply_cleanup_from_journal(
-    plan, ArtifactRetentionJournal(sys.argv[1]), now=datetime.fromisoformat(sys.argv[3])
+    plan, open_journal(sys.argv[1]), now=datetime.fromisoformat(sys.argv[3])
 )
 """
 
@@ -61,13 +63,13 @@ def test_the_cleanup_crash_matrix_covers_every_cleanup_point() -> None:
 
 @pytest.mark.parametrize("point", CLEANUP_POINTS)
 def test_cleanup_killed_at_a_durable_step_loses_nothing_referenced_and_finishes_later(
-    tmp_path: Path, point: str
+    tmp_path: Path, point: str, journal_store: str
 ) -> None:
     session_dir = tmp_path / "s1"
     ext = ToolResultExternalizer(session_dir)
     kept = ext.externalize("referenced\n" * 10_000, "t").artifact
     orphan = ext.externalize("orphan\n" * 10_000, "t").artifact
-    journal = ArtifactRetentionJournal(session_dir)
+    journal = open_journal(session_dir)
     claim = ArtifactRetentionClaim.from_memory_reference(kept.for_memory())
     journal.publish_reference(claim, lambda: None, transaction_id="tx-kept")
     policy = ArtifactCleanupPolicy(dry_run=False)
@@ -78,7 +80,7 @@ def test_cleanup_killed_at_a_durable_step_loses_nothing_referenced_and_finishes_
 
     crashed = subprocess.run(
         [sys.executable, "-c", APPLY, str(session_dir), str(plan_file), LATER.isoformat()],
-        env=dict(os.environ, TOOLSWAP_CRASH_POINT=point),
+        env=dict(journal_backend.child_env(), TOOLSWAP_CRASH_POINT=point),
         capture_output=True,
         text=True,
         check=False,
@@ -88,7 +90,7 @@ def test_cleanup_killed_at_a_durable_step_loses_nothing_referenced_and_finishes_
     # A fresh process: everything referenced is intact and both logs verify.
     fresh = ToolResultExternalizer(session_dir)
     fresh.reader.verify(kept.source_id)
-    view = ArtifactRetentionJournal(session_dir).recover(now=LATER)
+    view = open_journal(session_dir).recover(now=LATER)
     assert view.is_protected(kept.source_id)
     problems = [f for f in verify_session(fresh.session) if f.kind.is_problem]
     assert problems == []
@@ -101,10 +103,8 @@ def test_cleanup_killed_at_a_durable_step_loses_nothing_referenced_and_finishes_
         assert fresh.read_artifact(orphan.source_id, 0, 1) == "orphan"
 
     # A later run finishes the job.
-    again = fresh.plan_cleanup_from_journal(
-        ArtifactRetentionJournal(session_dir), policy=policy, now=LATER
-    )
-    fresh.apply_cleanup_from_journal(again, ArtifactRetentionJournal(session_dir), now=LATER)
+    again = fresh.plan_cleanup_from_journal(open_journal(session_dir), policy=policy, now=LATER)
+    fresh.apply_cleanup_from_journal(again, open_journal(session_dir), now=LATER)
     assert not orphan_path.exists()
     with pytest.raises(ArtifactCollectedError):
         fresh.read_artifact(orphan.source_id)
@@ -113,3 +113,5 @@ def test_cleanup_killed_at_a_durable_step_loses_nothing_referenced_and_finishes_
     assert statuses[kept.filename] is ArtifactCleanupStatus.RETAINED_REFERENCED
     assert [f for f in verify_session(fresh.session) if f.kind.is_problem] == []
     assert FindingKind.OK in {f.kind for f in verify_session(fresh.session)}
+    # Both processes used the backend's journal (a database journal writes no file).
+    assert (session_dir / "retention-leases.jsonl").exists() == (journal_store == "local")

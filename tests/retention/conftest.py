@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import journal_backend
 from postgres_server import PostgresServer, unavailable_reason
 from toolswap import (
     ArtifactMemoryReference,
@@ -139,9 +140,9 @@ class Env:
         env = dict(os.environ)
         for name in ("TOOLSWAP_CRASH_POINT", "TOOLSWAP_SYNC_POINT", "TOOLSWAP_SYNC_DIR"):
             env.pop(name, None)
-        env.pop("TOOLSWAP_TEST_JOURNAL_STORE", None)
+        env.pop(journal_backend.ENV, None)
         if self.shared_journal:
-            env["TOOLSWAP_TEST_JOURNAL_STORE"] = f"postgres|{self.schema}|{self.dsn}"
+            env[journal_backend.ENV] = journal_backend.spec(self.schema, self.dsn)
         if crash is not None:
             env["TOOLSWAP_CRASH_POINT"] = crash
         if sync is not None:

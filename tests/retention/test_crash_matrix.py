@@ -144,6 +144,30 @@ def test_crash_matrix_exercises_every_point_of_the_retention_protocol() -> None:
     assert exercised == RETENTION_POINTS
 
 
+CHECKPOINT_FILE_POINTS = {p for p in RETENTION_POINTS if p.startswith("journal.checkpoint.")}
+"""The checkpoint file's own steps: a checkpoint in PostgreSQL is one upsert, committed
+whole or not at all, and never reaches them."""
+
+
+def test_with_the_journal_in_postgresql_every_point_it_reaches_is_crashed() -> None:
+    shared = {case.values[2] for case in CASES if case.values[0] == "postgres-journal"}
+    assert shared == RETENTION_POINTS - CHECKPOINT_FILE_POINTS
+
+
+@pytest.mark.parametrize("env", ["postgres-journal"], indirect=True)
+def test_a_checkpoint_in_postgresql_passes_none_of_the_checkpoint_file_s_steps(
+    env: Env,
+) -> None:
+    env.publish("tx")
+    for point in sorted(CHECKPOINT_FILE_POINTS):
+        written = env.run("checkpoint", crash=point)
+        assert (written.code, written.out) == (0, 2), (point, written.err)
+    assert not (env.session_dir / "retention-leases.checkpoint").exists()
+    recovered = env.run("recover")
+    assert recovered.code == 0, recovered.err
+    assert recovered.out["after"]["leases"] == {"tx": C}
+
+
 def _check_owner_references_are_protected(state: dict[str, Any]) -> None:
     for tx, (source_id, _) in state["owner"].items():
         assert source_id in state["protected"], (tx, state)

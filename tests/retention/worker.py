@@ -2,7 +2,8 @@
 
 Usage: ``python worker.py ACTION SESSION_DIR OWNER [ARGS...]``; prints one JSON line.
 OWNER is a SQLite owner database, or ``postgres|SCHEMA|DSN``. With
-``TOOLSWAP_TEST_JOURNAL_STORE=postgres|SCHEMA|DSN`` the journal lives in PostgreSQL too.
+``TOOLSWAP_TEST_JOURNAL_STORE=postgres|SCHEMA|DSN`` the journal lives in PostgreSQL too
+(see ``tests/journal_backend.py``).
 The tests kill it with ``TOOLSWAP_CRASH_POINT`` or stop it with ``TOOLSWAP_SYNC_POINT``.
 
 Actions:
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from toolswap import (
@@ -34,6 +35,9 @@ from toolswap import (
     SqliteMemoryOwner,
     ToolResultExternalizer,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from journal_backend import open_journal
 
 if TYPE_CHECKING:
     from toolswap.retention.owners.postgres import PostgresMemoryOwner
@@ -48,17 +52,6 @@ def open_owner(spec: str, fence: Literal["immediate", "optimistic"]) -> Owner:
         _, schema, dsn = spec.split("|", 2)
         return PostgresMemoryOwner(dsn, schema=schema, fence=fence)
     return SqliteMemoryOwner(spec, fence=fence)
-
-
-def open_journal(session_dir: str, owner: Owner) -> ArtifactRetentionJournal:
-    spec = os.environ.get("TOOLSWAP_TEST_JOURNAL_STORE")
-    if not spec:
-        return ArtifactRetentionJournal(session_dir, owner=owner)
-    from toolswap.retention.postgres_journal import PostgresJournalStore
-
-    _, schema, dsn = spec.split("|", 2)
-    store = PostgresJournalStore(dsn, session_dir, schema=schema)
-    return ArtifactRetentionJournal(session_dir, owner=owner, store=store)
 
 
 def _state(journal: ArtifactRetentionJournal, owner: Owner) -> dict[str, object]:
@@ -88,7 +81,7 @@ def main(argv: list[str]) -> None:
     )
     owner = open_owner(owner_db, fence)
     ext = ToolResultExternalizer(session_dir)
-    journal = open_journal(session_dir, owner)
+    journal = open_journal(session_dir, owner=owner)
 
     def claim_for(source_id: str) -> ArtifactRetentionClaim:
         return ArtifactRetentionClaim.from_memory_reference(
@@ -154,7 +147,7 @@ def main(argv: list[str]) -> None:
     elif action == "recover":
         # A fresh process: recover (full verification), reconcile, then finish removals
         # whose owner side completed before the crash (the remover is idempotent).
-        fresh = open_journal(session_dir, owner)
+        fresh = open_journal(session_dir, owner=owner)
         before = _state(fresh, owner)
         reports = [r.to_dict() for r in fresh.reconcile_pending(owner)]
         owned = {r.transaction_id for r in owner.list_references()}

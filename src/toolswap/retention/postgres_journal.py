@@ -22,10 +22,13 @@ sequence number, and the loser's append fails without writing.
 
 **Checkpoint.** ``lease_journal_checkpoints`` keeps the newest checkpoint of the fold
 (same encoding as the file checkpoint, with its own digest). It is used only when it is
-intact, of this session, and the journal's record at its sequence has its hash: the
-records before it cannot change (append-only table), so that one lookup verifies the
-prefix. A damaged or foreign checkpoint is ignored; one naming a record the journal does
-not hold is refused.
+intact, of this session, the journal's record at its sequence has its hash, and the
+stored records up to it hash to its ``prefix_sha256`` (the server hashes them, one pass
+like the file checkpoint's prefix hash): the triggers keep the rows append-only, but a
+superuser, a restored backup or a corrupt page can still change one, and the fold must
+never be trusted over records that changed. A damaged or foreign checkpoint (or one
+without ``prefix_sha256``) is ignored; one whose records the journal lost or changed is
+refused.
 
 **Errors.** A database failure while reading or appending raises
 :class:`~toolswap.errors.ArtifactLeaseJournalError` (nothing may be deleted meanwhile);
@@ -34,6 +37,7 @@ an append whose commit was lost is found by the next read, never written twice.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -53,6 +57,9 @@ from .journal_store import JournalStore
 from .lease import ArtifactLeaseTransaction
 
 __all__ = ["PostgresJournalStore"]
+
+_PREFIX_BLOCK = 10_000
+"""Records the server hashes per block for ``prefix_sha256`` (bounds its memory)."""
 
 
 def _journal_error(action: str, exc: psycopg.Error) -> ArtifactLeaseJournalError:
@@ -170,6 +177,17 @@ class PostgresJournalStore(JournalStore):
         ).fetchone()
         return None if row is None else str(row[0])
 
+    def prefix_sha256(self, conn: psycopg.Connection[Any], seq: int) -> str:
+        """The SHA-256 of the SHA-256s of the stored records 1..``seq``, in blocks of
+        ``_PREFIX_BLOCK`` (the server hashes the bytes; only the block digests travel)."""
+        rows = conn.execute(
+            "SELECT (seq - 1) / %(block)s AS block, sha256(string_agg(line, ''::bytea ORDER BY "
+            "seq)) FROM lease_journal WHERE journal_key = %(key)s AND seq <= %(seq)s "
+            "GROUP BY block ORDER BY block",
+            {"block": _PREFIX_BLOCK, "key": self.journal_key, "seq": seq},
+        ).fetchall()
+        return hashlib.sha256(b"".join(bytes(digest) for _, digest in rows)).hexdigest()
+
     # -- the checkpoint --------------------------------------------------------------
 
     def _checkpoint_row(self) -> tuple[int, str, dict[str, Any]] | None:
@@ -183,15 +201,22 @@ class PostgresJournalStore(JournalStore):
             decoded = _checkpoint.decode_checkpoint(bytes(row[0]), self.session.session_id)
             if decoded is None:
                 return None
-            held = self.record_hash(conn, decoded[0])
-        if held != decoded[1]:
-            what = "does not hold" if held is None else "holds another"
-            raise ArtifactLeaseJournalError(
-                f"{self.name}: the journal {what} record {decoded[0]} that its checkpoint "
-                "covers: records were lost or rewritten; nothing may be deleted until the "
-                "journal is restored"
-            )
-        return decoded
+            seq, held = decoded[0], self.record_hash(conn, decoded[0])
+            prefix = decoded[2].get("prefix_sha256")
+            if held is None:
+                problem = f"does not hold record {seq} that its checkpoint covers"
+            elif held != decoded[1]:
+                problem = f"holds another record {seq} than its checkpoint covers"
+            elif not isinstance(prefix, str):
+                return None  # nothing pins the records before it: fold them all
+            elif self.prefix_sha256(conn, seq) != prefix:
+                problem = f"holds other records up to {seq} than its checkpoint covers"
+            else:
+                return decoded
+        raise ArtifactLeaseJournalError(
+            f"{self.name}: the journal {problem}: records were lost or rewritten; nothing "
+            "may be deleted until the journal is restored"
+        )
 
     def load_checkpoint(self) -> _checkpoint.FoldCheckpoint | None:
         decoded = self._checkpoint_row()
@@ -205,15 +230,20 @@ class PostgresJournalStore(JournalStore):
         seq, digest = log.head
         if seq == 0:
             return False
-        data = _checkpoint.encode_checkpoint(
-            self.session.session_id,
-            seq=seq,
-            digest=digest,
-            leases=leases,
-            hashes=hashes,
-            extra={"journal_key": self.journal_key},
-        )
         with self._pg.connection("writing the checkpoint") as conn:
+            # The records were verified as they were folded; the prefix hash pins them.
+            extra: dict[str, object] = {
+                "journal_key": self.journal_key,
+                "prefix_sha256": self.prefix_sha256(conn, seq),
+            }
+            data = _checkpoint.encode_checkpoint(
+                self.session.session_id,
+                seq=seq,
+                digest=digest,
+                leases=leases,
+                hashes=hashes,
+                extra=extra,
+            )
             conn.execute(
                 "INSERT INTO lease_journal_checkpoints (journal_key, seq, body) "
                 "VALUES (%s, %s, %s) ON CONFLICT (journal_key) DO UPDATE "
