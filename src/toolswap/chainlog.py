@@ -222,7 +222,11 @@ class ChainLog:
         return records
 
     def _verify(self, line: bytes, offset: int) -> dict[str, Any]:
-        where = f"record at byte {offset} (sequence {self._seq + 1})"
+        where = (
+            f"record at byte {offset} (sequence {self._seq + 1})"
+            if offset >= 0
+            else f"record {self._seq + 1}"  # a row or an object: no byte offset
+        )
         if len(line) <= _SUFFIX_LEN or line[-_SUFFIX_LEN:][: len(_HASH_PREFIX)] != _HASH_PREFIX:
             raise self._fail(f"{where} is not a hash-chained record")
         if line[-3:] != b'"}\n':

@@ -291,7 +291,7 @@ class _PostgresChainLog(ChainLog):
         from_start = self._seq == 0
         floor_seq, floor_hash = self._floor
         self._watch_seq, self._floor_seen = floor_seq, None
-        records = [self._verify(bytes(line), int(seq)) for seq, line in rows]
+        records = [self._verify(bytes(line), -1) for _, line in rows]
         if from_start and floor_seq > 0 and self._floor_seen != floor_hash:
             raise self._fail(
                 f"no longer holds record {floor_seq} that this process verified before "
