@@ -1,0 +1,489 @@
+"""What cleanup decides, apart from where the files are: statuses, policy, plans, reports,
+the claim index, the verdict on one file or object, and the limits.
+
+Nothing here touches a file or a store; :mod:`toolswap.cleanup` (local files) and
+:mod:`toolswap._cleanup_store` (objects of a session kept in a shared store) do, and both
+decide through :func:`verdict` and :func:`claimed_since`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Protocol, cast
+
+from .artifact import (
+    parse_artifact_filename,
+    parse_artifact_source_id,
+    parse_temporary_filename,
+    validate_session_id,
+)
+from .errors import CleanupError
+from .session import Session
+
+__all__ = [
+    "ArtifactCleanupPlan",
+    "ArtifactCleanupPolicy",
+    "ArtifactCleanupReport",
+    "ArtifactCleanupStatus",
+    "ClaimIndex",
+    "ClaimView",
+    "CleanupClaim",
+    "CleanupEntry",
+    "JournalLike",
+    "Limits",
+    "S",
+    "capture_alive",
+    "claimed_since",
+    "claims_of",
+    "index_claims",
+    "owned_name",
+    "utc_now",
+    "verdict",
+]
+
+
+class ArtifactCleanupStatus(StrEnum):
+    """The spec's eleven statuses: what cleanup decided (plan) or did (apply) for a file."""
+
+    RETAINED_REFERENCED = "retained_referenced"
+    RETAINED_RECENT = "retained_recent"
+    RETAINED_LIMIT = "retained_limit"
+    RETAINED_UNKNOWN = "retained_unknown"
+    DENIED = "denied"
+    RETAINED_CORRUPT = "retained_corrupt"
+    MISSING_REFERENCED = "missing_referenced"
+    PLANNED_DELETE = "planned_delete"
+    DELETED = "deleted"
+    ALREADY_MISSING = "already_missing"
+    RACE_DETECTED = "race_detected"
+
+
+S = ArtifactCleanupStatus
+
+
+class CleanupClaim(Protocol):
+    """What cleanup reads of a retention claim (``ArtifactRetentionClaim`` fits)."""
+
+    @property
+    def source_id(self) -> str: ...
+    @property
+    def content_sha256(self) -> str: ...
+    @property
+    def retain_until(self) -> datetime | None: ...
+
+
+class ClaimView(Protocol):
+    """What cleanup reads of a journal's recovered view (``ArtifactClaimView`` fits)."""
+
+    @property
+    def claims(self) -> Mapping[str, CleanupClaim]: ...
+    @property
+    def pending_transaction_ids(self) -> tuple[str, ...]: ...
+
+
+class JournalLike(Protocol):
+    """What cleanup needs of ``ArtifactRetentionJournal``."""
+
+    @property
+    def session(self) -> Session: ...
+    def recover(self, now: datetime | None = None) -> ClaimView: ...
+    def lock(self) -> AbstractContextManager[None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactCleanupPolicy:
+    """How much cleanup may delete. Dry run is the default."""
+
+    orphan_ttl_seconds: float = 24 * 60 * 60
+    """A file without an active claim is kept until it is at least this old."""
+    max_deletions: int | None = None
+    """At most this many deletions per run; the oldest go first."""
+    dry_run: bool = True
+    """Plan only: ``apply`` reports what it would delete and deletes nothing."""
+    max_bytes: int | None = None
+    """Size budget: delete expired orphans, oldest first, only until the session (or the
+    whole home, for an all-sessions plan) is at or under this many bytes."""
+
+    def __post_init__(self) -> None:
+        ttl = self.orphan_ttl_seconds
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl >= 0:
+            raise CleanupError("orphan_ttl_seconds must be a non-negative number")
+        for name in ("max_deletions", "max_bytes"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise CleanupError(f"{name} must be a non-negative integer or None")
+        if not isinstance(self.dry_run, bool):
+            raise CleanupError("dry_run must be a bool")
+
+    def stricter(self, other: ArtifactCleanupPolicy) -> ArtifactCleanupPolicy:
+        """The policy that deletes no more than either: the longer TTL, the lower deletion
+        limit, the larger size budget (a set budget beats none), dry run if either is."""
+
+        def low(a: int | None, b: int | None) -> int | None:
+            return b if a is None else a if b is None else min(a, b)
+
+        budgets = [b for b in (self.max_bytes, other.max_bytes) if b is not None]
+        return ArtifactCleanupPolicy(
+            orphan_ttl_seconds=max(self.orphan_ttl_seconds, other.orphan_ttl_seconds),
+            max_deletions=low(self.max_deletions, other.max_deletions),
+            dry_run=self.dry_run or other.dry_run,
+            max_bytes=max(budgets) if budgets else None,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "orphan_ttl_seconds": self.orphan_ttl_seconds,
+            "max_deletions": self.max_deletions,
+            "dry_run": self.dry_run,
+            "max_bytes": self.max_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupEntry:
+    """One file of ``tool-results/`` (or one claim whose file is gone)."""
+
+    name: str
+    """File name inside ``tool-results/`` (never a path)."""
+    status: ArtifactCleanupStatus
+    reason: str
+    source_id: str | None = None
+    size: int | None = None
+    mtime_ns: int | None = None
+    device: int | None = None
+    inode: int | None = None
+    sha256: str | None = None
+    version: str | None = None
+    """The object version planned on (a session kept in a store; None for a local file)."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "reason": self.reason,
+            "source_id": self.source_id,
+            "size": self.size,
+            "mtime_ns": self.mtime_ns,
+            "device": self.device,
+            "inode": self.inode,
+            "sha256": self.sha256,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> CleanupEntry:
+        """Parse an entry from a saved plan (untrusted input: every field is checked)."""
+        try:
+            name = data["name"]
+            status = ArtifactCleanupStatus(str(data["status"]))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CleanupError(f"invalid plan entry: {exc}") from None
+        if not isinstance(name, str) or not owned_name(name):
+            raise CleanupError(f"invalid plan entry name {str(name)[:80]!r}")
+        ints: dict[str, int | None] = {}
+        for key in ("size", "mtime_ns", "device", "inode"):
+            value = data.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise CleanupError(f"invalid plan entry {key}")
+            ints[key] = value
+        sha = data.get("sha256")
+        if sha is not None and (not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha)):
+            raise CleanupError("invalid plan entry sha256")
+        source_id = data.get("source_id")
+        if source_id is not None:
+            if not isinstance(source_id, str):
+                raise CleanupError("invalid plan entry source_id")
+            parse_artifact_source_id(source_id)
+        version = data.get("version")
+        if version is not None and (not isinstance(version, str) or not 0 < len(version) <= 256):
+            raise CleanupError("invalid plan entry version")
+        return cls(
+            name=name,
+            status=status,
+            reason=str(data.get("reason", "")),
+            source_id=source_id,
+            sha256=sha,
+            size=ints["size"],
+            mtime_ns=ints["mtime_ns"],
+            device=ints["device"],
+            inode=ints["inode"],
+            version=version,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactCleanupPlan:
+    """The read-only result of planning; feed it to ``apply``."""
+
+    session_id: str
+    created_at: datetime
+    policy: ArtifactCleanupPolicy
+    entries: tuple[CleanupEntry, ...]
+    total_bytes: int = 0
+    """Bytes in ``tool-results/`` when planned."""
+    budget_note: str | None = None
+    """Set when ``max_bytes`` cannot be met, saying why."""
+
+    @property
+    def planned(self) -> tuple[CleanupEntry, ...]:
+        return tuple(e for e in self.entries if e.status is S.PLANNED_DELETE)
+
+    def counts(self) -> dict[str, int]:
+        """How many entries have each status."""
+        return dict(Counter(entry.status.value for entry in self.entries))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kind": "toolswap.cleanup_plan",
+            "session": self.session_id,
+            "created_at": self.created_at.isoformat(),
+            "policy": self.policy.to_dict(),
+            "total_bytes": self.total_bytes,
+            "budget_note": self.budget_note,
+            "counts": self.counts(),
+            "entries": [e.to_dict() for e in self.entries],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> ArtifactCleanupPlan:
+        """Rebuild a saved plan, validating every field (a plan file is untrusted)."""
+        if data.get("kind") != "toolswap.cleanup_plan":
+            raise CleanupError("not a toolswap cleanup plan")
+        raw_entries = data.get("entries")
+        raw_policy = data.get("policy")
+        total = data.get("total_bytes", 0)
+        note = data.get("budget_note")
+        if not isinstance(raw_entries, list) or not all(
+            isinstance(e, Mapping) for e in raw_entries
+        ):
+            raise CleanupError("invalid cleanup plan: entries must be a list of objects")
+        if not isinstance(raw_policy, Mapping):
+            raise CleanupError("invalid cleanup plan: policy must be an object")
+        if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+            raise CleanupError("invalid cleanup plan: total_bytes must be a non-negative integer")
+        if note is not None and not isinstance(note, str):
+            raise CleanupError("invalid cleanup plan: budget_note must be a string")
+        try:
+            session_id = validate_session_id(str(data.get("session")))
+            created = datetime.fromisoformat(str(data.get("created_at")))
+        except ValueError as exc:
+            raise CleanupError(f"invalid cleanup plan: {exc}") from None
+        if created.tzinfo is None:
+            raise CleanupError("invalid cleanup plan: created_at has no timezone")
+        entries = tuple(CleanupEntry.from_dict(e) for e in raw_entries)
+        policy = ArtifactCleanupPolicy(
+            orphan_ttl_seconds=raw_policy.get("orphan_ttl_seconds", 86400),
+            max_deletions=raw_policy.get("max_deletions"),
+            dry_run=raw_policy.get("dry_run", True),
+            max_bytes=raw_policy.get("max_bytes"),
+        )
+        return cls(
+            session_id=session_id,
+            created_at=created,
+            policy=policy,
+            entries=entries,
+            total_bytes=total,
+            budget_note=note,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactCleanupReport:
+    """What ``apply`` did: every plan entry with its final status."""
+
+    session_id: str
+    applied_at: datetime
+    dry_run: bool
+    entries: tuple[CleanupEntry, ...]
+    freed_bytes: int = 0
+    budget_note: str | None = None
+    pending_transaction_ids: tuple[str, ...] = field(default=())
+
+    @property
+    def deleted(self) -> tuple[CleanupEntry, ...]:
+        return tuple(e for e in self.entries if e.status is S.DELETED)
+
+    def counts(self) -> dict[str, int]:
+        """How many entries have each status."""
+        return dict(Counter(entry.status.value for entry in self.entries))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kind": "toolswap.cleanup_report",
+            "session": self.session_id,
+            "applied_at": self.applied_at.isoformat(),
+            "dry_run": self.dry_run,
+            "freed_bytes": self.freed_bytes,
+            "budget_note": self.budget_note,
+            "pending_transaction_ids": list(self.pending_transaction_ids),
+            "counts": self.counts(),
+            "entries": [e.to_dict() for e in self.entries],
+        }
+
+
+def owned_name(name: str) -> bool:
+    return parse_artifact_filename(name) is not None or parse_temporary_filename(name) is not None
+
+
+def utc_now(now: datetime | None) -> datetime:
+    value = now if now is not None else datetime.now(UTC)
+    if value.tzinfo is None:
+        raise CleanupError("now must be timezone-aware")
+    return value
+
+
+@dataclass(slots=True)
+class ClaimIndex:
+    """Active or pending claims of one session, by file name."""
+
+    by_name: dict[str, list[CleanupClaim]]
+    expired: dict[str, datetime]
+    """Files whose every claim has expired, with the latest deadline."""
+
+
+def index_claims(session: Session, claims: Iterable[CleanupClaim], now: datetime) -> ClaimIndex:
+    by_name: dict[str, list[CleanupClaim]] = {}
+    expired: dict[str, datetime] = {}
+    for claim in claims:
+        parsed = parse_artifact_source_id(claim.source_id)
+        if parsed.session != session.session_id:
+            raise CleanupError(
+                f"claim {claim.source_id} belongs to session {parsed.session!r}, not "
+                f"{session.session_id!r}; cleanup refuses claims of another session"
+            )
+        deadline = claim.retain_until
+        if deadline is not None and deadline <= now:
+            previous = expired.get(parsed.filename)
+            expired[parsed.filename] = max(previous, deadline) if previous else deadline
+            continue
+        by_name.setdefault(parsed.filename, []).append(claim)
+    for name in by_name:
+        expired.pop(name, None)
+    return ClaimIndex(by_name=by_name, expired=expired)
+
+
+def claims_of(
+    view_or_claims: ClaimView | Iterable[CleanupClaim] | Mapping[str, CleanupClaim],
+) -> list[CleanupClaim]:
+    if isinstance(view_or_claims, Mapping):
+        return list(view_or_claims.values())
+    claims_attr = getattr(view_or_claims, "claims", None)
+    if isinstance(claims_attr, Mapping):
+        return list(claims_attr.values())
+    return list(cast("Iterable[CleanupClaim]", view_or_claims))
+
+
+def verdict(
+    base: CleanupEntry,
+    is_tmp: bool,
+    index: ClaimIndex,
+    record: Mapping[str, Any] | None,
+    collected: set[str],
+    now_ns: int,
+    ttl_ns: int,
+) -> CleanupEntry:
+    """The status of one file or object, from its snapshot (``base``) and the claims."""
+    name, digest, source_id = base.name, base.sha256, base.source_id
+    claims = index.by_name.get(name, [])
+    if claims:
+        wrong = [c for c in claims if c.content_sha256 != digest]
+        if wrong:
+            return replace(
+                base,
+                status=S.RETAINED_CORRUPT,
+                source_id=source_id or claims[0].source_id,
+                reason="a claim's SHA-256 disagrees with the file on disk",
+            )
+        return replace(
+            base,
+            status=S.RETAINED_REFERENCED,
+            source_id=claims[0].source_id,
+            reason=f"{len(claims)} active or pending claim(s) with a matching digest",
+        )
+    if record is not None and record["sha256"] != digest:
+        return replace(
+            base,
+            status=S.RETAINED_CORRUPT,
+            reason="the file does not match its manifest SHA-256; kept for inspection",
+        )
+    if is_tmp and capture_alive(name):
+        return replace(
+            base, status=S.RETAINED_RECENT, reason="a capture in progress (its process is alive)"
+        )
+    age_ns = now_ns - (base.mtime_ns or 0)
+    if age_ns < ttl_ns:
+        expired = index.expired.get(name)
+        why = (
+            f"claim expired at {expired.isoformat()} but the file is younger than the orphan TTL"
+            if expired
+            else "younger than the orphan TTL"
+        )
+        return replace(base, status=S.RETAINED_RECENT, reason=why)
+    if is_tmp:
+        why = "temporary file left by a crashed capture, older than the TTL"
+    elif record is None and name in collected:
+        why = "recorded as collected by a cleanup interrupted before the unlink"
+    elif record is None:
+        why = "no manifest record (a capture crashed before recording it), older than the TTL"
+    elif name in index.expired:
+        why = "every claim expired and the file is older than the orphan TTL"
+    else:
+        why = "no active claim and older than the orphan TTL"
+    return replace(base, reason=why)
+
+
+class Limits:
+    """``max_deletions`` and ``max_bytes`` counted again at apply time."""
+
+    def __init__(self, policy: ArtifactCleanupPolicy, total: int) -> None:
+        self.left = policy.max_deletions
+        self.excess = None if policy.max_bytes is None else total - policy.max_bytes
+
+    def check(self, entry: CleanupEntry) -> CleanupEntry | None:
+        if self.left is not None and self.left <= 0:
+            return replace(entry, status=S.RETAINED_LIMIT, reason="max_deletions reached this run")
+        if self.excess is not None and self.excess <= 0:
+            return replace(entry, status=S.RETAINED_LIMIT, reason="within the size budget")
+        return None
+
+    def deleted(self, entry: CleanupEntry) -> None:
+        if self.left is not None:
+            self.left -= 1
+        if self.excess is not None:
+            self.excess -= entry.size or 0
+
+
+def claimed_since(entry: CleanupEntry, index: ClaimIndex, ours: bool) -> CleanupEntry | None:
+    """The entry kept, when its name is not one toolswap writes or a claim now names it."""
+    if not ours:
+        return replace(entry, status=S.RETAINED_UNKNOWN, reason="not a name toolswap writes")
+    if entry.name in index.by_name:
+        return replace(
+            entry,
+            status=S.RETAINED_REFERENCED,
+            reason="a claim was added after planning; it is kept",
+        )
+    return None
+
+
+def capture_alive(tmp_name: str) -> bool:
+    """Whether the process that named this temporary file still runs on this host."""
+    pid = parse_temporary_filename(tmp_name)
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
