@@ -809,3 +809,43 @@ def test_verify_says_the_store_is_unreachable_and_checks_the_replica(
     assert (
         ToolResultExternalizer(session).read_artifact(ext.list_artifacts()[0], 0, 1) == "kept here"
     )
+
+
+@pytest.fixture
+def small_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("toolswap.manifest.SNAPSHOT_EVERY", 10)
+    monkeypatch.setattr("toolswap.s3store._SNAPSHOT_WORTH", 5)
+
+
+def _many(fleet: Fleet, count: int) -> list[str]:
+    ext = fleet.ext("a")
+    return [ext.externalize(f"{i}\n" * 30000, "bash").artifact.source_id for i in range(count)]
+
+
+def test_a_new_host_starts_from_the_newest_snapshot_of_the_manifest(
+    fleet: Fleet, small_snapshots: None
+) -> None:
+    ids = _many(fleet, 25)
+    client, prefix = fleet.server.client(), f"team/{WS}/s1/"
+    snapshots = client.list_objects_v2(Bucket=fleet.bucket, Prefix=prefix + "manifest-snapshots/")
+    assert [o["Key"].rsplit("/", 1)[1] for o in snapshots["Contents"]] == ["000000000020.jsonl"]
+    for seq in range(1, 21):  # the records the snapshot holds are not read one by one
+        client.delete_object(Bucket=fleet.bucket, Key=f"{prefix}manifest/{seq:012d}.jsonl")
+
+    ext = fleet.ext("b")
+    assert [a.source.source_id for a in ext.list_artifacts()] == ids
+    assert ext.read_artifact(ids[3], 0, 1) == "3"
+    assert (fleet.session_dir("b") / "manifest.jsonl").read_bytes() == (
+        fleet.session_dir("a") / "manifest.jsonl"
+    ).read_bytes()
+
+
+def test_a_damaged_snapshot_is_passed_over_for_the_records_themselves(
+    fleet: Fleet, small_snapshots: None
+) -> None:
+    ids = _many(fleet, 12)
+    client, key = fleet.server.client(), f"team/{WS}/s1/manifest-snapshots/000000000010.jsonl"
+    data = client.get_object(Bucket=fleet.bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=fleet.bucket, Key=key, Body=data.replace(b'"bash"', b'"BASH"', 1))
+
+    assert [a.source.source_id for a in fleet.ext("b").list_artifacts()] == ids

@@ -53,6 +53,8 @@ __all__ = [
 _HEAD_SIZE = 512
 PULL_INTERVAL = 1.0
 """Seconds a replica's manifest may lag the store on reads (appends and cleanup never lag)."""
+SNAPSHOT_EVERY = 1000
+"""A replica that appends a multiple of this many records keeps the chain as one object."""
 _APPEND_STALLS = 12
 """Refused appends in a row, with nothing new to pull, before an append gives up (~5 s)."""
 
@@ -229,12 +231,37 @@ class Manifest:
                     lines = store.manifest_lines(
                         binding.workspace, binding.session, self._log.head[0]
                     )
-                if lines:
+                if not lines:
+                    return
+                try:
                     before, records = self._log.extend(lines, crash_prefix="store.replica")
-                    self._fold([*before, *records])
-                    self._advance_head()
+                except ChainLogError:
+                    # A damaged or foreign snapshot never stops a replica while the records
+                    # themselves are whole: read them one by one (they are checked again).
+                    lines = store.manifest_lines(
+                        binding.workspace, binding.session, self._log.head[0], snapshot=False
+                    )
+                    before, records = self._log.extend(lines, crash_prefix="store.replica")
+                self._fold([*before, *records])
+                self._advance_head()
         except ArtifactStoreError as exc:
             raise self._store_error(exc) from exc
+
+    def _snapshot(self, seq: int) -> None:
+        """Every :data:`SNAPSHOT_EVERY` records, keep the chain so far as one object in the
+        store (best effort: the records themselves are the truth)."""
+        binding = self._binding
+        assert binding is not None
+        try:
+            fd = os.open(self._log.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                data = os.pread(fd, self._log.offset, 0)
+            finally:
+                os.close(fd)
+            if data.count(b"\n") == seq:
+                binding.store.put_manifest_snapshot(binding.workspace, binding.session, seq, data)
+        except (OSError, ArtifactStoreError):
+            pass
 
     def _refresh_local(self) -> None:
         with self._log.lock:
@@ -329,6 +356,8 @@ class Manifest:
         crash_point("store.record_put")
         before, records = self._log.extend([line], crash_prefix="store.replica")
         self._fold([*before, *records])
+        if seq % SNAPSHOT_EVERY == 0:
+            self._snapshot(seq)
         return records[-1]
 
     def journal_stores(self) -> list[str]:

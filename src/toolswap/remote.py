@@ -117,8 +117,16 @@ class ArtifactStore(Protocol):
         """Whether the store holds any record of the session."""
         ...
 
-    def manifest_lines(self, workspace: str, session: str, after_seq: int) -> list[bytes]:
-        """The manifest records after ``after_seq``, in order, each one line of bytes."""
+    def manifest_lines(
+        self, workspace: str, session: str, after_seq: int, *, snapshot: bool = True
+    ) -> list[bytes]:
+        """The manifest records after ``after_seq``, in order, each one line of bytes
+        (taken from a snapshot when one saves many requests, unless ``snapshot`` is False).
+        """
+        ...
+
+    def put_manifest_snapshot(self, workspace: str, session: str, seq: int, data: bytes) -> None:
+        """Keep records 1..``seq`` (``data``: their lines) as one object, best effort."""
         ...
 
     def check_conditional_writes(self) -> None:

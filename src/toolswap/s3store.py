@@ -71,6 +71,11 @@ _RECORD_RE = re.compile(r"(\d{12})\.jsonl")
 _FETCHERS = 8
 RECORD_MAX = 8 << 20
 """The largest manifest record object read (a record is one line of JSON)."""
+SNAPSHOT_DIR = "manifest-snapshots"
+SNAPSHOT_MAX = 1 << 30
+"""The largest manifest snapshot read."""
+_SNAPSHOT_WORTH = 64
+"""Records behind before a replica starts from a snapshot rather than one GET each."""
 """Record objects fetched at once when a replica catches up on many."""
 
 
@@ -392,8 +397,14 @@ class S3ArtifactStore:
             )
         return bool(reply.get("KeyCount", 0))
 
-    def manifest_lines(self, workspace: str, session: str, after_seq: int) -> builtins.list[bytes]:
-        """The session's manifest records after ``after_seq``, in order (one GET each)."""
+    def manifest_lines(
+        self, workspace: str, session: str, after_seq: int, *, snapshot: bool = True
+    ) -> builtins.list[bytes]:
+        """The session's manifest records after ``after_seq``, in order.
+
+        One GET per record; a replica far behind starts from the newest snapshot instead
+        (``snapshot=False`` never does), and fetches only the records after it.
+        """
         prefix = f"{self._session_prefix(workspace, session)}{MANIFEST_DIR}/"
         keys: list[str] = []
         with _store_errors("listing the manifest"):
@@ -406,10 +417,62 @@ class S3ArtifactStore:
                 for item in page.get("Contents", []):
                     if _RECORD_RE.fullmatch(item["Key"][len(prefix) :]):
                         keys.append(item["Key"])
+        lines: list[bytes] = []
+        behind = int(keys[-1][len(prefix) : len(prefix) + 12]) - after_seq if keys else 0
+        if snapshot and behind > _SNAPSHOT_WORTH:
+            newest = self._newest_snapshot(workspace, session)
+            if newest is not None and newest[0] > after_seq:
+                snapped, data = newest[0], self._get_snapshot(newest[1])
+                lines = [line + b"\n" for line in data.split(b"\n")[after_seq:snapped]]
+                keys = [k for k in keys if int(k[len(prefix) : len(prefix) + 12]) > snapped]
         if len(keys) <= 1:
-            return [self._get_record(key) for key in keys]
+            return lines + [self._get_record(key) for key in keys]
         with ThreadPoolExecutor(min(_FETCHERS, len(keys))) as pool:
-            return list(pool.map(self._get_record, keys))
+            return lines + list(pool.map(self._get_record, keys))
+
+    def _snapshot_prefix(self, workspace: str, session: str) -> str:
+        return f"{self._session_prefix(workspace, session)}{SNAPSHOT_DIR}/"
+
+    def _newest_snapshot(self, workspace: str, session: str) -> tuple[int, str] | None:
+        prefix = self._snapshot_prefix(workspace, session)
+        newest: tuple[int, str] | None = None
+        with _store_errors("listing manifest snapshots"):
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            ):
+                for item in page.get("Contents", []):
+                    match = _RECORD_RE.fullmatch(item["Key"][len(prefix) :])
+                    if match and (newest is None or int(match.group(1)) > newest[0]):
+                        newest = (int(match.group(1)), item["Key"])
+        return newest
+
+    def _get_snapshot(self, key: str) -> bytes:
+        with _store_errors(f"reading {key}"):
+            body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            data: bytes = body.read(SNAPSHOT_MAX + 1)
+            body.close()
+        if len(data) > SNAPSHOT_MAX:
+            raise ArtifactStoreError(f"{key} is larger than any manifest snapshot; not read")
+        return data
+
+    def put_manifest_snapshot(self, workspace: str, session: str, seq: int, data: bytes) -> None:
+        """Keep records 1..``seq`` as one object (written once), so a new replica reads one
+        object instead of ``seq``; older snapshots are deleted."""
+        prefix = self._snapshot_prefix(workspace, session)
+        key = f"{prefix}{seq:012d}.jsonl"
+        with _store_errors(f"writing {key}"):
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+            except ClientError as exc:
+                if _status(exc) not in (409, 412):  # taken: another host wrote the same
+                    raise
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            ):
+                for item in page.get("Contents", []):
+                    match = _RECORD_RE.fullmatch(item["Key"][len(prefix) :])
+                    if match and int(match.group(1)) < seq:
+                        self._client.delete_object(Bucket=self.bucket, Key=item["Key"])
 
     def _get_record(self, key: str) -> bytes:
         with _store_errors(f"reading {key}"):
