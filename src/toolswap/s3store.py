@@ -421,8 +421,9 @@ class S3ArtifactStore:
         behind = int(keys[-1][len(prefix) : len(prefix) + 12]) - after_seq if keys else 0
         if snapshot and behind > _SNAPSHOT_WORTH:
             newest = self._newest_snapshot(workspace, session)
-            if newest is not None and newest[0] > after_seq:
-                snapped, data = newest[0], self._get_snapshot(newest[1])
+            data = self._get_snapshot(newest[1]) if newest and newest[0] > after_seq else None
+            if newest is not None and data is not None:  # None: replaced by a newer one meanwhile
+                snapped = newest[0]
                 lines = [line + b"\n" for line in data.split(b"\n")[after_seq:snapped]]
                 keys = [k for k in keys if int(k[len(prefix) : len(prefix) + 12]) > snapped]
         if len(keys) <= 1:
@@ -446,9 +447,14 @@ class S3ArtifactStore:
                         newest = (int(match.group(1)), item["Key"])
         return newest
 
-    def _get_snapshot(self, key: str) -> bytes:
+    def _get_snapshot(self, key: str) -> bytes | None:
         with _store_errors(f"reading {key}"):
-            body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            try:
+                body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            except ClientError as exc:
+                if _status(exc) == 404:
+                    return None
+                raise
             data: bytes = body.read(SNAPSHOT_MAX + 1)
             body.close()
         if len(data) > SNAPSHOT_MAX:
