@@ -849,3 +849,50 @@ def test_a_damaged_snapshot_is_passed_over_for_the_records_themselves(
     client.put_object(Bucket=fleet.bucket, Key=key, Body=data.replace(b'"bash"', b'"BASH"', 1))
 
     assert [a.source.source_id for a in fleet.ext("b").list_artifacts()] == ids
+
+
+def test_run_refuses_before_the_command_while_the_store_cannot_be_read(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    assert fleet.cli("a", "run", "--session", "s1", "--", "true").returncode == 0
+    env = dict(fleet.env("a"), AWS_ENDPOINT_URL="http://127.0.0.1:9", AWS_MAX_ATTEMPTS="1")
+    marker = tmp_path / "ran"
+    command = ["sh", "-c", f"echo ran > {marker}; seq 1 100000"]
+    done = subprocess.run(
+        [sys.executable, "-m", "toolswap", "run", "--session", "s1", "--", *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 1 and "cannot be read now" in done.stderr
+    assert not marker.exists()
+
+
+def test_a_reference_is_never_published_for_what_another_host_collected(
+    fleet: Fleet, database: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolswap import ArtifactRetentionClaim, ArtifactRetentionError, ArtifactRetentionJournal
+    from toolswap.retention.owners.postgres import PostgresMemoryOwner
+    from toolswap.retention.postgres_journal import PostgresJournalStore
+
+    monkeypatch.setattr("toolswap.manifest.PULL_INTERVAL", 3600.0)  # a replica that lags
+    dsn, schema = database[1], database[3]
+    ext = fleet.ext("a")
+    dropped = ext.externalize("dropped\n" * 30000, "bash").artifact.source_id
+    ref = ext.get_artifact(dropped).for_memory()
+    owner = PostgresMemoryOwner(dsn, schema=schema)
+    store = PostgresJournalStore(dsn, ext.session, schema=schema)
+    journal = ArtifactRetentionJournal(ext.session, owner=owner, store=store)
+    journal.recover()
+    gc = fleet.cli("b", "gc", "apply", "--session", "s1", "--ttl", "0s", "--yes", *database)
+    assert gc.returncode == 0, gc.stderr
+
+    with pytest.raises(ArtifactRetentionError, match="missing artifact"):
+        journal.publish_reference(
+            ArtifactRetentionClaim.from_memory_reference(ref),
+            lambda: owner.publish("tx", ref),
+            transaction_id="tx",
+        )
+    assert owner.get("tx") is None

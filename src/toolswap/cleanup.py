@@ -499,6 +499,10 @@ def _apply_one(
     policy: ArtifactCleanupPolicy,
     records: Mapping[str, str],
 ) -> CleanupEntry:
+    if session.binding is not None and entry.name in records:
+        # A leftover planned here got its record since (a capture on this host): its
+        # copy now goes with its stored object, never on its own.
+        return replace(entry, status=S.RACE_DETECTED, reason="recorded since planning; kept")
     name = entry.name
     kept = claimed_since(entry, index, owned_name(name))
     if kept is not None:

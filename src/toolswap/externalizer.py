@@ -237,6 +237,8 @@ class ToolResultExternalizer:
             ChainLogError: the manifest or its head file is corrupt or cannot be trusted.
             ArtifactAccessError: the tool-results directory cannot be opened.
         """
+        if self.session.binding is not None:
+            self.manifest.sync()  # a store that cannot be read refuses now, before the tool runs
         self.manifest.high_water()  # the manifest and its head file both verify
         os.close(open_dir_nofollow(self.session.tool_results_dir))
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
 
 import boto3  # type: ignore[import-untyped]
+from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
 from .artifact import (
@@ -69,6 +70,11 @@ MIN_PART_SIZE = 5 << 20
 _SPOOL_IN_MEMORY = 8 << 20
 _RECORD_RE = re.compile(r"(\d{12})\.jsonl")
 _FETCHERS = 8
+_CONFIG = Config(
+    connect_timeout=5, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"}
+)
+"""A store that hangs costs a read seconds, not boto's default minutes (the replica serves
+reads meanwhile); explicit AWS_* settings still win where boto gives them precedence."""
 RECORD_MAX = 8 << 20
 """The largest manifest record object read (a record is one line of JSON)."""
 SNAPSHOT_DIR = "manifest-snapshots"
@@ -149,7 +155,7 @@ class S3ArtifactStore:
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, part_size)
-        self._client = client if client is not None else boto3.client("s3")
+        self._client = client if client is not None else boto3.client("s3", config=_CONFIG)
         self._verified: dict[tuple[str, str], str] = {}
         """(key, etag) -> sha256 of every object version this store verified whole."""
         self._next: dict[tuple[str, str], int] = {}
@@ -458,12 +464,14 @@ class S3ArtifactStore:
             data: bytes = body.read(SNAPSHOT_MAX + 1)
             body.close()
         if len(data) > SNAPSHOT_MAX:
-            raise ArtifactStoreError(f"{key} is larger than any manifest snapshot; not read")
+            return None  # passed over: the records themselves are read instead
         return data
 
     def put_manifest_snapshot(self, workspace: str, session: str, seq: int, data: bytes) -> None:
         """Keep records 1..``seq`` as one object (written once), so a new replica reads one
         object instead of ``seq``; older snapshots are deleted."""
+        if len(data) > SNAPSHOT_MAX:
+            return  # too large to be read back: replicas read the records themselves
         prefix = self._snapshot_prefix(workspace, session)
         key = f"{prefix}{seq:012d}.jsonl"
         with _store_errors(f"writing {key}"):

@@ -605,6 +605,10 @@ class ArtifactRetentionJournal:
     def _verify_artifact(self, claim: ArtifactRetentionClaim) -> None:
         sid = claim.source_id
         try:
+            if self.session.binding is not None:
+                # Another host's gc may have collected it since the last pull: decide on
+                # the store's chain, never on a replica that may lag (or be cut off).
+                self._manifest.sync()
             ref = self._reader.verify(sid)
         except (ArtifactCollectedError, ArtifactNotFoundError) as exc:
             raise ArtifactRetentionError(
