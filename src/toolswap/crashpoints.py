@@ -56,6 +56,7 @@ CRASH_POINTS: tuple[str, ...] = (
     "cleanup.collect_recorded",
     "cleanup.unlinked",
     "cleanup.dir_fsynced",
+    "store.bound",
     "store.object_put",
     "store.record_put",
     "store.replica.appended",

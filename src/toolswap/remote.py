@@ -37,6 +37,7 @@ from typing import BinaryIO, Protocol
 
 from ._fs import fsync_dir, write_all
 from .artifact import validate_session_id
+from .crashpoints import crash_point
 from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
 
 __all__ = [
@@ -286,6 +287,7 @@ def write_binding(root: Path, binding: StoreBinding) -> StoreBinding:
         pass  # bound meanwhile by another process: its binding is the one
     finally:
         os.unlink(tmp)
+    crash_point("store.bound")
     fsync_dir(root)
     existing = read_binding(root)
     assert existing is not None
