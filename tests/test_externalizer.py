@@ -27,6 +27,7 @@ from toolswap import (
     ToolResultExternalizer,
     ToolThreshold,
 )
+from toolswap.records import CollectedRecord
 from toolswap.session import Session
 
 BIG = "x" * 60_000
@@ -385,13 +386,12 @@ def test_a_name_is_not_reused_after_cleanup_recorded_its_collection(
     with externalizer.session.lock():
         one.artifact.path.unlink()
         externalizer.manifest.append(
-            {
-                "event": "collected",
-                "filename": one.artifact.filename,
-                "source_id": one.artifact.source_id,
-                "collected_at": "2026-01-02T00:00:00+00:00",
-                "reason": "orphan TTL expired",
-            }
+            CollectedRecord(
+                filename=one.artifact.filename,
+                source_id=one.artifact.source_id,
+                collected_at="2026-01-02T00:00:00+00:00",
+                reason="orphan TTL expired",
+            )
         )
 
     again = ToolResultExternalizer(externalizer.session_dir)

@@ -40,8 +40,7 @@ class FleetCleanupMachine(base.CleanupMachine):
     @invariant()
     def the_session_lives_in_the_store(self) -> None:
         if hasattr(self, "ext"):
-            binding = self.ext.session.binding
-            assert binding is not None and binding.url == os.environ["TOOLSWAP_STORE"]
+            assert self.ext.session.backend.location == os.environ["TOOLSWAP_STORE"]
 
     @rule()
     def restart(self) -> None:

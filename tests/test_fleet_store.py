@@ -878,7 +878,9 @@ def test_a_reference_is_never_published_for_what_another_host_collected(
     from toolswap.retention.owners.postgres import PostgresMemoryOwner
     from toolswap.retention.postgres_journal import PostgresJournalStore
 
-    monkeypatch.setattr("toolswap.manifest.PULL_INTERVAL", 3600.0)  # a replica that lags
+    monkeypatch.setattr(
+        "toolswap.backends.replica.ReplicaBackend.pull_interval", 3600.0
+    )  # a replica that lags
     dsn, schema = database[1], database[3]
     ext = fleet.ext("a")
     dropped = ext.externalize("dropped\n" * 30000, "bash").artifact.source_id

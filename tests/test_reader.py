@@ -20,6 +20,7 @@ from toolswap import (
     ToolResultExternalizer,
 )
 from toolswap.reader import CONTINUATION_MARKER
+from toolswap.records import CollectedRecord
 from toolswap.session import Session
 
 MIB = 1 << 20
@@ -496,13 +497,12 @@ def test_a_collected_artifact_says_when_and_why_it_was_removed(
     with externalizer.session.lock():
         artifact.path.unlink()
         externalizer.manifest.append(
-            {
-                "event": "collected",
-                "filename": artifact.filename,
-                "source_id": artifact.source_id,
-                "collected_at": "2026-01-03T00:00:00+00:00",
-                "reason": "orphan TTL expired",
-            }
+            CollectedRecord(
+                filename=artifact.filename,
+                source_id=artifact.source_id,
+                collected_at="2026-01-03T00:00:00+00:00",
+                reason="orphan TTL expired",
+            )
         )
 
     with pytest.raises(

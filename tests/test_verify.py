@@ -7,6 +7,7 @@ from pathlib import Path
 
 from toolswap import ToolResultExternalizer
 from toolswap.capture import TMP_PREFIX
+from toolswap.records import CollectedRecord
 from toolswap.verify import FindingKind, verify_session
 
 
@@ -69,13 +70,12 @@ def test_a_collected_artifact_is_not_reported_missing(
     with externalizer.session.lock():
         one.path.unlink()
         externalizer.manifest.append(
-            {
-                "event": "collected",
-                "filename": one.filename,
-                "source_id": one.source_id,
-                "collected_at": "2026-01-03T00:00:00+00:00",
-                "reason": "orphan TTL expired",
-            }
+            CollectedRecord(
+                filename=one.filename,
+                source_id=one.source_id,
+                collected_at="2026-01-03T00:00:00+00:00",
+                reason="orphan TTL expired",
+            )
         )
 
     assert verify_session(externalizer.session) == []

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from .artifact import (
     parse_artifact_filename,
@@ -25,6 +25,7 @@ from .artifact import (
     validate_session_id,
 )
 from .errors import CleanupError
+from .records import ArtifactRecord
 from .session import Session
 
 __all__ = [
@@ -386,7 +387,7 @@ def verdict(
     base: CleanupEntry,
     is_tmp: bool,
     index: ClaimIndex,
-    record: Mapping[str, Any] | None,
+    record: ArtifactRecord | None,
     collected: set[str],
     now_ns: int,
     ttl_ns: int,
@@ -409,7 +410,7 @@ def verdict(
             source_id=claims[0].source_id,
             reason=f"{len(claims)} active or pending claim(s) with a matching digest",
         )
-    if record is not None and record["sha256"] != digest:
+    if record is not None and record.sha256 != digest:
         return replace(
             base,
             status=S.RETAINED_CORRUPT,
@@ -472,6 +473,50 @@ def claimed_since(entry: CleanupEntry, index: ClaimIndex, ours: bool) -> Cleanup
             status=S.RETAINED_REFERENCED,
             reason="a claim was added after planning; it is kept",
         )
+    return None
+
+
+def recheck_at_apply(
+    entry: CleanupEntry,
+    *,
+    now: datetime,
+    policy: ArtifactCleanupPolicy,
+    mtime_ns: int,
+    recorded: str | None,
+    held: str | None,
+    what: str,
+) -> CleanupEntry | None:
+    """The checks every delete makes again at apply time, for a local file and a stored
+    object alike (a saved plan is only a file: its verdict is not trusted).
+
+    Args:
+        mtime_ns: when the bytes were last written, as the holder says now.
+        recorded: the manifest's SHA-256 for the name now (None: no record).
+        held: the SHA-256 the holder vouches for (the planned digest of a local file,
+            which is hashed again next; the digest a store keeps with the object).
+        what: "the file" or "the object's stored SHA-256", for the reason.
+
+    Returns:
+        The entry kept, with its status and reason; None when the delete may go on.
+    """
+    age_ns = int(now.timestamp() * 1_000_000_000) - mtime_ns
+    if age_ns < int(policy.orphan_ttl_seconds * 1_000_000_000):
+        return replace(
+            entry, status=S.RETAINED_RECENT, reason="younger than the orphan TTL (at apply)"
+        )
+    if recorded is not None and held != recorded:
+        return replace(
+            entry,
+            status=S.RETAINED_CORRUPT,
+            reason=f"{what} does not match the manifest's SHA-256; kept for inspection",
+        )
+    return None
+
+
+def content_changed(entry: CleanupEntry, digest: str | None) -> CleanupEntry | None:
+    """The entry kept when the bytes are not the ones planned."""
+    if entry.sha256 is not None and digest != entry.sha256:
+        return replace(entry, status=S.RACE_DETECTED, reason="content changed since planning")
     return None
 
 

@@ -1,4 +1,5 @@
-"""Cleanup of a session kept in a shared store: its objects, listed and deleted.
+"""Cleanup of the versions a session's backend holds beyond its directory (the objects of
+a shared store): listed, checked again and deleted one exact version at a time.
 
 Planning lists the objects (size, last write, version) and takes each digest from the
 manifest; apply checks each one again with one HEAD (same version and size, stored SHA-256
@@ -10,34 +11,36 @@ deleted) and drops this host's replica copy.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
+from . import durable
 from ._cleanup_model import (
     ArtifactCleanupPolicy,
     ClaimIndex,
     CleanupEntry,
     S,
     claimed_since,
+    content_changed,
+    recheck_at_apply,
     verdict,
 )
 from .artifact import parse_artifact_filename
 from .crashpoints import crash_point
-from .errors import ArtifactStoreError, CleanupError
+from .errors import ArtifactStoreError
 from .manifest import Manifest, ManifestConflict
+from .records import ArtifactRecord, CollectedRecord
 from .remote import StoreObject
 from .session import Session
 
-__all__ = ["apply_object", "store_entries", "store_objects"]
+__all__ = ["apply_object", "store_entries"]
 
 
 def store_entries(
     objects: list[StoreObject],
     index: ClaimIndex,
-    records: Mapping[str, Mapping[str, Any]],
+    records: Mapping[str, ArtifactRecord],
     collected: set[str],
     now_ns: int,
     ttl_ns: int,
@@ -52,22 +55,13 @@ def store_entries(
             name=obj.filename,
             status=S.PLANNED_DELETE,
             reason="",
-            source_id=record["source_id"] if record else None,
-            sha256=record["sha256"] if record else None,
+            source_id=record.source_id if record else None,
+            sha256=record.sha256 if record else None,
             size=obj.size,
             mtime_ns=obj.mtime_ns,
             version=obj.version,
         )
         yield verdict(base, False, index, record, collected, now_ns, ttl_ns)
-
-
-def store_objects(session: Session) -> list[StoreObject]:
-    binding = session.binding
-    assert binding is not None
-    try:
-        return binding.store.artifacts(binding.workspace, binding.session)
-    except ArtifactStoreError as exc:
-        raise CleanupError(f"cannot list {binding.url}: {exc}; nothing was changed") from exc
 
 
 def apply_object(
@@ -80,9 +74,9 @@ def apply_object(
     policy: ArtifactCleanupPolicy,
     records: Mapping[str, str],
 ) -> CleanupEntry:
-    """Delete one object of a session kept in a store, if every check still holds."""
-    binding = session.binding
-    assert binding is not None
+    """Delete one version the session's backend holds beyond this directory (an object of
+    a store), if every check still holds."""
+    backend = session.backend
     name = entry.name
     kept = claimed_since(entry, index, parse_artifact_filename(name) is not None)
     if kept is not None:
@@ -90,34 +84,33 @@ def apply_object(
     if entry.version is None or entry.size is None:
         return replace(entry, status=S.RACE_DETECTED, reason="the plan entry has no snapshot")
     try:
-        obj = binding.store.stat_artifact(binding.workspace, binding.session, name)
+        obj = backend.stat_object(name)
     except ArtifactStoreError as exc:
         return replace(entry, status=S.RETAINED_UNKNOWN, reason=f"the store failed: {exc}")
     if obj is None:
-        return replace(entry, status=S.ALREADY_MISSING, reason="already gone from the store")
+        return replace(
+            entry, status=S.ALREADY_MISSING, reason=f"already gone from {backend.location}"
+        )
     if (obj.version, obj.size) != (entry.version, entry.size):
         return replace(
             entry, status=S.RACE_DETECTED, reason="the object was replaced since planning"
         )
-    if int(now.timestamp() * 1_000_000_000) - obj.mtime_ns < int(
-        policy.orphan_ttl_seconds * 1_000_000_000
-    ):
-        return replace(
-            entry, status=S.RETAINED_RECENT, reason="younger than the orphan TTL (at apply)"
-        )
     recorded = records.get(name)
-    if recorded is not None and obj.sha256 != recorded:
-        return replace(
-            entry,
-            status=S.RETAINED_CORRUPT,
-            reason="the object's stored SHA-256 is not the manifest's; kept for inspection",
-        )
-    if entry.sha256 is not None and obj.sha256 != entry.sha256:
-        return replace(entry, status=S.RACE_DETECTED, reason="content changed since planning")
+    kept = recheck_at_apply(
+        entry,
+        now=now,
+        policy=policy,
+        mtime_ns=obj.mtime_ns,
+        recorded=recorded,
+        held=obj.sha256,
+        what="the object's stored SHA-256",
+    ) or content_changed(entry, obj.sha256)
+    if kept is not None:
+        return kept
     crash_point("cleanup.verified")
 
-    def unchanged(record: Mapping[str, Any] | None, collected: object) -> str | None:
-        if (record["sha256"] if record else None) != recorded:
+    def unchanged(record: ArtifactRecord | None, collected: object) -> str | None:
+        if (record.sha256 if record else None) != recorded:
             return "its manifest record changed after it was checked (another host)"
         return None
 
@@ -127,21 +120,20 @@ def apply_object(
     # that records this object meanwhile keeps it.
     try:
         manifest.append(
-            {
-                "event": "collected",
-                "filename": name,
-                "source_id": entry.source_id,
-                "sha256": obj.sha256 if recorded is None else recorded,
-                "collected_at": now.astimezone(UTC).isoformat(),
-                "reason": entry.reason,
-            },
+            CollectedRecord(
+                filename=name,
+                source_id=entry.source_id,
+                sha256=obj.sha256 if recorded is None else recorded,
+                collected_at=now.astimezone(UTC).isoformat(),
+                reason=entry.reason,
+            ),
             expect=(name, unchanged),
         )
     except ManifestConflict as exc:
         return replace(entry, status=S.RACE_DETECTED, reason=f"{exc}; the object is kept")
     crash_point("cleanup.collect_recorded")
     try:
-        deleted = binding.store.delete_artifact(binding.workspace, binding.session, obj)
+        deleted = backend.delete_object(obj)
     except ArtifactStoreError as exc:
         return replace(entry, status=S.RETAINED_UNKNOWN, reason=f"the store failed: {exc}")
     if not deleted:
@@ -152,6 +144,6 @@ def apply_object(
         )
     crash_point("store.deleted")
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(name, dir_fd=dir_fd)  # this host's replica copy
+        durable.current().unlink(name, dir_fd=dir_fd)  # this host's copy
     crash_point("cleanup.unlinked")
     return replace(entry, status=S.DELETED, reason=entry.reason)

@@ -32,7 +32,7 @@ __all__ = [
 
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # Canonical numbering only: at least three digits, no extra leading zeros beyond the padding.
-FILENAME_RE = re.compile(r"tool_result_(\d{3,})\.txt")
+FILENAME_RE = re.compile(r"tool_result_(\d{3,18})\.txt")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 PREFIX_RE = re.compile(r"[0-9a-f]{12}")
 

@@ -26,11 +26,12 @@ import secrets
 import threading
 from dataclasses import dataclass
 
-from ._fs import write_all
+from . import durable
 from ._middle_scan import GrepStream
 from ._threads import start_helper_thread
 from .artifact import TMP_PREFIX, temporary_filename
 from .crashpoints import crash_point
+from .durable import write_all
 from .salience import SalientLine, Scanner
 
 __all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect_media_type"]
@@ -166,7 +167,7 @@ class StreamCapture:
         only counted and its head and tail kept, so the caller still gets a preview."""
         # Read-write: the failure-line scan reads the finished file back.
         try:
-            self._fd = os.open(
+            self._fd = durable.current().open(
                 self.tmp_name,
                 os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                 0o600,
@@ -210,7 +211,7 @@ class StreamCapture:
                     ended = True
                     # fsync here, without the GIL, while the caller scans for failure lines.
                     self._written.set()
-                    os.fsync(self._fd)
+                    durable.current().fsync(self._fd)
                     return
                 self._sha.update(chunk)
                 write_all(self._fd, chunk)
@@ -270,7 +271,7 @@ class StreamCapture:
                 self._grep_off = True  # binary output has no failure lines to list
                 return
             probe = min(_BOUNDARY_PROBE, limit)
-            before = os.pread(self._fd, probe, limit - probe)
+            before = durable.current().pread(self._fd, probe, limit - probe)
             newline = before.rfind(b"\n")
             if newline < 0 or len(before) < probe:
                 self._grep_off = True  # a giant line at the limit: the scan note covers it
@@ -297,7 +298,7 @@ class StreamCapture:
         """Feed the forward scanner the file's bytes from ``pos`` up to ``limit``."""
         total = self._counter.size
         while pos < total and pos < limit:
-            block = os.pread(self._fd, min(_READ_BACK, limit - pos), pos)
+            block = durable.current().pread(self._fd, min(_READ_BACK, limit - pos), pos)
             if not block:
                 break
             self._scanner.feed(block)
@@ -335,7 +336,7 @@ class StreamCapture:
         window = b""
         if pos < total and self._tail_scan:
             start = max(total - self._tail_scan, scanner.lines_end)
-            window = os.pread(self._fd, total - start, start)
+            window = durable.current().pread(self._fd, total - start, start)
         return scanner.finish(
             binary=False,
             total=total,
@@ -357,7 +358,7 @@ class StreamCapture:
         if self._error is None and not self._counter.binary:
             fd = self._fd
             salient = self._scanner.salient_lines(
-                lambda count, offset: os.pread(fd, count, offset), self._counter.size
+                lambda count, offset: durable.current().pread(fd, count, offset), self._counter.size
             )
         if self._worker is not None:
             self._worker.join()
@@ -365,10 +366,10 @@ class StreamCapture:
             if self._error is not None:
                 raise self._error
         elif self._error is None:
-            os.fsync(self._fd)
+            durable.current().fsync(self._fd)
         if self._error is not None:
             raise self._error
-        os.close(self._fd)
+        durable.current().close(self._fd)
         self._closed = True
         crash_point("capture.tmp_fsynced")
         scanner, counter = self._scanner, self._counter
@@ -420,19 +421,11 @@ class StreamCapture:
         durable together and the inode's link count (and so its ctime) never changes once
         the caller records the artifact: a reader that verified the file sees it unchanged.
         """
-        try:
-            os.link(
-                self.tmp_name,
-                final_name,
-                src_dir_fd=self._dir_fd,
-                dst_dir_fd=self._dir_fd,
-                follow_symlinks=False,
-            )
-        except FileExistsError:
+        if not durable.link_new(self.tmp_name, final_name, dir_fd=self._dir_fd):
             return False
         crash_point("capture.linked")
         self._unlink_tmp()
-        os.fsync(self._dir_fd)
+        durable.current().fsync(self._dir_fd)
         crash_point("capture.dir_fsynced")
         return True
 
@@ -446,7 +439,7 @@ class StreamCapture:
             if self._grep is not None:
                 self._grep.kill()
                 self._grep = None
-            os.close(self._fd)
+            durable.current().close(self._fd)
             self._closed = True
         self._unlink_tmp()
 
@@ -454,6 +447,6 @@ class StreamCapture:
         if self._tmp_unlinked:
             return
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.tmp_name, dir_fd=self._dir_fd)
+            durable.current().unlink(self.tmp_name, dir_fd=self._dir_fd)
         self._tmp_unlinked = True
         crash_point("capture.tmp_unlinked")

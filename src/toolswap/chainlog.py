@@ -26,8 +26,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ._fs import fsync_dir, write_all
+from . import durable
 from .crashpoints import crash_point
+from .durable import fsync_dir, write_all
 from .errors import ChainLogError
 
 __all__ = ["GENESIS_HASH", "SCHEMA_VERSION", "ChainLog", "canonical_json"]
@@ -116,22 +117,16 @@ class ChainLog:
         return self._error(f"{self.path.name}: {message}")
 
     def _open_read(self) -> int | None:
+        def refuse(message: str) -> ChainLogError:
+            return self._fail(
+                f"{message}; a symlinked, unreadable or foreign log is never trusted: move it "
+                "aside and restore the session's log from a backup"
+            )
+
         try:
-            # O_NONBLOCK: a FIFO planted in the log's place must not hang the reader.
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd, _ = durable.open_trusted(self.path, what="the log", error=refuse)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            raise self._fail(
-                f"cannot open ({exc.strerror}); a symlinked or unreadable log is never trusted"
-            ) from exc
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            os.close(fd)
-            raise self._fail(
-                "is not a regular file owned by this user; move it aside and restore the "
-                "session's log from a backup"
-            )
         return fd
 
     def reset(self) -> None:
@@ -192,7 +187,7 @@ class ChainLog:
                 )
             return reset, records
         finally:
-            os.close(fd)
+            durable.current().close(fd)
 
     def _read_from(self, fd: int, size: int) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
@@ -201,7 +196,10 @@ class ChainLog:
         pos = offset
         self._torn = None
         while pos < size:
-            block = os.pread(fd, min(_READ_BLOCK, size - pos), pos)
+            try:
+                block = durable.current().pread(fd, min(_READ_BLOCK, size - pos), pos)
+            except OSError as exc:
+                raise self._fail(f"cannot be read ({exc.strerror}); nothing was trusted") from exc
             if not block:
                 break
             pos += len(block)
@@ -358,8 +356,9 @@ class ChainLog:
         # later appends only need the file's own fsync.
         creating = not self._dir_synced
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        io = durable.current()
         try:
-            fd = os.open(self.path, flags | os.O_NONBLOCK, 0o600)
+            fd = io.open(self.path, flags | os.O_NONBLOCK, 0o600)
         except OSError as exc:
             raise self._fail(f"cannot open for append: {exc.strerror}") from exc
         try:
@@ -376,7 +375,7 @@ class ChainLog:
             try:
                 write_all(fd, data)
                 crash_point(f"{crash_prefix}.appended")
-                os.fsync(fd)
+                io.fsync(fd)
                 if creating:
                     fsync_dir(self.path.parent)
                     self._dir_synced = True
@@ -384,14 +383,15 @@ class ChainLog:
                 self._take_back(fd, exc)
             crash_point(f"{crash_prefix}.fsynced")
         finally:
-            os.close(fd)
+            durable.current().close(fd)
         self._identity = (st.st_dev, st.st_ino)
 
     def _take_back(self, fd: int, exc: OSError) -> None:
         """A failed append (a full disk, an I/O error) leaves no part of its record."""
+        io = durable.current()
         try:
-            os.ftruncate(fd, self._offset)
-            os.fsync(fd)
+            io.ftruncate(fd, self._offset)
+            io.fsync(fd)
         except OSError as again:
             raise self._fail(
                 f"append failed ({exc.strerror}) and its partial record could not be removed "
@@ -404,36 +404,37 @@ class ChainLog:
     def _cut_torn_tail(self, fd: int) -> None:
         assert self._torn is not None
         offset, length = self._torn
-        rfd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        io = durable.current()
+        rfd, _ = durable.open_trusted(self.path, what="the log", error=self._fail)
         try:
-            cut = os.pread(rfd, length, offset)
+            cut = io.pread(rfd, length, offset)
         finally:
-            os.close(rfd)
+            io.close(rfd)
         # Never overwrite bytes kept from an earlier torn tail at the same offset.
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         attempt = 0
         while True:
             suffix = f".torn-{offset}" + (f".{attempt}" if attempt else "")
             try:
-                kfd = os.open(self.path.with_name(self.path.name + suffix), flags, 0o600)
+                kfd = io.open(self.path.with_name(self.path.name + suffix), flags, 0o600)
                 break
             except FileExistsError:
                 attempt += 1
         kept = self.path.with_name(self.path.name + suffix)
         try:
             write_all(kfd, cut)
-            os.fsync(kfd)
+            io.fsync(kfd)
             fsync_dir(self.path.parent)  # the kept bytes are durable before the cut
         except OSError as exc:
             # No empty or partial copy is left behind, and nothing is cut.
             with contextlib.suppress(OSError):
-                os.unlink(kept)
+                io.unlink(kept)
             raise self._fail(
                 f"cannot keep the torn final record before cutting it ({exc.strerror}); "
                 "nothing was changed. Free disk space and retry"
             ) from exc
         finally:
-            os.close(kfd)
-        os.ftruncate(fd, offset)
-        os.fsync(fd)
+            io.close(kfd)
+        io.ftruncate(fd, offset)
+        io.fsync(fd)
         self._torn = None

@@ -11,10 +11,11 @@ never through a path taken from the plan, and the directory is fsynced afterward
 manifest records each collection before the unlink, so a later read of that artifact says
 when and why it was collected.
 
-A session kept in a shared store (:mod:`toolswap.remote`) is collected in the store
-(:mod:`toolswap._cleanup_store`). It needs the journal shared by every host (a database
-journal): a host-local journal is refused, since another host's references would be
-invisible to it. What is decided, and why, lives in :mod:`toolswap._cleanup_model`.
+Versions the session's backend holds beyond this directory (the objects of a shared
+store) are collected through the backend (:mod:`toolswap._cleanup_store`), each delete
+naming the version it checked. Such a session needs the journal shared by every host (a
+database journal): a host-local journal is refused, since another host's references would
+be invisible to it. What is decided, and why, lives in :mod:`toolswap._cleanup_model`.
 
 Plans and reports are JSON-serializable and contain no filesystem path.
 """
@@ -22,7 +23,6 @@ Plans and reports are JSON-serializable and contain no filesystem path.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -30,6 +30,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from . import durable
 from ._cleanup_model import (
     ArtifactCleanupPlan,
     ArtifactCleanupPolicy,
@@ -45,17 +46,20 @@ from ._cleanup_model import (
     capture_alive,
     claimed_since,
     claims_of,
+    content_changed,
     index_claims,
     owned_name,
+    recheck_at_apply,
     utc_now,
     verdict,
 )
-from ._cleanup_store import apply_object, store_entries, store_objects
-from ._fs import open_dir_nofollow
+from ._cleanup_store import apply_object, store_entries
 from .artifact import parse_artifact_filename, parse_temporary_filename
 from .crashpoints import crash_point
-from .errors import ChainLogError, CleanupError
+from .durable import open_dir_nofollow
+from .errors import ArtifactStoreError, ChainLogError, CleanupError
 from .manifest import Manifest
+from .records import ArtifactRecord, CollectedRecord
 from .session import Session
 
 __all__ = [
@@ -74,17 +78,6 @@ __all__ = [
     "plan_cleanup_from_journal",
 ]
 
-_HASH_BLOCK = 1 << 20
-
-
-def _hash_fd(fd: int) -> str:
-    sha = hashlib.sha256()
-    while True:
-        block = os.read(fd, _HASH_BLOCK)
-        if not block:
-            return sha.hexdigest()
-        sha.update(block)
-
 
 def _plan(
     session: Session,
@@ -96,7 +89,7 @@ def _plan(
     index = index_claims(session, claims, now)
     manifest = Manifest.of(session)
     _check_manifest(manifest)
-    records = {r["filename"]: r for r in manifest.records()}
+    records = {r.filename: r for r in manifest.records()}
     collected = {c.filename for c in manifest.collected_records()}
     ttl_ns = int(policy.orphan_ttl_seconds * 1_000_000_000)
     now_ns = int(now.timestamp() * 1_000_000_000)
@@ -159,40 +152,50 @@ def _plan(
 def _planned_entries(
     session: Session,
     index: ClaimIndex,
-    records: Mapping[str, Mapping[str, Any]],
+    records: Mapping[str, ArtifactRecord],
     collected: set[str],
     now_ns: int,
     ttl_ns: int,
     progress: Callable[[int, int], None] | None,
 ) -> Iterator[CleanupEntry]:
-    """One entry per file of ``tool-results/`` (for a session in a store: per object, then
-    this host's leftovers)."""
-    stored: set[str] | None = None
-    if session.binding is not None:
-        objects = store_objects(session)
-        yield from store_entries(objects, index, records, collected, now_ns, ttl_ns, progress)
-        stored = {o.filename for o in objects}
+    """One entry per version the session's backend holds beyond this directory (the
+    objects of a store), then one per file of ``tool-results/``."""
+    backend = session.backend
+    try:
+        objects = backend.objects()
+    except ArtifactStoreError as exc:
+        raise CleanupError(f"cannot list {backend.location}: {exc}; nothing was changed") from exc
+    yield from store_entries(objects, index, records, collected, now_ns, ttl_ns, progress)
+    stored = {o.filename for o in objects}
     dir_fd = open_dir_nofollow(session.tool_results_dir)
     try:
-        names = sorted(os.listdir(dir_fd))
+        names = sorted(_list_dir(dir_fd, session))
         for done, name in enumerate(names, 1):
-            if stored is None:
-                if progress:
-                    progress(done, len(names))
-            elif name in stored:
+            if progress and not objects:
+                progress(done, len(names))
+            if name in stored:
                 continue  # this host's copy of a stored object: it goes with the object
-            elif name in records:
+            if backend.copies_only and name in records:
                 yield CleanupEntry(
                     name=name,
                     status=S.RETAINED_UNKNOWN,
-                    reason="recorded, but missing from the store: this replica's copy may be "
-                    "the only one (run verify)",
+                    reason=f"recorded, but missing from {backend.location}: this replica's "
+                    "copy may be the only one (run verify)",
                 )
                 continue
-            # A temporary file, or a leftover of a capture or collection cut short here.
+            # An artifact here, or a leftover of a capture or collection cut short.
             yield _plan_file(dir_fd, name, index, records, collected, now_ns, ttl_ns)
     finally:
-        os.close(dir_fd)
+        durable.current().close(dir_fd)
+
+
+def _list_dir(dir_fd: int, session: Session) -> list[str]:
+    try:
+        return os.listdir(dir_fd)
+    except OSError as exc:
+        raise CleanupError(
+            f"cannot list {session.tool_results_dir}: {exc.strerror}; nothing was changed"
+        ) from exc
 
 
 def _budget_cut(candidates: list[CleanupEntry], total: int, max_bytes: int) -> int:
@@ -211,7 +214,7 @@ def _plan_file(
     dir_fd: int,
     name: str,
     index: ClaimIndex,
-    records: Mapping[str, Mapping[str, Any]],
+    records: Mapping[str, ArtifactRecord],
     collected: set[str],
     now_ns: int,
     ttl_ns: int,
@@ -233,10 +236,9 @@ def _plan_file(
         return CleanupEntry(name=name, status=S.RETAINED_UNKNOWN, reason="not a regular file")
     if st.st_uid != os.geteuid():
         return CleanupEntry(name=name, status=S.DENIED, reason="owned by another user")
+    io = durable.current()
     try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd
-        )
+        fd = io.open(name, durable.READ_FLAGS, dir_fd=dir_fd)
     except PermissionError:
         return CleanupEntry(name=name, status=S.DENIED, reason="permission denied")
     except OSError as exc:
@@ -245,10 +247,15 @@ def _plan_file(
         )
     try:
         fst = os.fstat(fd)
-        digest = _hash_fd(fd)
+        digest = durable.hash_fd(fd)[0]
         after = os.fstat(fd)
+    except OSError as exc:
+        # One unreadable file is kept, with its reason; the rest of the session goes on.
+        return CleanupEntry(
+            name=name, status=S.RETAINED_UNKNOWN, reason=f"cannot read: {exc.strerror}"
+        )
     finally:
-        os.close(fd)
+        io.close(fd)
     snap: dict[str, Any] = {
         "size": fst.st_size,
         "mtime_ns": fst.st_mtime_ns,
@@ -264,7 +271,7 @@ def _plan_file(
             name=name, status=S.RACE_DETECTED, reason="changed while planning", **snap
         )
     record = records.get(name)
-    source_id = record["source_id"] if record and record["sha256"] == digest else None
+    source_id = record.source_id if record and record.sha256 == digest else None
     base = CleanupEntry(
         name=name,
         status=S.PLANNED_DELETE,
@@ -296,10 +303,10 @@ def _refuse_raw_claims(session: Session) -> None:
     session's real references live there; a missing journal next to an owner database is
     a journal that was lost, never "no references".
     """
-    if session.binding is not None:
+    why = session.backend.local_retention_refused()
+    if why is not None:
         raise CleanupError(
-            f"session {session.session_id!r} is kept in {session.binding.url}: its references "
-            "live in the journal every host shares; plan and apply from that journal "
+            f"session {session.session_id!r} {why}; plan and apply from that journal "
             "(CLI: --database-url)"
         )
     for path, what in (
@@ -426,15 +433,20 @@ def _apply(
             )
         manifest = Manifest.of(session)
         _check_manifest(manifest)
-        records = {r["filename"]: r["sha256"] for r in manifest.records()}
+        records = {r.filename: r.sha256 for r in manifest.records()}
         dir_fd = open_dir_nofollow(session.tool_results_dir)
         deleted_any = False
-        shared = session.binding is not None
         try:
-            if shared:
-                limits = Limits(rules, sum(o.size for o in store_objects(session)))
-            else:
-                limits = Limits(rules, _current_total(dir_fd))
+            try:
+                objects = session.backend.objects()
+            except ArtifactStoreError as exc:
+                raise CleanupError(
+                    f"cannot list {session.backend.location}: {exc}; nothing was changed"
+                ) from exc
+            stored = {o.filename for o in objects}
+            # What the session occupies, as planning counts it: the versions held beyond
+            # this directory and the files here that are not copies of them.
+            limits = Limits(rules, sum(o.size for o in objects) + _current_total(dir_fd, stored))
             # Oldest first, as planning ranks them, so the limits keep the newest.
             order = sorted(
                 range(len(plan.entries)),
@@ -449,8 +461,8 @@ def _apply(
                     outcomes[i] = entry
                     continue
                 kept = limits.check(entry)
-                # A session in a store: its objects, and leftovers of this host's replica.
-                apply_one = apply_object if shared and entry.version is not None else _apply_one
+                # A version held beyond this directory (a stored object), or a file here.
+                apply_one = apply_object if entry.version is not None else _apply_one
                 outcome = kept or apply_one(
                     session, dir_fd, entry, index, manifest, now, rules, records
                 )
@@ -461,10 +473,10 @@ def _apply(
                 outcomes[i] = outcome
             results = [outcomes[i] for i in range(len(plan.entries))]
             if deleted_any:
-                os.fsync(dir_fd)
+                durable.current().fsync(dir_fd)
                 crash_point("cleanup.dir_fsynced")
         finally:
-            os.close(dir_fd)
+            durable.current().close(dir_fd)
     return ArtifactCleanupReport(
         session_id=session.session_id,
         applied_at=now,
@@ -476,10 +488,12 @@ def _apply(
     )
 
 
-def _current_total(dir_fd: int) -> int:
-    """Bytes in ``tool-results/`` now (regular files, lstat only)."""
+def _current_total(dir_fd: int, skip: set[str]) -> int:
+    """Bytes in ``tool-results/`` now (regular files, lstat only), but for ``skip``."""
     total = 0
     for name in os.listdir(dir_fd):
+        if name in skip:
+            continue
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except OSError:
@@ -499,9 +513,9 @@ def _apply_one(
     policy: ArtifactCleanupPolicy,
     records: Mapping[str, str],
 ) -> CleanupEntry:
-    if session.binding is not None and entry.name in records:
-        # A leftover planned here got its record since (a capture on this host): its
-        # copy now goes with its stored object, never on its own.
+    if entry.source_id is None and entry.name in records:
+        # Planned as a leftover without a record, recorded since (a capture on this host
+        # whose bytes went to a store): it now goes with its record, never on its own.
         return replace(entry, status=S.RACE_DETECTED, reason="recorded since planning; kept")
     name = entry.name
     kept = claimed_since(entry, index, owned_name(name))
@@ -511,10 +525,9 @@ def _apply_one(
         return replace(entry, status=S.RACE_DETECTED, reason="a capture is writing this file")
     if entry.sha256 is None or None in (entry.size, entry.mtime_ns, entry.device, entry.inode):
         return replace(entry, status=S.RACE_DETECTED, reason="the plan entry has no snapshot")
+    io = durable.current()
     try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd
-        )
+        fd = io.open(name, durable.READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return replace(entry, status=S.ALREADY_MISSING, reason="already gone")
     except OSError as exc:
@@ -537,22 +550,24 @@ def _apply_one(
                 status=S.RACE_DETECTED,
                 reason="size, mtime, device or inode changed since planning",
             )
-        # The plan's verdict is not trusted (a saved plan is only a file): the TTL and the
-        # manifest's digest are checked again against the current state.
-        age_ns = int(now.timestamp() * 1_000_000_000) - st.st_mtime_ns
-        if age_ns < int(policy.orphan_ttl_seconds * 1_000_000_000):
-            return replace(
-                entry, status=S.RETAINED_RECENT, reason="younger than the orphan TTL (at apply)"
-            )
-        recorded = records.get(name)
-        if recorded is not None and recorded != entry.sha256:
-            return replace(
-                entry,
-                status=S.RETAINED_CORRUPT,
-                reason="the file does not match its manifest SHA-256; kept for inspection",
-            )
-        if _hash_fd(fd) != entry.sha256:
-            return replace(entry, status=S.RACE_DETECTED, reason="content changed since planning")
+        kept = recheck_at_apply(
+            entry,
+            now=now,
+            policy=policy,
+            mtime_ns=st.st_mtime_ns,
+            recorded=records.get(name),
+            held=entry.sha256,
+            what="the file",
+        )
+        if kept is not None:
+            return kept
+        try:
+            digest = durable.hash_fd(fd)[0]
+        except OSError as exc:
+            return replace(entry, status=S.RETAINED_UNKNOWN, reason=f"cannot read: {exc.strerror}")
+        kept = content_changed(entry, digest)
+        if kept is not None:
+            return kept
         crash_point("cleanup.verified")
         # The name must still be the inode we verified, right before it goes.
         again = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -563,20 +578,19 @@ def _apply_one(
             # collected (a later plan collects it as unrecorded), never an artifact that
             # vanished without a word.
             manifest.append(
-                {
-                    "event": "collected",
-                    "filename": name,
-                    "source_id": entry.source_id,
-                    "sha256": entry.sha256,
-                    "collected_at": now.astimezone(UTC).isoformat(),
-                    "reason": entry.reason,
-                }
+                CollectedRecord(
+                    filename=name,
+                    source_id=entry.source_id,
+                    sha256=entry.sha256,
+                    collected_at=now.astimezone(UTC).isoformat(),
+                    reason=entry.reason,
+                )
             )
             crash_point("cleanup.collect_recorded")
-        os.unlink(name, dir_fd=dir_fd)
+        io.unlink(name, dir_fd=dir_fd)
         crash_point("cleanup.unlinked")
     finally:
-        os.close(fd)
+        io.close(fd)
     return replace(entry, status=S.DELETED, reason=entry.reason)
 
 

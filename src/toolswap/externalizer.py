@@ -19,11 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from . import cleanup
-from ._fs import open_dir_nofollow
+from . import cleanup, durable
 from .artifact import (
     ArtifactReference,
-    ArtifactSource,
     ExternalizedToolResult,
     InlineToolResult,
     artifact_filename,
@@ -37,6 +35,7 @@ from .cleanup import (
     CleanupClaim,
     JournalLike,
 )
+from .durable import open_dir_nofollow
 from .errors import (
     ArtifactAccessError,
     ArtifactStoreError,
@@ -56,7 +55,7 @@ from .pointer import (
     validate_summary,
 )
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
-from .replica import put_from_replica
+from .records import ArtifactRecord
 from .session import Session, toolswap_home, workspace_slug
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
 
@@ -237,10 +236,9 @@ class ToolResultExternalizer:
             ChainLogError: the manifest or its head file is corrupt or cannot be trusted.
             ArtifactAccessError: the tool-results directory cannot be opened.
         """
-        if self.session.binding is not None:
-            self.manifest.sync()  # a store that cannot be read refuses now, before the tool runs
+        self.manifest.sync()  # a store that cannot be read refuses now, before the tool runs
         self.manifest.high_water()  # the manifest and its head file both verify
-        os.close(open_dir_nofollow(self.session.tool_results_dir))
+        durable.current().close(open_dir_nofollow(self.session.tool_results_dir))
 
     def process(
         self,
@@ -391,57 +389,35 @@ class ToolResultExternalizer:
             captured_at = self._now()
             if captured_at.tzinfo is None:
                 raise ValueError("the clock must return timezone-aware datetimes")
-            with self.session.lock():
-                filename = self._publish(
-                    capture,
-                    lambda filename: {
-                        "event": "artifact",
-                        "source_id": format_source_id(
-                            self.session.session_id, filename, stats.sha256
-                        ),
-                        "filename": filename,
-                        "tool": tool_name,
-                        "summary": text_summary,
-                        "byte_size": stats.byte_size,
-                        "line_count": stats.line_count,
-                        "char_count": stats.char_count,
-                        "sha256": stats.sha256,
-                        "binary": stats.binary,
-                        "media_type": kind,
-                        "captured_at": captured_at.astimezone(UTC).isoformat(),
-                        "argv": list(argv) if argv is not None else None,
-                        "exit_code": code,
-                        **({"interrupted": stopped} if stopped else {}),
-                    },
-                    tool_name=tool_name,
+            captured = captured_at.astimezone(UTC).isoformat()
+
+            def record_for(filename: str) -> ArtifactRecord:
+                return ArtifactRecord(
+                    filename=filename,
+                    source_id=format_source_id(self.session.session_id, filename, stats.sha256),
+                    sha256=stats.sha256,
+                    tool=tool_name,
+                    summary=text_summary,
+                    byte_size=stats.byte_size,
+                    line_count=stats.line_count,
+                    char_count=stats.char_count,
+                    binary=stats.binary,
+                    media_type=kind,
+                    captured_at=captured,
+                    argv=tuple(argv) if argv is not None else None,
                     exit_code=code,
-                    stats=stats,
+                    interrupted=stopped or None,
                 )
-                source_id = format_source_id(self.session.session_id, filename, stats.sha256)
+
+            with self.session.lock():
+                record = self._publish(
+                    capture, record_for, tool_name=tool_name, exit_code=code, stats=stats
+                )
         finally:
             if capture is not None:
                 capture.discard()
-            os.close(dir_fd)
-        artifact = ArtifactReference(
-            source=ArtifactSource(
-                source_id=source_id,
-                source_type="tool_result",
-                title=f"{tool_name} output ({filename})",
-                captured_at=datetime.fromisoformat(captured_at.astimezone(UTC).isoformat()),
-            ),
-            path=self.session.tool_results_dir / filename,
-            summary=text_summary,
-            source_tool=tool_name,
-            content_sha256=stats.sha256,
-            byte_size=stats.byte_size,
-            line_count=stats.line_count,
-            char_count=stats.char_count,
-            binary=stats.binary,
-            media_type=kind,
-            argv=tuple(argv) if argv is not None else None,
-            exit_code=code,
-            interrupted=stopped or None,
-        )
+            durable.current().close(dir_fd)
+        artifact = record.reference(self.session.tool_results_dir)
         return ExternalizedToolResult(
             context_text=self.make_pointer(stats, artifact), artifact=artifact
         )
@@ -449,65 +425,49 @@ class ToolResultExternalizer:
     def _publish(
         self,
         capture: StreamCapture,
-        record_for: Callable[[str], dict[str, object]],
+        record_for: Callable[[str], ArtifactRecord],
         *,
         tool_name: str,
         exit_code: int | None,
         stats: CaptureStats,
-    ) -> str:
+    ) -> ArtifactRecord:
         """Link the finished capture under the next free name and record it; the caller
         holds the session lock. A name that cannot be recorded is removed again: no final
         name is ever left without its manifest record by an error (a crash can leave one,
         which ``verify`` reports and cleanup collects).
 
-        A session kept in a store writes the bytes there first, under a name the store
-        confirms is free (another host may hold the next one), then links the replica."""
+        The session's backend must accept the bytes under a name first (a store confirms
+        the name is free there: another host may hold the next one); then the name is
+        linked here, never over an existing file."""
         filename = ""
         taken = 0
-        binding = self.session.binding
+        backend = self.session.backend
         try:
-            if binding is not None:
-                self.manifest.sync()
+            self.manifest.sync()
             number = self.manifest.high_water() + 1
             while True:
                 filename = artifact_filename(number)
                 number += 1
-                if binding is not None and not self._put_under(capture, filename, stats):
+                if not backend.accept(
+                    capture.dir_fd, capture.tmp_name, filename, stats.byte_size, stats.sha256
+                ):
                     taken += 1
                     if taken >= _NAMES_TAKEN_MAX:
                         raise ArtifactStoreError(
-                            f"{taken} names in a row are taken in the store; "
+                            f"{taken} names in a row are taken in {backend.location}; "
                             "is another writer looping?"
                         )
                     continue
                 if capture.link_as(filename):
                     break
                 # A name left by a crash before its manifest record.
-        except (OSError, ChainLogError) as exc:
+            record = record_for(filename)
+            self.manifest.append(record, expect=(filename, _unclaimed_name))
+        except (OSError, ChainLogError, ArtifactStoreError, ArtifactAccessError) as exc:
             self._unlink_unrecorded(filename)
             reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
             raise self._unsaved(capture, tool_name, exit_code, reason) from exc
-        try:
-            self.manifest.append(record_for(filename), expect=(filename, _unclaimed_name))
-        except (OSError, ChainLogError) as exc:
-            self._unlink_unrecorded(filename)
-            reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
-            raise self._unsaved(capture, tool_name, exit_code, reason) from exc
-        return filename
-
-    def _put_under(self, capture: StreamCapture, filename: str, stats: CaptureStats) -> bool:
-        """Put the capture in the session's store as ``filename``, only if that name is
-        free here and there (a HEAD first: a taken name costs no upload)."""
-        binding = self.session.binding
-        assert binding is not None
-        if os.path.lexists(self.session.tool_results_dir / filename):
-            return False  # a local leftover: the name is not ours to give
-        if binding.store.stat_artifact(binding.workspace, binding.session, filename) is not None:
-            return False
-        stored = put_from_replica(
-            self.session, capture.dir_fd, capture.tmp_name, filename, stats.byte_size, stats.sha256
-        )
-        return stored is not None
+        return record
 
     def _unlink_unrecorded(self, filename: str) -> None:
         """Remove ``filename`` unless the manifest records it (the lock is held).
@@ -529,12 +489,11 @@ class ToolResultExternalizer:
         except ArtifactAccessError:
             return  # left for verify and cleanup; it has no record, so nothing trusts it
         try:
-            os.unlink(filename, dir_fd=dir_fd)
-            os.fsync(dir_fd)
+            durable.unlink_synced(filename, dir_fd=dir_fd)
         except OSError:
             pass  # the same
         finally:
-            os.close(dir_fd)
+            durable.current().close(dir_fd)
 
     def _unsaved(
         self,

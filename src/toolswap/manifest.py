@@ -13,11 +13,12 @@ append. It only moves forward along the same chain, so a manifest deleted, cut o
 replaced by an older copy no longer reaches it: names are still never reused (the high
 water mark is the higher of the two), and cleanup refuses to trust the manifest.
 
-A session bound to a shared store (:mod:`toolswap.remote`) keeps its manifest there, one
-object per record; ``manifest.jsonl`` is then the local replica of those records, byte for
-byte. Reads pull new records at most every :data:`PULL_INTERVAL` seconds (:meth:`Manifest.sync`
-pulls now); an append writes the next record to the store only if its sequence number is
-free, re-reads and tries the next one when another host won, then adds it to the replica.
+Every append goes to the session backend's authority first (:mod:`toolswap.backends`):
+locally that is the log itself; a session kept in a shared store writes record ``seq``
+there only if that sequence number is free, re-reads and tries the next one when another
+host won, then adds it to ``manifest.jsonl``, which is the store's records byte for byte.
+Reads pull new records at most every ``pull_interval`` seconds of the backend
+(:meth:`Manifest.sync` pulls now). The records themselves are typed (:mod:`toolswap.records`).
 """
 
 from __future__ import annotations
@@ -29,19 +30,25 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
-from typing import Any
 
-from .artifact import ArtifactReference, ArtifactSource, parse_artifact_filename
+from . import durable
+from .artifact import ArtifactReference, parse_artifact_filename
 from .chainlog import GENESIS_HASH, ChainLog
 from .crashpoints import crash_point
 from .errors import ArtifactStoreError, ChainLogError
-from .remote import StoreBinding
-from .session import LOCK_NAME, MANIFEST_HEAD_NAME, Session, session_lock
+from .records import (
+    ArtifactRecord,
+    CollectedRecord,
+    JournalAnchor,
+    ManifestRecord,
+    decode,
+    encode,
+)
+from .session import MANIFEST_HEAD_NAME, Session, session_lock
 
 __all__ = [
-    "PULL_INTERVAL",
+    "SNAPSHOT_EVERY",
+    "ArtifactRecord",
     "CollectedRecord",
     "Expectation",
     "JournalAnchor",
@@ -51,23 +58,10 @@ __all__ = [
 ]
 
 _HEAD_SIZE = 512
-PULL_INTERVAL = 1.0
-"""Seconds a replica's manifest may lag the store on reads (appends and cleanup never lag)."""
 SNAPSHOT_EVERY = 1000
 """A replica that appends a multiple of this many records keeps the chain as one object."""
 _APPEND_STALLS = 12
 """Refused appends in a row, with nothing new to pull, before an append gives up (~5 s)."""
-
-
-@dataclass(frozen=True, slots=True)
-class JournalAnchor:
-    """The lease journal's head as the manifest last recorded it."""
-
-    seq: int
-    hash: str
-    owner_seq: int
-    """The highest journal record the memory owner had acknowledged when this anchor was
-    written (0: no owner): the owner may never later know less."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,42 +73,31 @@ class ManifestHead:
     high_water: int
 
 
-@dataclass(frozen=True, slots=True)
-class CollectedRecord:
-    """Why and when cleanup removed an artifact."""
-
-    filename: str
-    source_id: str | None
-    collected_at: str
-    reason: str
-
-
 class ManifestConflict(ChainLogError):
     """A record's expectation about the chain it would extend does not hold (another
     process or host changed the artifact's state first); nothing was written."""
 
 
-Expectation = tuple[str, Callable[[dict[str, Any] | None, "CollectedRecord | None"], str | None]]
+Expectation = tuple[str, Callable[[ArtifactRecord | None, CollectedRecord | None], str | None]]
 """``(filename, check)`` for :meth:`Manifest.append`."""
 
 
 class Manifest:
-    """Folded view of the manifest log; refreshed incrementally on every access."""
+    """Folded view of the manifest log; refreshed incrementally on every access.
 
-    def __init__(
-        self,
-        path: Path,
-        session: str,
-        tool_results_dir: Path,
-        *,
-        binding: StoreBinding | None = None,
-    ) -> None:
-        self._log = ChainLog(path, session)
-        self._binding = binding
-        self._pulled_at = -PULL_INTERVAL
-        self._dir = tool_results_dir
-        self._head_path = path.with_name(MANIFEST_HEAD_NAME)
-        self._artifacts: dict[str, dict[str, Any]] = {}
+    The session's backend is the authority the records go to first: locally the log
+    itself (the session lock makes this process the only appender), for a replica the
+    shared store (record ``seq`` is written there only if that number is free).
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._log = ChainLog(session.manifest_path, session.session_id)
+        self._backend = session.backend
+        self._pulled_at = -float("inf")
+        self._dir = session.tool_results_dir
+        self._head_path = session.manifest_head_path
+        self._lock_path = session.lock_path
+        self._artifacts: dict[str, ArtifactRecord] = {}
         self._collected: dict[str, CollectedRecord] = {}
         self._high_water = 0
         self._hashes: list[str] = []
@@ -125,18 +108,13 @@ class Manifest:
     @classmethod
     def of(cls, session: Session) -> Manifest:
         """The manifest of ``session``."""
-        return cls(
-            session.manifest_path,
-            session.session_id,
-            session.tool_results_dir,
-            binding=session.binding,
-        )
+        return cls(session)
 
     @property
     def log(self) -> ChainLog:
         return self._log
 
-    def _fold(self, records: list[dict[str, Any]]) -> None:
+    def _fold(self, records: list[dict[str, object]]) -> None:
         try:
             self._fold_records(records)
         except ChainLogError:
@@ -146,46 +124,35 @@ class Manifest:
             self._clear()
             raise
 
-    def _fold_records(self, records: list[dict[str, Any]]) -> None:
-        for record in records:
-            self._hashes.append(record["hash"])
-            event = record.get("event")
-            if event == "journal":
-                store, anchor = _anchor(record)
-                self._anchors[store] = anchor
+    def _fold_records(self, bodies: list[dict[str, object]]) -> None:
+        for body in bodies:
+            self._hashes.append(str(body["hash"]))
+            record = decode(body, self._log.session)
+            if isinstance(record, JournalAnchor):
+                self._anchors[record.journal] = record
                 continue
-            filename = record.get("filename")
-            number = parse_artifact_filename(filename) if isinstance(filename, str) else None
-            if number is None:
-                raise ChainLogError(f"manifest record {record.get('seq')} names no artifact file")
+            number = parse_artifact_filename(record.filename)
+            assert number is not None  # the decoder refuses other names
             self._high_water = max(self._high_water, number)
-            assert isinstance(filename, str)
-            if event == "artifact":
-                self._artifacts[filename] = record
-                self._collected.pop(filename, None)
-            elif event == "collected":
-                self._artifacts.pop(filename, None)
-                self._collected[filename] = CollectedRecord(
-                    filename=filename,
-                    source_id=record.get("source_id"),
-                    collected_at=str(record.get("collected_at")),
-                    reason=str(record.get("reason")),
-                )
+            if isinstance(record, ArtifactRecord):
+                self._artifacts[record.filename] = record
+                self._collected.pop(record.filename, None)
             else:
-                raise ChainLogError(f"manifest record {record.get('seq')} has unknown event")
+                self._artifacts.pop(record.filename, None)
+                self._collected[record.filename] = record
 
     def refresh(self) -> None:
         """Fold new records (a replica first pulls the store's, unless it did so lately).
 
         A replica whose store cannot be reached goes on with the records it holds (reads
-        may lag the store by :data:`PULL_INTERVAL` anyway); :meth:`sync` and appends never
-        do.
+        may lag the store by the backend's ``pull_interval`` anyway); :meth:`sync` and
+        appends never do.
 
         Raises:
             ChainLogError: the manifest (or a record the store sent) cannot be trusted.
         """
         self._refresh_local()
-        if self._binding is not None and time.monotonic() - self._pulled_at >= PULL_INTERVAL:
+        if time.monotonic() - self._pulled_at >= self._backend.pull_interval:
             try:
                 self._pull()
             except ChainLogError as exc:
@@ -199,69 +166,52 @@ class Manifest:
             ChainLogError: the manifest cannot be trusted, or its store cannot be read.
         """
         self._refresh_local()
-        if self._binding is not None:
-            self._pull()
+        self._pull()
 
     def _store_error(self, exc: ArtifactStoreError) -> ChainLogError:
-        assert self._binding is not None
         return ChainLogError(
-            f"the manifest of session {self._log.session!r} lives in {self._binding.url}, "
-            f"which cannot be read now ({exc}); nothing was changed"
+            f"the manifest of session {self._log.session!r} lives in "
+            f"{self._backend.location}, which cannot be read now ({exc}); nothing was changed"
         )
 
     def _lock(self) -> AbstractContextManager[None]:
         """The session lock. Lock order: the session lock, then the log's in-process lock
         (a capture holds the session lock when it appends)."""
-        return session_lock(self._head_path.with_name(LOCK_NAME))
+        return session_lock(self._lock_path)
 
     def _pull(self) -> None:
-        """Add the store's records after the replica's head to the replica."""
-        binding = self._binding
-        assert binding is not None
+        """Add the authority's records after this log's head to it (none locally)."""
+        backend = self._backend
         self._pulled_at = time.monotonic()
-        store = binding.store
         try:
             seen = self._log.head[0]
-            lines = store.manifest_lines(binding.workspace, binding.session, seen)
+            lines = backend.pull(seen)
             if not lines:
                 return
             with self._lock(), self._log.lock:
                 self._refresh_local()
                 if self._log.head[0] != seen:  # another process here added some meanwhile
-                    lines = store.manifest_lines(
-                        binding.workspace, binding.session, self._log.head[0]
-                    )
+                    lines = backend.pull(self._log.head[0])
                 if not lines:
                     return
+                prefix = backend.record_crash_prefix
                 try:
-                    before, records = self._log.extend(lines, crash_prefix="store.replica")
+                    before, records = self._log.extend(lines, crash_prefix=prefix)
                 except ChainLogError:
                     # A damaged or foreign snapshot never stops a replica while the records
                     # themselves are whole: read them one by one (they are checked again).
-                    lines = store.manifest_lines(
-                        binding.workspace, binding.session, self._log.head[0], snapshot=False
-                    )
-                    before, records = self._log.extend(lines, crash_prefix="store.replica")
+                    lines = backend.pull(self._log.head[0], snapshot=False)
+                    before, records = self._log.extend(lines, crash_prefix=prefix)
                 self._fold([*before, *records])
                 self._advance_head()
         except ArtifactStoreError as exc:
             raise self._store_error(exc) from exc
 
-    def _snapshot(self, seq: int) -> None:
-        """Every :data:`SNAPSHOT_EVERY` records, keep the chain so far as one object in the
-        store (best effort: the records themselves are the truth)."""
-        binding = self._binding
-        assert binding is not None
+    def _snapshot_bytes(self) -> bytes:
         try:
-            fd = os.open(self._log.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            try:
-                data = os.pread(fd, self._log.offset, 0)
-            finally:
-                os.close(fd)
-            if data.count(b"\n") == seq:
-                binding.store.put_manifest_snapshot(binding.workspace, binding.session, seq, data)
-        except (OSError, ArtifactStoreError):
-            pass
+            return durable.read_trusted(self._log.path, self._log.offset) or b""
+        except Exception:  # best effort: the records themselves are the truth
+            return b""
 
     def _refresh_local(self) -> None:
         with self._log.lock:
@@ -290,11 +240,11 @@ class Manifest:
         head = self.read_head()
         return max(self._high_water, head.high_water if head else 0)
 
-    def append(self, body: dict[str, Any], *, expect: Expectation | None = None) -> dict[str, Any]:
+    def append(self, record: ManifestRecord, *, expect: Expectation | None = None) -> None:
         """Append a record durably, under the session lock (re-entrant: a capture holds it).
 
-        A replica writes the record to the store first (the next free sequence number),
-        then to ``manifest.jsonl``.
+        The record goes to the backend's authority first (for a replica: the store, under
+        the next free sequence number), then to ``manifest.jsonl``.
 
         Args:
             expect: ``(filename, check)``: ``check`` gets the name's current artifact
@@ -305,17 +255,43 @@ class Manifest:
 
         Raises:
             ManifestConflict: ``expect`` refused the record; nothing was written.
+            ChainLogError: the record could not be written (nothing was recorded).
         """
+        body = encode(record)
+        backend = self._backend
         with self._lock(), self._log.lock:
-            if self._binding is None:
+            stalled = 0
+            while True:
                 self._refresh_local()
+                self._pull()
                 self._check(expect)
-                before, record = self._log.append(body, crash_prefix="manifest")
-                self._fold([*before, record])
-            else:
-                record = self._append_shared(body, expect)
+                seq, digest, line = self._log.next_line(body)
+                try:
+                    won = backend.offer(seq, line)
+                except ArtifactStoreError as exc:
+                    raise self._store_error(exc) from exc
+                if won:
+                    break
+                # Record ``seq`` is taken: by this very offer whose reply was lost (a retry
+                # met its own record), by another host (follow it), or two writes raced and
+                # the store refused both (409: back off a little and try again).
+                self._pull()
+                if len(self._hashes) >= seq and self._hashes[seq - 1] == digest:
+                    crash_point("store.record_put")
+                    self._advance_head()
+                    return
+                stalled = stalled + 1 if self._log.head[0] < seq else 0
+                if stalled >= _APPEND_STALLS:
+                    raise ChainLogError(
+                        f"{backend.location} refused manifest record {seq} {stalled} times "
+                        "without showing another record there; nothing was recorded"
+                    )
+                time.sleep(min(0.5, 0.01 * 2**stalled) if stalled else 0)
+            before, records = self._log.extend([line], crash_prefix=backend.record_crash_prefix)
+            self._fold([*before, *records])
+            if seq % SNAPSHOT_EVERY == 0:
+                backend.keep_snapshot(seq, self._snapshot_bytes)
             self._advance_head()
-            return record
 
     def _check(self, expect: Expectation | None) -> None:
         if expect is not None:
@@ -323,42 +299,6 @@ class Manifest:
             why = check(self._artifacts.get(filename), self._collected.get(filename))
             if why is not None:
                 raise ManifestConflict(why)
-
-    def _append_shared(self, body: dict[str, Any], expect: Expectation | None) -> dict[str, Any]:
-        binding = self._binding
-        assert binding is not None
-        stalled = 0
-        while True:
-            self._refresh_local()
-            self._pull()
-            self._check(expect)
-            seq, digest, line = self._log.next_line(body)
-            try:
-                won = binding.store.put_manifest_line(binding.workspace, binding.session, seq, line)
-            except ArtifactStoreError as exc:
-                raise self._store_error(exc) from exc
-            if won:
-                break
-            # Record ``seq`` is taken: by this very put whose reply was lost (a retry met
-            # its own record), by another host (follow it), or two writes raced and the
-            # store refused both (409: back off a little and try again).
-            self._pull()
-            if len(self._hashes) >= seq and self._hashes[seq - 1] == digest:
-                crash_point("store.record_put")
-                return dict(json.loads(line))
-            stalled = stalled + 1 if self._log.head[0] < seq else 0
-            if stalled >= _APPEND_STALLS:
-                raise ChainLogError(
-                    f"{binding.url} refused manifest record {seq} {stalled} times without "
-                    "showing another record there; nothing was recorded"
-                )
-            time.sleep(min(0.5, 0.01 * 2**stalled) if stalled else 0)
-        crash_point("store.record_put")
-        before, records = self._log.extend([line], crash_prefix="store.replica")
-        self._fold([*before, *records])
-        if seq % SNAPSHOT_EVERY == 0:
-            self._snapshot(seq)
-        return records[-1]
 
     def journal_stores(self) -> list[str]:
         """The names of every lease journal store anchored here."""
@@ -386,23 +326,18 @@ class Manifest:
         try:
             return self._parse_head(self._read_head_bytes())
         except ChainLogError:
-            with session_lock(self._head_path.with_name(LOCK_NAME)):
+            with session_lock(self._lock_path):
                 return self._parse_head(self._read_head_bytes())
 
     def _read_head_bytes(self) -> bytes | None:
-        try:
-            fd = os.open(self._head_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise self._head_error(f"cannot be opened ({exc.strerror})") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                raise self._head_error("is not a regular file owned by this user")
-            return os.read(fd, _HEAD_SIZE + 1)
-        finally:
-            os.close(fd)
+        return durable.read_trusted(
+            self._head_path,
+            _HEAD_SIZE + 1,
+            what=MANIFEST_HEAD_NAME,
+            error=lambda message: self._head_error(
+                message.removeprefix(MANIFEST_HEAD_NAME).lstrip(": ")
+            ),
+        )
 
     def _parse_head(self, raw: bytes | None) -> ManifestHead | None:
         if not raw:
@@ -485,21 +420,22 @@ class Manifest:
         ).encode()
         data = body.ljust(_HEAD_SIZE - 1) + b"\n"
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        io = durable.current()
         try:
-            fd = os.open(self._head_path, flags, 0o600)
+            fd = io.open(self._head_path, flags, 0o600)
         except OSError:
             return
         try:
             if stat.S_ISREG(os.fstat(fd).st_mode):
-                os.pwrite(fd, data, 0)  # one sector: whole or not at all
-                os.fsync(fd)
+                io.pwrite(fd, data, 0)  # one sector: whole or not at all
+                io.fsync(fd)
         except OSError:
             pass
         finally:
-            os.close(fd)
+            io.close(fd)
         crash_point("manifest.head_written")
 
-    def record_for(self, filename: str) -> dict[str, Any] | None:
+    def record_for(self, filename: str) -> ArtifactRecord | None:
         self.refresh()
         return self._artifacts.get(filename)
 
@@ -507,53 +443,17 @@ class Manifest:
         self.refresh()
         return self._collected.get(filename)
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[ArtifactRecord]:
         """Current artifact records, in file-number order."""
         self.refresh()
         return sorted(
-            self._artifacts.values(), key=lambda r: parse_artifact_filename(r["filename"]) or 0
+            self._artifacts.values(), key=lambda r: parse_artifact_filename(r.filename) or 0
         )
 
     def collected_records(self) -> list[CollectedRecord]:
         self.refresh()
         return list(self._collected.values())
 
-    def reference(self, record: dict[str, Any]) -> ArtifactReference:
-        """Rebuild the reference of an ``artifact`` record (the path from the trusted root)."""
-        argv = record.get("argv")
-        return ArtifactReference(
-            source=ArtifactSource(
-                source_id=record["source_id"],
-                source_type="tool_result",
-                title=f"{record['tool']} output ({record['filename']})",
-                captured_at=datetime.fromisoformat(record["captured_at"]),
-            ),
-            path=self._dir / record["filename"],
-            summary=record["summary"],
-            source_tool=record["tool"],
-            content_sha256=record["sha256"],
-            byte_size=record["byte_size"],
-            line_count=record["line_count"],
-            char_count=record["char_count"],
-            binary=record["binary"],
-            media_type=record["media_type"],
-            argv=tuple(argv) if isinstance(argv, list) else None,
-            exit_code=record.get("exit_code"),
-            interrupted=record.get("interrupted"),
-        )
-
-
-def _anchor(record: dict[str, Any]) -> tuple[str, JournalAnchor]:
-    store = record.get("journal")
-    seq, digest = record.get("journal_seq"), record.get("journal_hash")
-    owner_seq = record.get("owner_seq", 0)
-    if (
-        not isinstance(store, str)
-        or not isinstance(seq, int)
-        or seq < 1
-        or not isinstance(digest, str)
-        or not isinstance(owner_seq, int)
-        or owner_seq < 0
-    ):
-        raise ChainLogError(f"manifest record {record.get('seq')} is a malformed journal anchor")
-    return store, JournalAnchor(seq=seq, hash=digest, owner_seq=owner_seq)
+    def reference(self, record: ArtifactRecord) -> ArtifactReference:
+        """The reference of an artifact record (the path from the trusted root)."""
+        return record.reference(self._dir)

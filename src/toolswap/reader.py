@@ -13,19 +13,18 @@ name parsed from the source ID, never following a symlink.
 from __future__ import annotations
 
 import bisect
-import errno
 import hashlib
 import os
 import queue
-import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ._fs import open_dir_nofollow
+from . import durable
 from ._threads import start_helper_thread
 from ._window import CONTINUATION_MARKER, clip_line
 from .artifact import ArtifactReference, parse_artifact_source_id
+from .durable import open_dir_nofollow
 from .errors import (
     ArtifactAccessError,
     ArtifactCollectedError,
@@ -36,7 +35,6 @@ from .errors import (
 )
 from .grep import DEFAULT_TIMEOUT, GrepMatch, GrepResult, check_args, check_pattern, search
 from .manifest import Manifest
-from .replica import fetch_into_replica
 from .session import Session
 
 __all__ = [
@@ -169,7 +167,7 @@ def _hash_and_index(fd: int, size: int) -> tuple[str, int, int, list[int]]:
     pos = 0
     try:
         while True:
-            block = os.pread(fd, _BLOCK, pos)
+            block = durable.current().pread(fd, _BLOCK, pos)
             if not block:
                 break
             if blocks is not None:
@@ -221,7 +219,12 @@ class _OpenArtifact:
         )
 
     def pread(self, length: int, offset: int) -> bytes:
-        return os.pread(self.fd, length, offset)
+        try:
+            return durable.current().pread(self.fd, length, offset)
+        except OSError as exc:
+            raise ArtifactAccessError(
+                f"{self.source_id}: cannot read the artifact ({exc.strerror})"
+            ) from exc
 
     def line_of(self, offset: int) -> int:
         """The 1-based number of the line that byte ``offset`` is in (newlines before it,
@@ -276,10 +279,10 @@ class ArtifactReader:
                 f"({self.session.session_id!r}); open that session to read it"
             )
         record = self.manifest.record_for(parsed.filename)
-        if record is None and self.session.binding is not None:
-            self.manifest.sync()  # written by another host since the last pull
+        if record is None:
+            self.manifest.sync()  # perhaps written by another host since the last pull
             record = self.manifest.record_for(parsed.filename)
-        if record is None or not record["sha256"].startswith(parsed.digest_prefix):
+        if record is None or not record.sha256.startswith(parsed.digest_prefix):
             collected = self.manifest.collected(parsed.filename)
             if collected is not None and collected.source_id in (None, source_id):
                 raise ArtifactCollectedError(
@@ -304,26 +307,30 @@ class ArtifactReader:
         return ref
 
     def _open(self, ref: ArtifactReference, *, fresh: bool = False) -> _OpenArtifact:
-        binding = self.session.binding
         try:
             return self._open_local(ref, fresh=fresh)
         except ArtifactNotFoundError:
-            if binding is None:
-                raise
-        # Kept in a store: this host reads it for the first time. The fetched copy is
-        # hashed and indexed once, before it is linked, and remembered as verified.
-        verified: list[_Verified] = []
+            # Perhaps this host reads it for the first time (a session kept in a store): the
+            # fetched copy is hashed and indexed once, before it is linked, and remembered
+            # as verified. A local session has no other copy: the file is missing.
+            verified: list[_Verified] = []
+            backend = self.session.backend
 
-        def check(fd: int) -> None:
-            digest, size, newlines, checkpoints = _hash_and_index(fd, ref.byte_size)
-            if digest != ref.content_sha256 or size != ref.byte_size:
-                raise ArtifactIntegrityError(
-                    f"{ref.source_id}: the copy in {binding.url} is not the recorded "
-                    f"output ({size} bytes, SHA-256 {digest[:12]}); it was not used"
+            def check(fd: int) -> None:
+                digest, size, newlines, checkpoints = _hash_and_index(fd, ref.byte_size)
+                if digest != ref.content_sha256 or size != ref.byte_size:
+                    raise ArtifactIntegrityError(
+                        f"{ref.source_id}: the copy in {backend.location} is not the recorded "
+                        f"output ({size} bytes, SHA-256 {digest[:12]}); it was not used"
+                    )
+                verified.append(_Verified(digest, size, newlines, checkpoints))
+
+            try:
+                linked = backend.fetch(
+                    self.session.tool_results_dir, ref.path.name, ref.byte_size, check
                 )
-            verified.append(_Verified(digest, size, newlines, checkpoints))
-
-        linked = fetch_into_replica(self.session, ref.path.name, ref.byte_size, check)
+            except ArtifactNotFoundError as exc:
+                raise ArtifactNotFoundError(f"{ref.source_id}: {exc}") from None
         if linked is not None:
             _remember(_identity(linked), verified[0])
         return self._open_local(ref, fresh=fresh)
@@ -331,34 +338,25 @@ class ArtifactReader:
     def _open_local(self, ref: ArtifactReference, *, fresh: bool) -> _OpenArtifact:
         dir_fd = open_dir_nofollow(self.session.tool_results_dir)
         try:
-            fd = os.open(
-                ref.path.name,
-                os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                dir_fd=dir_fd,
+            fd, st = durable.open_trusted(
+                ref.path.name, dir_fd=dir_fd, what=ref.source_id, error=ArtifactAccessError
             )
         except FileNotFoundError:
-            raise ArtifactNotFoundError(
-                f"{ref.source_id}: the file is missing from tool-results/ although the "
-                "manifest records it; run `toolswap verify`"
-            ) from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise ArtifactAccessError(f"{ref.source_id}: the artifact is a symlink") from None
-            raise ArtifactAccessError(f"{ref.source_id}: cannot open ({exc.strerror})") from None
+            raise ArtifactNotFoundError(f"{ref.source_id}: the file is missing") from None
         finally:
-            os.close(dir_fd)
+            durable.current().close(dir_fd)
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ArtifactAccessError(f"{ref.source_id}: the artifact is not a regular file")
-            if st.st_uid != os.geteuid():
-                raise ArtifactAccessError(f"{ref.source_id}: the artifact is owned by another user")
             if fresh:
                 with _VERIFIED_GUARD:
                     _VERIFIED.pop(_identity(st), None)
             info = self._verified(fd, st, ref)
+        except OSError as exc:
+            durable.current().close(fd)
+            raise ArtifactAccessError(
+                f"{ref.source_id}: cannot read the artifact ({exc.strerror}); nothing was returned"
+            ) from exc
         except BaseException:
-            os.close(fd)
+            durable.current().close(fd)
             raise
         return _OpenArtifact(fd, ref.source_id, info, _identity(st))
 
@@ -395,7 +393,7 @@ class ArtifactReader:
         """Verify the artifact's full digest now, ignoring the cache."""
         ref = self.reference(source)
         art = self._open(ref, fresh=True)
-        os.close(art.fd)
+        durable.current().close(art.fd)
         return ref
 
     # -- reads -----------------------------------------------------------------------
@@ -472,7 +470,7 @@ class ArtifactReader:
                 continue_byte=continue_byte,
             )
         finally:
-            os.close(art.fd)
+            durable.current().close(art.fd)
 
     def _iter_lines(self, art: _OpenArtifact, pos: int) -> Iterator[tuple[int, bytes, bool]]:
         """Yield (start, line without newline, ended with newline) from ``pos`` on."""
@@ -533,7 +531,7 @@ class ArtifactReader:
                 line_no=line_no,
             )
         finally:
-            os.close(art.fd)
+            durable.current().close(art.fd)
 
     def grep(
         self,
@@ -582,5 +580,5 @@ class ArtifactReader:
             )
             art.check_unchanged()
         finally:
-            os.close(art.fd)
+            durable.current().close(art.fd)
         return GrepResult(ref.source_id, pattern, tuple(matches), truncated)

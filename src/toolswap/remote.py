@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import re
-import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from ._fs import fsync_dir, write_all
+from . import durable
 from .artifact import validate_session_id
 from .crashpoints import crash_point
 from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
@@ -241,19 +239,11 @@ def read_binding(root: Path) -> StoreBinding | None:
         ConfigurationError: the binding file is unreadable, not ours, or malformed.
     """
     path = root / STORE_BINDING_NAME
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+    raw = durable.read_trusted(
+        path, _BINDING_MAX + 1, error=lambda message: ConfigurationError(f"cannot read {message}")
+    )
+    if raw is None:
         return None
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise ConfigurationError(f"{path} is not a regular file owned by this user")
-        raw = os.read(fd, _BINDING_MAX + 1)
-    finally:
-        os.close(fd)
     if len(raw) > _BINDING_MAX:
         raise ConfigurationError(f"{path} is too large to be a store binding")
     return _parse_binding(raw, path)
@@ -266,29 +256,11 @@ def write_binding(root: Path, binding: StoreBinding) -> StoreBinding:
     The file is written under a temporary name, fsynced and linked into place, so a crash
     leaves either no binding or a whole one.
     """
-    path = root / STORE_BINDING_NAME
-    tmp = root / f".{STORE_BINDING_NAME}.{os.getpid()}.{threading.get_ident()}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(tmp, flags, 0o600)
-    except FileExistsError:
-        os.unlink(tmp)
-        fd = os.open(tmp, flags, 0o600)
+        durable.write_atomically(root, STORE_BINDING_NAME, binding.to_json(), replace=False)
     except OSError as exc:
         raise ArtifactAccessError(f"cannot bind {root} to its store: {exc.strerror}") from None
-    try:
-        write_all(fd, binding.to_json())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path, follow_symlinks=False)
-    except FileExistsError:
-        pass  # bound meanwhile by another process: its binding is the one
-    finally:
-        os.unlink(tmp)
     crash_point("store.bound")
-    fsync_dir(root)
     existing = read_binding(root)
     assert existing is not None
     return existing

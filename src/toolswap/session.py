@@ -27,8 +27,11 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._fs import ensure_private_dir
+from . import durable
 from .artifact import validate_session_id
+from .backends.base import SessionBackend
+from .backends.local import LocalBackend
+from .durable import ensure_private_dir
 from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
 from .remote import (
     STORE_ENV,
@@ -115,16 +118,17 @@ class Session:
 
     root: Path
     session_id: str
-    binding: StoreBinding | None = field(default=None, compare=False)
-    """The shared store this session lives in (None: this directory is the session)."""
+    backend: SessionBackend = field(default_factory=LocalBackend, compare=False)
+    """Where the session's names, records and bytes really live (chosen by :meth:`at`)."""
 
     @classmethod
     def at(cls, session_dir: Path | str, *, create: bool = True) -> Session:
         """Use ``session_dir`` as the session root; its last component is the session ID.
 
-        With ``TOOLSWAP_STORE`` set, a new session is bound to that store and the directory
-        becomes its local replica (see :mod:`toolswap.remote`); a session already bound
-        keeps its store whatever the environment says.
+        This is where a session's backend is chosen, once: with ``TOOLSWAP_STORE`` set, a
+        new session is bound to that store and the directory becomes its local replica
+        (:class:`~toolswap.backends.replica.ReplicaBackend`); a session already bound keeps
+        its store whatever the environment says; any other session is local.
 
         Raises:
             ConfigurationError: the session is bound to another store than
@@ -161,7 +165,12 @@ class Session:
                 raise ArtifactAccessError(
                     f"session root {root} is owned by uid {st.st_uid}, not by this user"
                 )
-        return cls(root=root, session_id=session_id, binding=_bind(session, url))
+        binding = _bind(session, url)
+        if binding is None:
+            return session
+        from .backends.replica import ReplicaBackend  # only a bound session needs it
+
+        return cls(root=root, session_id=session_id, backend=ReplicaBackend(binding))
 
     @classmethod
     def open(
@@ -189,9 +198,7 @@ class Session:
         """The name shared services (a memory owner, a database journal) know this session
         by: ``<workspace>/<session>``, after its store's URL when it lives in one (two
         stores may hold sessions of the same names)."""
-        if self.binding is not None:
-            return f"{self.binding.url}/{self.binding.workspace}/{self.session_id}"
-        return f"{self.root.parent.name}/{self.session_id}"
+        return self.backend.key(self.root.parent.name, self.session_id)
 
     @property
     def tool_results_dir(self) -> Path:
@@ -295,8 +302,9 @@ def session_lock(path: Path) -> Iterator[None]:
         state = _LOCKS.setdefault(key, _LockState())
     with state.rlock:
         if state.depth == 0:
+            io = durable.current()
             try:
-                fd = os.open(
+                fd = io.open(
                     key,
                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                     0o600,
@@ -312,9 +320,15 @@ def session_lock(path: Path) -> Iterator[None]:
                         f"session lock {key} is not a regular file owned by this user; "
                         "move it aside"
                     )
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    io.flock(fd, fcntl.LOCK_EX)
+                except OSError as exc:
+                    raise ArtifactAccessError(
+                        f"cannot lock session lock {key}: {exc.strerror} (a file system "
+                        "without working locks, such as NFS without a lock daemon?)"
+                    ) from exc
             except BaseException:
-                os.close(fd)
+                io.close(fd)
                 raise
             state.fd = fd
         state.depth += 1
@@ -324,5 +338,7 @@ def session_lock(path: Path) -> Iterator[None]:
             state.depth -= 1
             if state.depth == 0 and state.fd is not None:
                 fd, state.fd = state.fd, None
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                finally:
+                    durable.current().close(fd)

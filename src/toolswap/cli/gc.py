@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import json
@@ -18,7 +17,7 @@ from typing import Any
 
 import click
 
-from .._fs import write_all
+from .. import durable
 from ..artifact import validate_session_id
 from ..cleanup import (
     ArtifactCleanupPlan,
@@ -296,20 +295,9 @@ def gc_plan(
 
 def _save_private(path: Path, data: bytes) -> None:
     """Write ``path`` (mode 0600) through a temporary name, so it is whole or absent."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        durable.write_atomically(path.parent, path.name, data, replace=True)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise CleanupError(f"cannot save the plan to {path}: {exc.strerror}") from None
 
 

@@ -32,16 +32,13 @@ import dataclasses
 import hashlib
 import json
 import os
-import stat
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .._fs import fsync_dir, write_all
+from .. import durable
 from ..chainlog import canonical_json
-from ..crashpoints import crash_point
 from ..errors import ArtifactLeaseJournalError, ArtifactRetentionError, SourceIdError
 from .claims import ArtifactRetentionClaim
 from .lease import TRANSACTION_ID_RE, ArtifactLeasePhase, ArtifactLeaseTransaction
@@ -93,28 +90,17 @@ class _Ignored(Exception):
 
 def _open_regular(path: Path) -> int | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd, _ = durable.open_trusted(path, error=_Ignored)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise _Ignored(exc.strerror) from exc
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-        os.close(fd)
-        raise _Ignored("not a regular file owned by this user")
     return fd
 
 
 def _prefix_sha256(fd: int, length: int) -> str:
-    sha = hashlib.sha256()
-    pos = 0
-    while pos < length:
-        block = os.pread(fd, min(_HASH_BLOCK, length - pos), pos)
-        if not block:
-            break
-        sha.update(block)
-        pos += len(block)
-    return sha.hexdigest()
+    try:
+        return durable.hash_fd(fd, limit=length, block=_HASH_BLOCK)[0]
+    except OSError as exc:
+        raise _Ignored(exc.strerror) from exc
 
 
 def _read_body(path: Path) -> dict[str, Any] | None:
@@ -122,10 +108,12 @@ def _read_body(path: Path) -> dict[str, Any] | None:
     if fd is None:
         return None
     try:
-        with os.fdopen(fd, "rb") as f:
-            data = f.read()
+        size = os.fstat(fd).st_size
+        data = durable.current().pread(fd, size, 0)
     except OSError as exc:
         raise _Ignored(exc.strerror) from exc
+    finally:
+        durable.current().close(fd)
     return _body(data)
 
 
@@ -275,7 +263,7 @@ def load_checkpoint(journal_path: Path, session: str) -> FoldCheckpoint | None:
             )
         identity = (st.st_dev, st.st_ino)
     finally:
-        os.close(fd)
+        durable.current().close(fd)
     fold = checkpoint_fold(body, session)
     if fold is None:
         return None
@@ -379,7 +367,7 @@ def write_checkpoint(
             return False
         prefix = _prefix_sha256(fd, offset)
     finally:
-        os.close(fd)
+        durable.current().close(fd)
     data = encode_checkpoint(
         session,
         seq=seq,
@@ -389,19 +377,12 @@ def write_checkpoint(
         extra={"offset": offset, "prefix_sha256": prefix},
     )
     path = checkpoint_path(journal_path)
-    tmp = path.with_name(path.name + ".tmp")
-    with suppress(FileNotFoundError):
-        os.unlink(tmp)  # left by a writer that crashed (writers hold the session lock)
-    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        write_all(out, data)
-        crash_point("journal.checkpoint.tmp_written")
-        os.fsync(out)
-    finally:
-        os.close(out)
-    crash_point("journal.checkpoint.tmp_fsynced")
-    os.rename(tmp, path)
-    crash_point("journal.checkpoint.renamed")
-    fsync_dir(path.parent)
-    crash_point("journal.checkpoint.dir_fsynced")
+    durable.write_atomically(
+        path.parent,
+        path.name,
+        data,
+        replace=True,
+        tmp_name=path.name + ".tmp",
+        crash_prefix="journal.checkpoint",
+    )
     return True

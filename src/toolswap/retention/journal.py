@@ -186,11 +186,12 @@ class ArtifactRetentionJournal:
         ):
             raise TypeError("store must be a JournalStore of this session")
         self._store = store if store is not None else LocalJournalStore(self.session)
-        if self.session.binding is not None and not self._store.shared:
+        why = self.session.backend.local_retention_refused()
+        if why is not None and not self._store.shared:
             raise ConfigurationError(
-                f"session {self.session.session_id!r} is kept in {self.session.binding.url}, "
-                "so its leases must live in a journal every host sees: pass a "
-                "PostgresJournalStore (CLI: --database-url or TOOLSWAP_DATABASE_URL)"
+                f"session {self.session.session_id!r} {why}, so its leases must live in a "
+                "journal every host sees: pass a PostgresJournalStore (CLI: --database-url or "
+                "TOOLSWAP_DATABASE_URL)"
             )
         self._log = self._store.open_log()
         self._manifest = Manifest.of(self.session)
@@ -490,13 +491,9 @@ class ArtifactRetentionJournal:
         seq, digest = self._log.head
         with suppress(ChainLogError, OSError):
             self._manifest.append(
-                {
-                    "event": "journal",
-                    "journal": self._store.name,
-                    "journal_seq": seq,
-                    "journal_hash": digest,
-                    "owner_seq": self._owner_seq,
-                }
+                JournalAnchor(
+                    journal=self._store.name, seq=seq, hash=digest, owner_seq=self._owner_seq
+                )
             )
 
     @contextmanager
@@ -605,10 +602,9 @@ class ArtifactRetentionJournal:
     def _verify_artifact(self, claim: ArtifactRetentionClaim) -> None:
         sid = claim.source_id
         try:
-            if self.session.binding is not None:
-                # Another host's gc may have collected it since the last pull: decide on
-                # the store's chain, never on a replica that may lag (or be cut off).
-                self._manifest.sync()
+            # Another host's gc may have collected it since the last pull: decide on the
+            # authority's chain, never on a replica that may lag (or be cut off).
+            self._manifest.sync()
             ref = self._reader.verify(sid)
         except (ArtifactCollectedError, ArtifactNotFoundError) as exc:
             raise ArtifactRetentionError(
