@@ -44,6 +44,7 @@ from .remote import (
 __all__ = [
     "Session",
     "legacy_workspace_slug",
+    "session_location",
     "session_lock",
     "toolswap_home",
     "workspace_slug",
@@ -223,6 +224,17 @@ class Session:
     def lock(self) -> AbstractContextManager[None]:
         """The session's exclusive lock (re-entrant in one thread, exclusive across processes)."""
         return session_lock(self.lock_path)
+
+
+def session_location(root: Path) -> str | None:
+    """Where the session directory ``root`` keeps its artifacts: None when the directory is
+    the session, else its store's URL (this host's directory is a replica of it).
+
+    Raises:
+        ConfigurationError: the binding file is unreadable, not ours, or malformed.
+    """
+    bound = read_binding(root)
+    return bound.url if bound is not None else None
 
 
 def _binding_for(root: Path, session_id: str, url: str) -> StoreBinding:

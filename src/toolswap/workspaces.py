@@ -25,8 +25,7 @@ from .errors import (
     ToolswapError,
 )
 from .reader import ArtifactReader
-from .remote import read_binding
-from .session import TOOL_RESULTS_DIR, Session, toolswap_home
+from .session import TOOL_RESULTS_DIR, Session, session_location, toolswap_home
 
 __all__ = ["SessionEntry", "find_session", "holds", "list_sessions", "session_dirs"]
 
@@ -132,10 +131,9 @@ def list_sessions(home: Path | None = None) -> list[SessionEntry]:
 
 def _store_of(path: Path) -> str | None:
     try:
-        binding = read_binding(path)
+        return session_location(path)
     except ConfigurationError as exc:
         return f"? ({exc})"
-    return binding.url if binding else None
 
 
 def holds(session: Session, source_id: str) -> bool:

@@ -71,6 +71,8 @@ class ReplicaBackend:
     def offer(self, seq: int, line: bytes) -> bool:
         b = self._binding
         won = self._store.put_manifest_line(b.workspace, b.session, seq, line)
+        if won:
+            crash_point("store.record_put")
         return won
 
     def keep_snapshot(self, seq: int, data: Callable[[], bytes]) -> None:

@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from ... import durable
 from ...artifact import ArtifactMemoryReference
 from ...crashpoints import crash_point
 from ...errors import (
@@ -177,8 +178,8 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
                     "(--owner-db) or create it by publishing through it"
                 ) from None
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                os.close(fd)
+                io = durable.current()
+                io.close(io.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW))
             except FileExistsError:
                 pass
             except OSError as exc:
