@@ -8,18 +8,15 @@ ext.read_artifact(result.artifact, offset=40_000, limit=200)
 
 from __future__ import annotations
 
-import fcntl
-import io
-import os
-import re
 import shlex
-import stat
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
 
-from . import cleanup, durable
+from . import durable
+from ._externalizer_cleanup import CleanupMethods
+from ._externalizer_reads import PageFaults
+from ._output import Output, chunks, encode, prepend, utf8_chars
 from .artifact import (
     ArtifactReference,
     ExternalizedToolResult,
@@ -28,23 +25,14 @@ from .artifact import (
     format_source_id,
 )
 from .capture import CaptureStats, StreamCapture, detect_media_type
-from .cleanup import (
-    ArtifactCleanupPlan,
-    ArtifactCleanupPolicy,
-    ArtifactCleanupReport,
-    CleanupClaim,
-    JournalLike,
-)
 from .durable import open_dir_nofollow
 from .errors import (
     ArtifactAccessError,
     ArtifactStoreError,
     ArtifactWriteError,
     ChainLogError,
-    CleanupError,
     ConfigurationError,
 )
-from .grep import DEFAULT_TIMEOUT
 from .manifest import Manifest
 from .pointer import (
     ReadHint,
@@ -54,104 +42,19 @@ from .pointer import (
     make_unsaved_preview,
     validate_summary,
 )
-from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
+from .reader import ArtifactReader
 from .records import ArtifactRecord
 from .session import Session, toolswap_home, workspace_slug
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
 
 __all__ = ["Output", "ToolResultExternalizer"]
 
+_HEAD_SLACK = 8
 _NAMES_TAKEN_MAX = 10_000
 """Names in a row a store may refuse before a capture gives up on it."""
 
-Output = str | bytes | bytearray | memoryview | BinaryIO | Iterable[bytes]
-"""What a tool may return: text, bytes, a binary file object or an iterable of byte chunks."""
 
-_READ_CHUNK = 1 << 20
-_COALESCE = 256 << 10
-_HEAD_SLACK = 8
-
-
-# Lone surrogates other than the U+DC80..U+DCFF that ``surrogateescape`` maps back to bytes.
-_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
-
-
-def _encode(text: str) -> bytes:
-    """UTF-8 of ``text``; escaped bytes (``os.fsdecode``) come back as the original bytes."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        # Not encodable as UTF-8 at all: keep the text, mark each bad spot with U+FFFD.
-        return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8", "surrogateescape")
-
-
-def _chunks(output: Output) -> Iterable[bytes]:
-    if isinstance(output, str):
-        data = _encode(output)
-        for i in range(0, len(data), _READ_CHUNK):
-            yield data[i : i + _READ_CHUNK]
-        return
-    if isinstance(output, (bytes, bytearray, memoryview)):
-        view = memoryview(output).cast("B")
-        for i in range(0, len(view), _READ_CHUNK):
-            yield bytes(view[i : i + _READ_CHUNK])
-        return
-    read = getattr(output, "read", None)
-    if callable(read):
-        _widen_pipe(output)
-        # A full read(): a pipe hands over 64 KiB at a time, and per-chunk work (queue,
-        # scan, bookkeeping) is cheaper on 1 MiB chunks. The capture waits for EOF anyway.
-        while True:
-            chunk = read(_READ_CHUNK)
-            if not chunk:
-                return
-            if not isinstance(chunk, (bytes, bytearray)):
-                raise TypeError("file objects passed as output must be opened in binary mode")
-            yield bytes(chunk)
-    pending: list[bytes] = []
-    size = 0
-    for chunk in output:
-        if isinstance(chunk, str):
-            raise TypeError("an iterable output must yield bytes, not str")
-        if not chunk:
-            continue
-        if not pending and len(chunk) >= _COALESCE:
-            yield bytes(chunk)
-            continue
-        # Many small chunks (lines from a generator) are joined into larger ones.
-        pending.append(bytes(chunk))
-        size += len(chunk)
-        if size >= _COALESCE:
-            yield b"".join(pending)
-            pending.clear()
-            size = 0
-    if pending:
-        yield b"".join(pending)
-
-
-def _widen_pipe(output: object) -> None:
-    """Give a pipe a 1 MiB buffer (Linux): a 64 KiB pipe makes reader and writer take turns
-    sleeping every 64 KiB, which costs more than hashing the bytes."""
-    fileno = getattr(output, "fileno", None)
-    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if not callable(fileno) or set_size is None:
-        return
-    try:
-        fd = fileno()
-        if stat.S_ISFIFO(os.fstat(fd).st_mode):
-            fcntl.fcntl(fd, set_size, _READ_CHUNK)
-    except (OSError, ValueError, io.UnsupportedOperation):
-        pass  # not a real file, or the system refuses: the default buffer works too
-
-
-def _utf8_chars(data: bytes) -> int:
-    """Characters in UTF-8 ``data`` (bytes that are not continuation bytes)."""
-    if data.isascii():
-        return len(data)
-    return len(data) - sum(data.count(bytes([b])) for b in range(0x80, 0xC0))
-
-
-class ToolResultExternalizer:
+class ToolResultExternalizer(PageFaults, CleanupMethods):
     """Turns tool outputs into inline text or immutable artifacts in one session.
 
     Args:
@@ -210,9 +113,9 @@ class ToolResultExternalizer:
         if rule.never:
             return False
         if rule.max_chars is not None:
-            count = len(output) if isinstance(output, str) else _utf8_chars(bytes(output))
+            count = len(output) if isinstance(output, str) else utf8_chars(bytes(output))
             return count > rule.max_chars
-        data = _encode(output) if isinstance(output, str) else output
+        data = encode(output) if isinstance(output, str) else output
         assert rule.max_bytes is not None
         return len(data) > rule.max_bytes
 
@@ -275,14 +178,14 @@ class ToolResultExternalizer:
         buffered: list[bytes] = []
         size = 0
         chars = 0
-        stream = iter(_chunks(output))
+        stream = iter(chunks(output))
         for chunk in stream:
             buffered.append(chunk)
             size += len(chunk)
             if rule.max_chars is not None:
-                chars += _utf8_chars(chunk)
+                chars += utf8_chars(chunk)
             if self._over(rule, size, chars):
-                return spill(_prepend(buffered, stream))
+                return spill(prepend(buffered, stream))
         if isinstance(output, str):
             return InlineToolResult(context_text=output)
         data = b"".join(buffered)
@@ -320,7 +223,7 @@ class ToolResultExternalizer:
         self._check_tool(tool_name)
         summary = validate_summary(summary)
         return self._capture(
-            _chunks(output),
+            chunks(output),
             tool_name,
             summary=summary,
             argv=argv,
@@ -548,106 +451,6 @@ class ToolResultExternalizer:
             return "" if workspace == derived else f" --workspace {shlex.quote(workspace)}"
         return f" --session-dir {shlex.quote(str(root))}"
 
-    # -- page faults -----------------------------------------------------------------
-
-    def get_artifact(self, source_id: str) -> ArtifactReference:
-        """Rebuild an artifact's reference from its source ID (after a restart too)."""
-        return self.reader.reference(source_id)
-
-    def list_artifacts(self) -> list[ArtifactReference]:
-        """Every live artifact of the session, oldest first."""
-        return [self.manifest.reference(r) for r in self.manifest.records()]
-
-    def read_artifact(
-        self, artifact: ArtifactReference | str, offset: int = 0, limit: int = 2000
-    ) -> str:
-        """The spec's page fault: lines ``offset`` .. ``offset + limit`` (0-based), verified."""
-        return self.reader.read_artifact(artifact, offset, limit)
-
-    def read_lines(
-        self,
-        artifact: ArtifactReference | str,
-        offset: int = 0,
-        limit: int = 2000,
-        *,
-        width: int = 2000,
-    ) -> LinePage:
-        return self.reader.read_lines(artifact, offset, limit, width=width)
-
-    def read_bytes(
-        self, artifact: ArtifactReference | str, start: int = 0, length: int = 65536
-    ) -> ByteRange:
-        return self.reader.read_bytes(artifact, start, length)
-
-    def grep(
-        self,
-        artifact: ArtifactReference | str,
-        pattern: str,
-        *,
-        context: int = 0,
-        max_matches: int = 100,
-        ignore_case: bool = False,
-        fixed: bool = False,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> GrepResult:
-        """See :meth:`ArtifactReader.grep`: a linear-time search stopped at ``timeout`` s."""
-        return self.reader.grep(
-            artifact,
-            pattern,
-            context=context,
-            max_matches=max_matches,
-            ignore_case=ignore_case,
-            fixed=fixed,
-            timeout=timeout,
-        )
-
-    # -- cleanup (see toolswap.cleanup) ----------------------------------------------
-
-    def plan_cleanup(
-        self,
-        claims: Iterable[CleanupClaim] | Mapping[str, CleanupClaim],
-        *,
-        policy: ArtifactCleanupPolicy | None = None,
-        now: datetime | None = None,
-    ) -> ArtifactCleanupPlan:
-        """Plan from caller-supplied claims; refused once the session has a durable journal."""
-        return cleanup.plan_cleanup(self.session, claims, policy=policy, now=now)
-
-    def apply_cleanup(
-        self,
-        plan: ArtifactCleanupPlan,
-        claims: Iterable[CleanupClaim] | Mapping[str, CleanupClaim] | None,
-        *,
-        now: datetime | None = None,
-    ) -> ArtifactCleanupReport:
-        """Apply a plan against the current caller-supplied claims."""
-        return cleanup.apply_cleanup(self.session, plan, claims, now=now)
-
-    def plan_cleanup_from_journal(
-        self,
-        journal: JournalLike,
-        *,
-        policy: ArtifactCleanupPolicy | None = None,
-        now: datetime | None = None,
-    ) -> ArtifactCleanupPlan:
-        """Plan from the retention journal's current claims (read-only)."""
-        self._same_session(journal)
-        return cleanup.plan_cleanup_from_journal(journal, policy=policy, now=now)
-
-    def apply_cleanup_from_journal(
-        self, plan: ArtifactCleanupPlan, journal: JournalLike, *, now: datetime | None = None
-    ) -> ArtifactCleanupReport:
-        """Apply a plan under the session lock, re-folding the journal's claims first."""
-        self._same_session(journal)
-        return cleanup.apply_cleanup_from_journal(plan, journal, now=now)
-
-    def _same_session(self, journal: JournalLike) -> None:
-        if journal.session.root != self.session.root:
-            raise CleanupError(
-                f"the journal belongs to session {journal.session.session_id!r} at "
-                f"{journal.session.root}, not to this externalizer's session"
-            )
-
 
 def _unclaimed_name(record: object, collected: object) -> str | None:
     """A capture's record goes only onto a chain where its name is still unused."""
@@ -663,8 +466,3 @@ def _unclaimed_name(record: object, collected: object) -> str | None:
 
 def _clip(text: str) -> str:
     return text if len(text) <= SUMMARY_MAX_CHARS else text[: SUMMARY_MAX_CHARS - 1] + "…"
-
-
-def _prepend(first: list[bytes], rest: Iterable[bytes]) -> Iterable[bytes]:
-    yield from first
-    yield from rest

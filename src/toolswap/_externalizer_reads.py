@@ -1,0 +1,69 @@
+"""The page-fault half of :class:`~toolswap.ToolResultExternalizer`: reads, grep and
+listing, each handed to the session's :class:`~toolswap.reader.ArtifactReader`."""
+
+from __future__ import annotations
+
+from .artifact import ArtifactReference
+from .grep import DEFAULT_TIMEOUT
+from .manifest import Manifest
+from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
+
+__all__ = ["PageFaults"]
+
+
+class PageFaults:
+    """Reading a session's artifacts (mixed into the externalizer)."""
+
+    reader: ArtifactReader
+    manifest: Manifest
+
+    def get_artifact(self, source_id: str) -> ArtifactReference:
+        """Rebuild an artifact's reference from its source ID (after a restart too)."""
+        return self.reader.reference(source_id)
+
+    def list_artifacts(self) -> list[ArtifactReference]:
+        """Every live artifact of the session, oldest first."""
+        return [self.manifest.reference(r) for r in self.manifest.records()]
+
+    def read_artifact(
+        self, artifact: ArtifactReference | str, offset: int = 0, limit: int = 2000
+    ) -> str:
+        """The spec's page fault: lines ``offset`` .. ``offset + limit`` (0-based), verified."""
+        return self.reader.read_artifact(artifact, offset, limit)
+
+    def read_lines(
+        self,
+        artifact: ArtifactReference | str,
+        offset: int = 0,
+        limit: int = 2000,
+        *,
+        width: int = 2000,
+    ) -> LinePage:
+        return self.reader.read_lines(artifact, offset, limit, width=width)
+
+    def read_bytes(
+        self, artifact: ArtifactReference | str, start: int = 0, length: int = 65536
+    ) -> ByteRange:
+        return self.reader.read_bytes(artifact, start, length)
+
+    def grep(
+        self,
+        artifact: ArtifactReference | str,
+        pattern: str,
+        *,
+        context: int = 0,
+        max_matches: int = 100,
+        ignore_case: bool = False,
+        fixed: bool = False,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> GrepResult:
+        """See :meth:`ArtifactReader.grep`: a linear-time search stopped at ``timeout`` s."""
+        return self.reader.grep(
+            artifact,
+            pattern,
+            context=context,
+            max_matches=max_matches,
+            ignore_case=ignore_case,
+            fixed=fixed,
+            timeout=timeout,
+        )
