@@ -21,12 +21,12 @@ import pytest
 import journal_backend
 from journal_backend import open_journal
 from toolswap import (
-    CRASH_POINTS,
     ArtifactCollectedError,
     ArtifactRetentionClaim,
     ToolResultExternalizer,
 )
 from toolswap.cleanup import ArtifactCleanupPolicy, ArtifactCleanupStatus
+from toolswap.testing import CRASH_POINTS
 from toolswap.verify import FindingKind, verify_session
 
 CLEANUP_POINTS = [p for p in CRASH_POINTS if p.startswith("cleanup.")]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import toolswap
 
 EXPECTED = [
-    "CRASH_POINTS",
     "POINTER_TEMPLATE",
     "ArtifactAccessError",
     "ArtifactClaimView",
@@ -21,7 +20,6 @@ EXPECTED = [
     "ArtifactLeaseTransaction",
     "ArtifactMemoryReference",
     "ArtifactNotFoundError",
-    "ArtifactObservationState",
     "ArtifactPatternError",
     "ArtifactPublicationConflictError",
     "ArtifactPublicationRejected",
@@ -30,7 +28,6 @@ EXPECTED = [
     "ArtifactReconcileReport",
     "ArtifactReconcileStatus",
     "ArtifactReference",
-    "ArtifactReferenceFence",
     "ArtifactReferenceObservation",
     "ArtifactReferenceOwner",
     "ArtifactReferenceOwnerError",
@@ -58,7 +55,6 @@ EXPECTED = [
     "Session",
     "SourceIdError",
     "SqliteMemoryOwner",
-    "StoredMemoryReference",
     "ToolResultExternalizer",
     "ToolThreshold",
     "ToolswapError",
@@ -74,6 +70,17 @@ EXPECTED = [
 
 def test_public_names_are_exactly_the_decided_list() -> None:
     assert toolswap.__all__ == EXPECTED
+
+
+def test_the_tiers_keep_implementer_names_and_test_hooks_out_of_the_user_api() -> None:
+    import toolswap.retention
+    import toolswap.testing
+
+    for name in ("ArtifactReferenceFence", "ArtifactObservationState", "StoredMemoryReference"):
+        assert name not in toolswap.__all__
+        assert name in toolswap.retention.__all__
+    assert "CRASH_POINTS" not in toolswap.__all__
+    assert toolswap.testing.CRASH_POINTS
 
 
 def test_every_public_name_resolves() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from toolswap import CRASH_POINTS
+from toolswap.testing import CRASH_POINTS
 
 from .conftest import BACKENDS, Env
 

@@ -12,13 +12,13 @@ from toolswap import (
     ArtifactLeasePhase,
     ArtifactLeaseTransaction,
     ArtifactReconcileStatus,
-    ArtifactReferenceFence,
     ArtifactReferenceOwner,
     ArtifactReferenceOwnerError,
     ArtifactReferenceTombstonedError,
     ArtifactRetentionError,
     JournalHead,
 )
+from toolswap.retention import ArtifactReferenceFence
 
 from .conftest import BACKENDS, Env
 
