@@ -5,8 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from toolswap import ConfigurationError, ExternalizerSettings, ToolResultExternalizer, ToolThreshold
+from toolswap import (
+    ConfigurationError,
+    ExternalizerSettings,
+    InlineToolResult,
+    ToolResultExternalizer,
+    ToolThreshold,
+)
+from toolswap._utf8 import encode_output
 
 
 def test_defaults_are_the_spec_thresholds_and_preview_sizes() -> None:
@@ -195,3 +204,82 @@ def test_tool_rules_and_the_proxy_threshold_share_one_syntax() -> None:
     }
     assert settings.tools["a"].max_bytes == 2 << 20
     assert settings.tools["c"].max_chars == 40
+
+
+# -- the threshold rule ----------------------------------------------------------------
+
+
+def test_a_rule_is_exceeded_only_past_its_limit() -> None:
+    by_bytes = ToolThreshold(max_bytes=10)
+    by_chars = ToolThreshold(max_chars=10)
+
+    assert not by_bytes.exceeded(size_bytes=10, chars=99)
+    assert by_bytes.exceeded(size_bytes=11, chars=0)
+    assert not by_chars.exceeded(size_bytes=99, chars=10)
+    assert by_chars.exceeded(size_bytes=0, chars=11)
+
+
+def test_a_never_rule_is_never_exceeded() -> None:
+    rule = ToolThreshold(never=True)
+
+    assert not rule.exceeded(size_bytes=1 << 40, chars=1 << 40)
+    assert not rule.exceeded_by("x" * 100_000)
+    assert not rule.exceeded_by(b"\x00" * 100_000)
+
+
+def test_a_zero_rule_is_exceeded_by_any_non_empty_output() -> None:
+    rule = ToolThreshold(max_bytes=0)
+
+    assert rule.exceeded_by("x")
+    assert rule.exceeded_by(b"x")
+    assert not rule.exceeded_by("")
+    assert not rule.exceeded_by(b"")
+
+
+def test_a_byte_rule_measures_text_as_the_utf8_its_artifact_holds() -> None:
+    rule = ToolThreshold(max_bytes=6)
+
+    assert not rule.exceeded_by("ééé")  # 6 bytes
+    assert rule.exceeded_by("éééx")  # 7 bytes in 4 characters
+    # A byte escaped by os.fsdecode is saved as that one byte again.
+    assert not rule.exceeded_by("\udc80" * 6)
+    # A lone surrogate cannot be saved as UTF-8: it becomes U+FFFD, three bytes.
+    assert not rule.exceeded_by("\ud800" * 2)
+    assert rule.exceeded_by("\ud800" * 2 + "x")
+
+
+def test_a_character_rule_counts_the_characters_of_utf8_bytes() -> None:
+    rule = ToolThreshold(max_chars=3)
+
+    assert not rule.exceeded_by("ééé".encode())
+    assert rule.exceeded_by("éééé".encode())
+    assert not rule.exceeded_by("ééé")
+    assert rule.exceeded_by("éééé")
+
+
+@given(text=st.text(max_size=40), limit=st.integers(min_value=0, max_value=120))
+def test_text_and_its_utf8_bytes_are_measured_alike(text: str, limit: int) -> None:
+    for rule in (ToolThreshold(max_bytes=limit), ToolThreshold(max_chars=limit)):
+        expected = rule.exceeded(size_bytes=len(text.encode()), chars=len(text))
+        assert rule.exceeded_by(text) is expected
+        assert rule.exceeded_by(text.encode()) is expected
+
+
+@given(
+    text=st.text(st.characters() | st.sampled_from("\ud800\udc7f\udc80\udcff\udfff"), max_size=40),
+    limit=st.integers(min_value=0, max_value=120),
+)
+def test_any_text_is_measured_as_the_bytes_it_is_saved_as(text: str, limit: int) -> None:
+    rule = ToolThreshold(max_bytes=limit)
+
+    assert rule.exceeded_by(text) is (len(encode_output(text)) > limit)
+
+
+def test_the_externalizer_decides_with_the_tools_rule(session_dir: Path) -> None:
+    settings = ExternalizerSettings(tools={"t": ToolThreshold(max_bytes=4)})
+    ext = ToolResultExternalizer(session_dir, settings=settings)
+
+    assert not ext.should_externalize("éé", "t")
+    assert ext.should_externalize("ééx", "t")
+    assert isinstance(ext.process("éé", "t"), InlineToolResult)
+    assert not isinstance(ext.process("ééx", "t"), InlineToolResult)

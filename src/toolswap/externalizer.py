@@ -11,7 +11,6 @@ from __future__ import annotations
 import fcntl
 import io
 import os
-import re
 import shlex
 import stat
 from collections.abc import Callable, Iterable, Mapping
@@ -21,6 +20,8 @@ from typing import BinaryIO
 
 from . import cleanup
 from ._fs import open_dir_nofollow
+from ._utf8 import encode_output as _encode
+from ._utf8 import utf8_chars as _utf8_chars
 from .artifact import (
     ArtifactReference,
     ArtifactSource,
@@ -58,7 +59,7 @@ from .pointer import (
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
 from .replica import put_from_replica
 from .session import Session, toolswap_home, workspace_slug
-from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
+from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings
 
 __all__ = ["Output", "ToolResultExternalizer"]
 
@@ -71,19 +72,6 @@ Output = str | bytes | bytearray | memoryview | BinaryIO | Iterable[bytes]
 _READ_CHUNK = 1 << 20
 _COALESCE = 256 << 10
 _HEAD_SLACK = 8
-
-
-# Lone surrogates other than the U+DC80..U+DCFF that ``surrogateescape`` maps back to bytes.
-_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
-
-
-def _encode(text: str) -> bytes:
-    """UTF-8 of ``text``; escaped bytes (``os.fsdecode``) come back as the original bytes."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        # Not encodable as UTF-8 at all: keep the text, mark each bad spot with U+FFFD.
-        return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8", "surrogateescape")
 
 
 def _chunks(output: Output) -> Iterable[bytes]:
@@ -145,13 +133,6 @@ def _widen_pipe(output: object) -> None:
         pass  # not a real file, or the system refuses: the default buffer works too
 
 
-def _utf8_chars(data: bytes) -> int:
-    """Characters in UTF-8 ``data`` (bytes that are not continuation bytes)."""
-    if data.isascii():
-        return len(data)
-    return len(data) - sum(data.count(bytes([b])) for b in range(0x80, 0xC0))
-
-
 class ToolResultExternalizer:
     """Turns tool outputs into inline text or immutable artifacts in one session.
 
@@ -207,24 +188,7 @@ class ToolResultExternalizer:
 
     def should_externalize(self, output: str | bytes, tool_name: str) -> bool:
         """The spec's threshold check for an output already in memory."""
-        rule = self.settings.rule_for(tool_name)
-        if rule.never:
-            return False
-        if rule.max_chars is not None:
-            count = len(output) if isinstance(output, str) else _utf8_chars(bytes(output))
-            return count > rule.max_chars
-        data = _encode(output) if isinstance(output, str) else output
-        assert rule.max_bytes is not None
-        return len(data) > rule.max_bytes
-
-    @staticmethod
-    def _over(rule: ToolThreshold, size: int, chars: int) -> bool:
-        if rule.never:
-            return False
-        if rule.max_chars is not None:
-            return chars > rule.max_chars
-        assert rule.max_bytes is not None
-        return size > rule.max_bytes
+        return self.settings.rule_for(tool_name).exceeded_by(output)
 
     # -- capture ---------------------------------------------------------------------
 
@@ -283,7 +247,7 @@ class ToolResultExternalizer:
             size += len(chunk)
             if rule.max_chars is not None:
                 chars += _utf8_chars(chunk)
-            if self._over(rule, size, chars):
+            if rule.exceeded(size, chars):
                 return spill(_prepend(buffered, stream))
         if isinstance(output, str):
             return InlineToolResult(context_text=output)

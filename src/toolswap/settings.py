@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from ._utf8 import encode_output, utf8_chars
 from .errors import ConfigurationError
 
 __all__ = ["ExternalizerSettings", "ToolThreshold", "parse_threshold"]
@@ -49,6 +50,38 @@ class ToolThreshold:
                 not isinstance(value, int) or isinstance(value, bool) or value < 0
             ):
                 raise ConfigurationError("thresholds must be non-negative integers")
+
+    def exceeded(self, size_bytes: int, chars: int) -> bool:
+        """Whether an output of ``size_bytes`` bytes of UTF-8 and ``chars`` characters is
+        over this rule, so it is externalized. An output exactly at the threshold stays
+        inline.
+
+        Only the count the rule names is compared (characters for ``max_chars``, bytes
+        for ``max_bytes``), so a caller need not count the other.
+        """
+        if self.never:
+            return False
+        if self.max_chars is not None:
+            return chars > self.max_chars
+        assert self.max_bytes is not None
+        return size_bytes > self.max_bytes
+
+    def exceeded_by(self, output: str | bytes) -> bool:
+        """:meth:`exceeded` for an output held in memory: text is measured as the UTF-8
+        its artifact would hold, bytes as UTF-8 text. Counts only what the rule needs."""
+        if self.never:
+            return False
+        if isinstance(output, str):
+            if self.max_chars is not None:
+                return len(output) > self.max_chars
+            assert self.max_bytes is not None
+            if len(output) > self.max_bytes:
+                return True  # every character takes at least one byte
+            if len(output) * 4 <= self.max_bytes:
+                return False  # and at most four
+            return len(encode_output(output)) > self.max_bytes
+        data = bytes(output)
+        return self.exceeded(len(data), utf8_chars(data) if self.max_chars is not None else 0)
 
 
 def _positive_int(name: str, raw: str, *, minimum: int = 0) -> int:
