@@ -16,6 +16,7 @@ from toolswap import (
     ToolThreshold,
 )
 from toolswap._utf8 import encode_output
+from toolswap.settings import parse_duration, parse_size, parse_threshold
 
 
 def test_defaults_are_the_spec_thresholds_and_preview_sizes() -> None:
@@ -118,7 +119,7 @@ def test_per_tool_rules_win_over_the_bash_and_default_thresholds() -> None:
         {"TOOLSWAP_TOOL_THRESHOLDS": "=5"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=lots"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=-5"},
-        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=5gb"},
+        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=5pb"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=neverkb"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=\u0665"},
     ],
@@ -190,8 +191,6 @@ def test_externalizer_refuses_a_bad_environment_with_a_clear_error(
 
 
 def test_tool_rules_and_the_proxy_threshold_share_one_syntax() -> None:
-    from toolswap.settings import parse_threshold
-
     settings = ExternalizerSettings.from_env(
         {"TOOLSWAP_TOOL_THRESHOLDS": "a=2mb,b=3k,c=40chars,d=never,e=7"}
     )
@@ -283,3 +282,132 @@ def test_the_externalizer_decides_with_the_tools_rule(session_dir: Path) -> None
     assert ext.should_externalize("ééx", "t")
     assert isinstance(ext.process("éé", "t"), InlineToolResult)
     assert not isinstance(ext.process("ééx", "t"), InlineToolResult)
+
+
+# -- the size and duration grammar ---------------------------------------------------
+
+KIB, MIB, GIB, TIB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("0", 0),
+        ("1048576", 1_048_576),
+        ("7B", 7),
+        ("7b", 7),
+        ("20000 bytes", 20_000),
+        ("3K", 3 * KIB),
+        ("3k", 3 * KIB),
+        ("3KB", 3 * KIB),
+        ("3kb", 3 * KIB),
+        ("3Ki", 3 * KIB),
+        ("3KiB", 3 * KIB),
+        ("3kib", 3 * KIB),
+        ("500M", 500 * MIB),
+        ("500MB", 500 * MIB),
+        ("500MiB", 500 * MIB),
+        ("2G", 2 * GIB),
+        ("2g", 2 * GIB),
+        ("2GB", 2 * GIB),
+        ("2Gi", 2 * GIB),
+        ("2GiB", 2 * GIB),
+        ("1T", TIB),
+        ("1TB", TIB),
+        ("1TiB", TIB),
+        ("1.5G", 3 * GIB // 2),
+        ("0.5K", 512),
+        ("1.5", 1),
+        ("  100k  ", 100 * KIB),
+        ("100 k", 100 * KIB),
+        ("9007199254740993", 9_007_199_254_740_993),
+    ],
+)
+def test_every_size_form_parses_to_bytes(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " ",
+        "lots",
+        "-1",
+        "+1",
+        "1e3",
+        ".5K",
+        "5.K",
+        "5 P",
+        "5PB",
+        "5KiBB",
+        "5 K B",
+        "\u0665",
+        "K",
+    ],
+)
+def test_a_malformed_size_is_refused_with_the_grammar_in_the_message(text: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"is not a size: use bytes .* G/GB/GiB"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0.0),
+        ("0s", 0.0),
+        ("90", 90.0),
+        ("90s", 90.0),
+        ("90S", 90.0),
+        ("30m", 1800.0),
+        ("24h", 86_400.0),
+        ("24H", 86_400.0),
+        ("7d", 604_800.0),
+        ("2w", 1_209_600.0),
+        ("1.5h", 5400.0),
+        ("0.1h", 360.0),
+        (" 5 m ", 300.0),
+    ],
+)
+def test_every_duration_form_parses_to_seconds(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-1s", "1y", "5 min", "1h30m", "1e3", "\u0665s"])
+def test_a_malformed_duration_is_refused_with_the_grammar_in_the_message(text: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"is not a duration: use seconds .* 24h"):
+        parse_duration(text)
+
+
+def test_an_absurdly_long_duration_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="too long"):
+        parse_duration("9" * 400 + "w")
+
+
+def test_a_threshold_size_is_read_with_the_size_grammar() -> None:
+    for text in ("0", "20000", "7B", "50kb", "3KiB", "1mb", "2G", "2GiB", "1.5M", "20000 bytes"):
+        assert parse_threshold(text) == ToolThreshold(max_bytes=parse_size(text))
+
+
+def test_a_threshold_also_counts_characters_or_is_never() -> None:
+    assert parse_threshold("30000chars") == ToolThreshold(max_chars=30_000)
+    assert parse_threshold("30000 characters") == ToolThreshold(max_chars=30_000)
+    assert parse_threshold("9c") == ToolThreshold(max_chars=9)
+    assert parse_threshold("never") == ToolThreshold(never=True)
+    assert parse_threshold(" NEVER ") == ToolThreshold(never=True)
+
+
+@pytest.mark.parametrize("text", ["1.5chars", "neverkb", "never5", "5pb", "lots", "-5"])
+def test_a_malformed_threshold_names_every_accepted_form(text: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"is not a threshold: use a size .* or never"):
+        parse_threshold(text)
+
+
+def test_pointer_preview_sizes_from_the_environment_use_the_size_grammar() -> None:
+    settings = ExternalizerSettings.from_env(
+        {"TOOLSWAP_HEAD_BYTES": "4K", "TOOLSWAP_TAIL_BYTES": "16KiB"}
+    )
+
+    assert (settings.head_bytes, settings.tail_bytes) == (4 * KIB, 16 * KIB)
+    with pytest.raises(ConfigurationError, match="TOOLSWAP_TAIL_BYTES: 'x' is not a size"):
+        ExternalizerSettings.from_env({"TOOLSWAP_TAIL_BYTES": "x"})
