@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 
 import pytest
@@ -9,14 +11,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolswap import (
+    ArtifactRetentionClaim,
+    ArtifactRetentionJournal,
     ConfigurationError,
     ExternalizerSettings,
     InlineToolResult,
+    SqliteMemoryOwner,
     ToolResultExternalizer,
     ToolThreshold,
+    apply_cleanup,
+    apply_cleanup_from_journal,
+    plan_cleanup,
+    plan_cleanup_from_journal,
 )
 from toolswap._utf8 import encode_output
-from toolswap.settings import parse_duration, parse_size, parse_threshold
+from toolswap.errors import ClockError
+from toolswap.settings import parse_duration, parse_size, parse_threshold, require_aware
 
 
 def test_defaults_are_the_spec_thresholds_and_preview_sizes() -> None:
@@ -411,3 +421,113 @@ def test_pointer_preview_sizes_from_the_environment_use_the_size_grammar() -> No
     assert (settings.head_bytes, settings.tail_bytes) == (4 * KIB, 16 * KIB)
     with pytest.raises(ConfigurationError, match="TOOLSWAP_TAIL_BYTES: 'x' is not a size"):
         ExternalizerSettings.from_env({"TOOLSWAP_TAIL_BYTES": "x"})
+
+
+# -- the clock -------------------------------------------------------------------------
+
+NAIVE = datetime(2026, 1, 1)
+AWARE = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class _NoOffset(tzinfo):
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+
+def test_an_aware_time_passes_the_clock_check_unchanged() -> None:
+    plus_two = datetime(2026, 1, 1, 2, tzinfo=timezone(timedelta(hours=2)))
+
+    assert require_aware(AWARE) is AWARE
+    assert require_aware(plus_two) is plus_two
+
+
+@pytest.mark.parametrize(
+    "when", [NAIVE, datetime(2026, 1, 1, tzinfo=_NoOffset()), "2026-01-01", None]
+)
+def test_a_time_without_an_offset_is_refused_as_a_configuration_error(when: object) -> None:
+    with pytest.raises(ClockError, match="must give timezone-aware datetimes") as caught:
+        require_aware(when)
+
+    assert isinstance(caught.value, ConfigurationError)
+    assert isinstance(caught.value, ValueError)
+
+
+def _with_artifact(session_dir: Path) -> tuple[ToolResultExternalizer, str]:
+    ext = ToolResultExternalizer(session_dir, now=lambda: AWARE)
+    return ext, ext.externalize("line\n" * 20_000, "grep").artifact.source_id
+
+
+def _capture(session_dir: Path) -> object:
+    return ToolResultExternalizer(session_dir, now=lambda: NAIVE).externalize("x" * 99_999, "bash")
+
+
+def _plan(session_dir: Path) -> object:
+    ext, _ = _with_artifact(session_dir)
+    return ext.plan_cleanup([], now=NAIVE)
+
+
+def _apply(session_dir: Path) -> object:
+    ext, _ = _with_artifact(session_dir)
+    return ext.apply_cleanup(ext.plan_cleanup([], now=AWARE), [], now=NAIVE)
+
+
+def _plan_session(session_dir: Path) -> object:
+    ext, _ = _with_artifact(session_dir)
+    return plan_cleanup(ext.session, [], now=NAIVE)
+
+
+def _apply_session(session_dir: Path) -> object:
+    ext, _ = _with_artifact(session_dir)
+    return apply_cleanup(ext.session, plan_cleanup(ext.session, [], now=AWARE), [], now=NAIVE)
+
+
+def _plan_from_journal(session_dir: Path) -> object:
+    _with_artifact(session_dir)
+    return plan_cleanup_from_journal(ArtifactRetentionJournal(session_dir), now=NAIVE)
+
+
+def _apply_from_journal(session_dir: Path) -> object:
+    _with_artifact(session_dir)
+    journal = ArtifactRetentionJournal(session_dir)
+    plan = plan_cleanup_from_journal(journal, now=AWARE)
+    return apply_cleanup_from_journal(plan, journal, now=NAIVE)
+
+
+def _journal_clock(session_dir: Path) -> object:
+    ext, source_id = _with_artifact(session_dir)
+    claim = ArtifactRetentionClaim.from_memory_reference(ext.get_artifact(source_id).for_memory())
+    journal = ArtifactRetentionJournal(session_dir, owner=None, now=lambda: NAIVE)
+    return journal.publish_reference(claim, lambda: None, transaction_id="tx")
+
+
+def _journal_recover(session_dir: Path) -> object:
+    _with_artifact(session_dir)
+    return ArtifactRetentionJournal(session_dir).recover(now=NAIVE)
+
+
+def _owner_clock(session_dir: Path) -> object:
+    ext, source_id = _with_artifact(session_dir)
+    owner = SqliteMemoryOwner(session_dir / "memory.sqlite3", now=lambda: NAIVE)
+    return owner.publish("tx", ext.get_artifact(source_id).for_memory())
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        _capture,
+        _plan,
+        _apply,
+        _plan_session,
+        _apply_session,
+        _plan_from_journal,
+        _apply_from_journal,
+        _journal_clock,
+        _journal_recover,
+        _owner_clock,
+    ],
+)
+def test_every_entry_point_that_takes_a_clock_refuses_a_naive_one_alike(
+    session_dir: Path, call: Callable[[Path], object]
+) -> None:
+    with pytest.raises(ClockError, match="must give timezone-aware datetimes"):
+        call(session_dir)

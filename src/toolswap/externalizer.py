@@ -59,7 +59,7 @@ from .pointer import (
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
 from .replica import put_from_replica
 from .session import Session, toolswap_home, workspace_slug
-from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings
+from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, require_aware
 
 __all__ = ["Output", "ToolResultExternalizer"]
 
@@ -352,9 +352,7 @@ class ToolResultExternalizer:
             stopped = interrupted() if callable(interrupted) else interrupted
             if stopped and summary is None:
                 text_summary = _clip(f"[interrupted by {stopped}] {text_summary}")
-            captured_at = self._now()
-            if captured_at.tzinfo is None:
-                raise ValueError("the clock must return timezone-aware datetimes")
+            captured_at = require_aware(self._now())
             with self.session.lock():
                 filename = self._publish(
                     capture,

@@ -22,10 +22,11 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from fractions import Fraction
 
 from ._utf8 import encode_output, utf8_chars
-from .errors import ConfigurationError
+from .errors import ClockError, ConfigurationError
 
 __all__ = [
     "ExternalizerSettings",
@@ -33,6 +34,7 @@ __all__ = [
     "parse_duration",
     "parse_size",
     "parse_threshold",
+    "require_aware",
 ]
 
 POINTER_MAX_BYTES = 32 * 1024
@@ -103,6 +105,21 @@ def _positive_int(name: str, raw: str, *, minimum: int = 0) -> int:
     if value < minimum:
         raise ConfigurationError(f"{name}={raw!r} must be at least {minimum}")
     return value
+
+
+def require_aware(when: object) -> datetime:
+    """``when``, once it is a timezone-aware datetime: every clock toolswap is given (the
+    ``now`` of an externalizer, journal, owner or cleanup) is checked here.
+
+    Raises:
+        ClockError: ``when`` is not a datetime, or it has no UTC offset.
+    """
+    if not isinstance(when, datetime) or when.utcoffset() is None:
+        raise ClockError(
+            f"the clock gave {when!r}: clocks and now= arguments must give timezone-aware "
+            "datetimes, for example datetime.now(UTC)"
+        )
+    return when
 
 
 def _env_size(name: str, raw: str) -> int:
