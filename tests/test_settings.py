@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from toolswap import ConfigurationError, ExternalizerSettings, ToolResultExternalizer, ToolThreshold
+from toolswap import (
+    ArtifactRetentionClaim,
+    ArtifactRetentionJournal,
+    ConfigurationError,
+    ExternalizerSettings,
+    InlineToolResult,
+    SqliteMemoryOwner,
+    ToolResultExternalizer,
+    ToolThreshold,
+    apply_cleanup,
+    apply_cleanup_from_journal,
+    plan_cleanup,
+    plan_cleanup_from_journal,
+)
+from toolswap._utf8 import encode_output
+from toolswap.errors import ClockError
+from toolswap.settings import parse_duration, parse_size, parse_threshold, require_aware
 
 
 def test_defaults_are_the_spec_thresholds_and_preview_sizes() -> None:
@@ -109,7 +129,7 @@ def test_per_tool_rules_win_over_the_bash_and_default_thresholds() -> None:
         {"TOOLSWAP_TOOL_THRESHOLDS": "=5"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=lots"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=-5"},
-        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=5gb"},
+        {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=5pb"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=neverkb"},
         {"TOOLSWAP_TOOL_THRESHOLDS": "pytest=\u0665"},
     ],
@@ -181,8 +201,6 @@ def test_externalizer_refuses_a_bad_environment_with_a_clear_error(
 
 
 def test_tool_rules_and_the_proxy_threshold_share_one_syntax() -> None:
-    from toolswap.settings import parse_threshold
-
     settings = ExternalizerSettings.from_env(
         {"TOOLSWAP_TOOL_THRESHOLDS": "a=2mb,b=3k,c=40chars,d=never,e=7"}
     )
@@ -195,3 +213,321 @@ def test_tool_rules_and_the_proxy_threshold_share_one_syntax() -> None:
     }
     assert settings.tools["a"].max_bytes == 2 << 20
     assert settings.tools["c"].max_chars == 40
+
+
+# -- the threshold rule ----------------------------------------------------------------
+
+
+def test_a_rule_is_exceeded_only_past_its_limit() -> None:
+    by_bytes = ToolThreshold(max_bytes=10)
+    by_chars = ToolThreshold(max_chars=10)
+
+    assert not by_bytes.exceeded(size_bytes=10, chars=99)
+    assert by_bytes.exceeded(size_bytes=11, chars=0)
+    assert not by_chars.exceeded(size_bytes=99, chars=10)
+    assert by_chars.exceeded(size_bytes=0, chars=11)
+
+
+def test_a_never_rule_is_never_exceeded() -> None:
+    rule = ToolThreshold(never=True)
+
+    assert not rule.exceeded(size_bytes=1 << 40, chars=1 << 40)
+    assert not rule.exceeded_by("x" * 100_000)
+    assert not rule.exceeded_by(b"\x00" * 100_000)
+
+
+def test_a_zero_rule_is_exceeded_by_any_non_empty_output() -> None:
+    rule = ToolThreshold(max_bytes=0)
+
+    assert rule.exceeded_by("x")
+    assert rule.exceeded_by(b"x")
+    assert not rule.exceeded_by("")
+    assert not rule.exceeded_by(b"")
+
+
+def test_a_byte_rule_measures_text_as_the_utf8_its_artifact_holds() -> None:
+    rule = ToolThreshold(max_bytes=6)
+
+    assert not rule.exceeded_by("ééé")  # 6 bytes
+    assert rule.exceeded_by("éééx")  # 7 bytes in 4 characters
+    # A byte escaped by os.fsdecode is saved as that one byte again.
+    assert not rule.exceeded_by("\udc80" * 6)
+    # A lone surrogate cannot be saved as UTF-8: it becomes U+FFFD, three bytes.
+    assert not rule.exceeded_by("\ud800" * 2)
+    assert rule.exceeded_by("\ud800" * 2 + "x")
+
+
+def test_a_character_rule_counts_the_characters_of_utf8_bytes() -> None:
+    rule = ToolThreshold(max_chars=3)
+
+    assert not rule.exceeded_by("ééé".encode())
+    assert rule.exceeded_by("éééé".encode())
+    assert not rule.exceeded_by("ééé")
+    assert rule.exceeded_by("éééé")
+
+
+@given(text=st.text(max_size=40), limit=st.integers(min_value=0, max_value=120))
+def test_text_and_its_utf8_bytes_are_measured_alike(text: str, limit: int) -> None:
+    for rule in (ToolThreshold(max_bytes=limit), ToolThreshold(max_chars=limit)):
+        expected = rule.exceeded(size_bytes=len(text.encode()), chars=len(text))
+        assert rule.exceeded_by(text) is expected
+        assert rule.exceeded_by(text.encode()) is expected
+
+
+@given(
+    text=st.text(st.characters() | st.sampled_from("\ud800\udc7f\udc80\udcff\udfff"), max_size=40),
+    limit=st.integers(min_value=0, max_value=120),
+)
+def test_any_text_is_measured_as_the_bytes_it_is_saved_as(text: str, limit: int) -> None:
+    rule = ToolThreshold(max_bytes=limit)
+
+    assert rule.exceeded_by(text) is (len(encode_output(text)) > limit)
+
+
+def test_the_externalizer_decides_with_the_tools_rule(session_dir: Path) -> None:
+    settings = ExternalizerSettings(tools={"t": ToolThreshold(max_bytes=4)})
+    ext = ToolResultExternalizer(session_dir, settings=settings)
+
+    assert not ext.should_externalize("éé", "t")
+    assert ext.should_externalize("ééx", "t")
+    assert isinstance(ext.process("éé", "t"), InlineToolResult)
+    assert not isinstance(ext.process("ééx", "t"), InlineToolResult)
+
+
+# -- the size and duration grammar ---------------------------------------------------
+
+KIB, MIB, GIB, TIB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("0", 0),
+        ("1048576", 1_048_576),
+        ("7B", 7),
+        ("7b", 7),
+        ("20000 bytes", 20_000),
+        ("3K", 3 * KIB),
+        ("3k", 3 * KIB),
+        ("3KB", 3 * KIB),
+        ("3kb", 3 * KIB),
+        ("3Ki", 3 * KIB),
+        ("3KiB", 3 * KIB),
+        ("3kib", 3 * KIB),
+        ("500M", 500 * MIB),
+        ("500MB", 500 * MIB),
+        ("500MiB", 500 * MIB),
+        ("2G", 2 * GIB),
+        ("2g", 2 * GIB),
+        ("2GB", 2 * GIB),
+        ("2Gi", 2 * GIB),
+        ("2GiB", 2 * GIB),
+        ("1T", TIB),
+        ("1TB", TIB),
+        ("1TiB", TIB),
+        ("1.5G", 3 * GIB // 2),
+        ("0.5K", 512),
+        ("1.5", 1),
+        ("  100k  ", 100 * KIB),
+        ("100 k", 100 * KIB),
+        ("9007199254740993", 9_007_199_254_740_993),
+    ],
+)
+def test_every_size_form_parses_to_bytes(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " ",
+        "lots",
+        "-1",
+        "+1",
+        "1e3",
+        ".5K",
+        "5.K",
+        "5 P",
+        "5PB",
+        "5KiBB",
+        "5 K B",
+        "\u0665",
+        "K",
+    ],
+)
+def test_a_malformed_size_is_refused_with_the_grammar_in_the_message(text: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"is not a size: use bytes .* G/GB/GiB"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0.0),
+        ("0s", 0.0),
+        ("90", 90.0),
+        ("90s", 90.0),
+        ("90S", 90.0),
+        ("30m", 1800.0),
+        ("24h", 86_400.0),
+        ("24H", 86_400.0),
+        ("7d", 604_800.0),
+        ("2w", 1_209_600.0),
+        ("1.5h", 5400.0),
+        ("0.1h", 360.0),
+        (" 5 m ", 300.0),
+    ],
+)
+def test_every_duration_form_parses_to_seconds(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-1s", "1y", "5 min", "1h30m", "1e3", "\u0665s"])
+def test_a_malformed_duration_is_refused_with_the_grammar_in_the_message(text: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"is not a duration: use seconds .* 24h"):
+        parse_duration(text)
+
+
+def test_an_absurdly_long_duration_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="too long"):
+        parse_duration("9" * 400 + "w")
+
+
+def test_a_threshold_size_is_read_with_the_size_grammar() -> None:
+    for text in ("0", "20000", "7B", "50kb", "3KiB", "1mb", "2G", "2GiB", "1.5M", "20000 bytes"):
+        assert parse_threshold(text) == ToolThreshold(max_bytes=parse_size(text))
+
+
+def test_a_threshold_also_counts_characters_or_is_never() -> None:
+    assert parse_threshold("30000chars") == ToolThreshold(max_chars=30_000)
+    assert parse_threshold("30000 characters") == ToolThreshold(max_chars=30_000)
+    assert parse_threshold("9c") == ToolThreshold(max_chars=9)
+    assert parse_threshold("never") == ToolThreshold(never=True)
+    assert parse_threshold(" NEVER ") == ToolThreshold(never=True)
+
+
+@pytest.mark.parametrize("text", ["1.5chars", "neverkb", "never5", "5pb", "lots", "-5"])
+def test_a_malformed_threshold_names_every_accepted_form(text: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"is not a threshold: use a size .* or never"):
+        parse_threshold(text)
+
+
+def test_pointer_preview_sizes_from_the_environment_use_the_size_grammar() -> None:
+    settings = ExternalizerSettings.from_env(
+        {"TOOLSWAP_HEAD_BYTES": "4K", "TOOLSWAP_TAIL_BYTES": "16KiB"}
+    )
+
+    assert (settings.head_bytes, settings.tail_bytes) == (4 * KIB, 16 * KIB)
+    with pytest.raises(ConfigurationError, match="TOOLSWAP_TAIL_BYTES: 'x' is not a size"):
+        ExternalizerSettings.from_env({"TOOLSWAP_TAIL_BYTES": "x"})
+
+
+# -- the clock -------------------------------------------------------------------------
+
+NAIVE = datetime(2026, 1, 1)
+AWARE = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class _NoOffset(tzinfo):
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+
+def test_an_aware_time_passes_the_clock_check_unchanged() -> None:
+    plus_two = datetime(2026, 1, 1, 2, tzinfo=timezone(timedelta(hours=2)))
+
+    assert require_aware(AWARE) is AWARE
+    assert require_aware(plus_two) is plus_two
+
+
+@pytest.mark.parametrize(
+    "when", [NAIVE, datetime(2026, 1, 1, tzinfo=_NoOffset()), "2026-01-01", None]
+)
+def test_a_time_without_an_offset_is_refused_as_a_configuration_error(when: object) -> None:
+    with pytest.raises(ClockError, match="must give timezone-aware datetimes") as caught:
+        require_aware(when)
+
+    assert isinstance(caught.value, ConfigurationError)
+    assert isinstance(caught.value, ValueError)
+
+
+def _with_artifact(session_dir: Path) -> tuple[ToolResultExternalizer, str]:
+    ext = ToolResultExternalizer(session_dir, now=lambda: AWARE)
+    return ext, ext.externalize("line\n" * 20_000, "grep").artifact.source_id
+
+
+def _capture(session_dir: Path) -> object:
+    return ToolResultExternalizer(session_dir, now=lambda: NAIVE).externalize("x" * 99_999, "bash")
+
+
+def _plan(session_dir: Path) -> object:
+    ext, _ = _with_artifact(session_dir)
+    return ext.plan_cleanup([], now=NAIVE)
+
+
+def _apply(session_dir: Path) -> object:
+    ext, _ = _with_artifact(session_dir)
+    return ext.apply_cleanup(ext.plan_cleanup([], now=AWARE), [], now=NAIVE)
+
+
+def _plan_session(session_dir: Path) -> object:
+    ext, _ = _with_artifact(session_dir)
+    return plan_cleanup(ext.session, [], now=NAIVE)
+
+
+def _apply_session(session_dir: Path) -> object:
+    ext, _ = _with_artifact(session_dir)
+    return apply_cleanup(ext.session, plan_cleanup(ext.session, [], now=AWARE), [], now=NAIVE)
+
+
+def _plan_from_journal(session_dir: Path) -> object:
+    _with_artifact(session_dir)
+    return plan_cleanup_from_journal(ArtifactRetentionJournal(session_dir), now=NAIVE)
+
+
+def _apply_from_journal(session_dir: Path) -> object:
+    _with_artifact(session_dir)
+    journal = ArtifactRetentionJournal(session_dir)
+    plan = plan_cleanup_from_journal(journal, now=AWARE)
+    return apply_cleanup_from_journal(plan, journal, now=NAIVE)
+
+
+def _journal_clock(session_dir: Path) -> object:
+    ext, source_id = _with_artifact(session_dir)
+    claim = ArtifactRetentionClaim.from_memory_reference(ext.get_artifact(source_id).for_memory())
+    journal = ArtifactRetentionJournal(session_dir, owner=None, now=lambda: NAIVE)
+    return journal.publish_reference(claim, lambda: None, transaction_id="tx")
+
+
+def _journal_recover(session_dir: Path) -> object:
+    _with_artifact(session_dir)
+    return ArtifactRetentionJournal(session_dir).recover(now=NAIVE)
+
+
+def _owner_clock(session_dir: Path) -> object:
+    ext, source_id = _with_artifact(session_dir)
+    owner = SqliteMemoryOwner(session_dir / "memory.sqlite3", now=lambda: NAIVE)
+    return owner.publish("tx", ext.get_artifact(source_id).for_memory())
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        _capture,
+        _plan,
+        _apply,
+        _plan_session,
+        _apply_session,
+        _plan_from_journal,
+        _apply_from_journal,
+        _journal_clock,
+        _journal_recover,
+        _owner_clock,
+    ],
+)
+def test_every_entry_point_that_takes_a_clock_refuses_a_naive_one_alike(
+    session_dir: Path, call: Callable[[Path], object]
+) -> None:
+    with pytest.raises(ClockError, match="must give timezone-aware datetimes"):
+        call(session_dir)

@@ -27,6 +27,7 @@ from .artifact import (
 from .errors import CleanupError
 from .records import ArtifactRecord
 from .session import Session
+from .settings import require_aware
 
 __all__ = [
     "ArtifactCleanupPlan",
@@ -336,10 +337,7 @@ def owned_name(name: str) -> bool:
 
 
 def utc_now(now: datetime | None) -> datetime:
-    value = now if now is not None else datetime.now(UTC)
-    if value.tzinfo is None:
-        raise CleanupError("now must be timezone-aware")
-    return value
+    return require_aware(now if now is not None else datetime.now(UTC))
 
 
 @dataclass(slots=True)

@@ -1,8 +1,8 @@
 """Tool output, normalised: text, bytes, a binary file or chunks, as a stream of bytes.
 
-Text becomes UTF-8 (bytes escaped by ``os.fsdecode`` come back as the original bytes); a
-pipe gets a wider buffer; many small chunks are joined into larger ones and a large buffer
-is cut into 1 MiB pieces, so the capture's per-chunk work stays small.
+Text becomes UTF-8 as :mod:`toolswap._utf8` encodes it; a pipe gets a wider buffer; many
+small chunks are joined into larger ones and a large buffer is cut into 1 MiB pieces, so
+the capture's per-chunk work stays small.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 import fcntl
 import io
 import os
-import re
 import stat
 from collections.abc import Iterable
 from typing import BinaryIO
 
-__all__ = ["Output", "chunks", "encode", "prepend", "utf8_chars"]
+from ._utf8 import encode_output
+
+__all__ = ["Output", "chunks", "prepend"]
 
 Output = str | bytes | bytearray | memoryview | BinaryIO | Iterable[bytes]
 """What a tool may return: text, bytes, a binary file object or an iterable of byte chunks."""
@@ -24,22 +25,9 @@ _READ_CHUNK = 1 << 20
 _COALESCE = 256 << 10
 
 
-# Lone surrogates other than the U+DC80..U+DCFF that ``surrogateescape`` maps back to bytes.
-_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
-
-
-def encode(text: str) -> bytes:
-    """UTF-8 of ``text``; escaped bytes (``os.fsdecode``) come back as the original bytes."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        # Not encodable as UTF-8 at all: keep the text, mark each bad spot with U+FFFD.
-        return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8", "surrogateescape")
-
-
 def chunks(output: Output) -> Iterable[bytes]:
     if isinstance(output, str):
-        data = encode(output)
+        data = encode_output(output)
         for i in range(0, len(data), _READ_CHUNK):
             yield data[i : i + _READ_CHUNK]
         return
@@ -94,13 +82,6 @@ def _widen_pipe(output: object) -> None:
             fcntl.fcntl(fd, set_size, _READ_CHUNK)
     except (OSError, ValueError, io.UnsupportedOperation):
         pass  # not a real file, or the system refuses: the default buffer works too
-
-
-def utf8_chars(data: bytes) -> int:
-    """Characters in UTF-8 ``data`` (bytes that are not continuation bytes)."""
-    if data.isascii():
-        return len(data)
-    return len(data) - sum(data.count(bytes([b])) for b in range(0x80, 0xC0))
 
 
 def prepend(first: list[bytes], rest: Iterable[bytes]) -> Iterable[bytes]:

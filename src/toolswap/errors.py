@@ -5,6 +5,7 @@ callers can catch either::
 
     ToolswapError
     ├── ConfigurationError (ValueError)        a setting or environment variable is invalid
+    │   └── ClockError (ArtifactRetentionError) a clock or ``now`` gave a naive datetime
     ├── SourceIdError (ValueError)             a source ID is malformed
     ├── ArtifactAccessError (ValueError)       outside the session, not ours, or not a regular file
     │   ├── ArtifactNotFoundError (LookupError)   no such artifact (never captured, or gone)
@@ -47,6 +48,7 @@ __all__ = [
     "ArtifactWriteError",
     "ChainLogError",
     "CleanupError",
+    "ClockError",
     "ConfigurationError",
     "SourceIdError",
     "ToolswapError",
@@ -104,6 +106,13 @@ class ArtifactLeaseJournalError(ChainLogError):
 
 class ArtifactRetentionError(ToolswapError, ValueError):
     """A retention claim or lease transition was refused."""
+
+
+class ClockError(ConfigurationError, ArtifactRetentionError):
+    """A clock, or a ``now`` argument, gave something other than a timezone-aware datetime.
+
+    Also an :class:`ArtifactRetentionError`, which the lease journal raised for it before.
+    """
 
 
 class ArtifactPublicationRejected(ArtifactRetentionError):

@@ -16,7 +16,8 @@ from pathlib import Path
 from . import durable
 from ._externalizer_cleanup import CleanupMethods
 from ._externalizer_reads import PageFaults
-from ._output import Output, chunks, encode, prepend, utf8_chars
+from ._output import Output, chunks, prepend
+from ._utf8 import utf8_chars
 from .artifact import (
     ArtifactReference,
     ExternalizedToolResult,
@@ -45,7 +46,7 @@ from .pointer import (
 from .reader import ArtifactReader
 from .records import ArtifactRecord
 from .session import Session, toolswap_home, workspace_slug
-from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, ToolThreshold
+from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, require_aware
 
 __all__ = ["Output", "ToolResultExternalizer"]
 
@@ -109,24 +110,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
 
     def should_externalize(self, output: str | bytes, tool_name: str) -> bool:
         """The spec's threshold check for an output already in memory."""
-        rule = self.settings.rule_for(tool_name)
-        if rule.never:
-            return False
-        if rule.max_chars is not None:
-            count = len(output) if isinstance(output, str) else utf8_chars(bytes(output))
-            return count > rule.max_chars
-        data = encode(output) if isinstance(output, str) else output
-        assert rule.max_bytes is not None
-        return len(data) > rule.max_bytes
-
-    @staticmethod
-    def _over(rule: ToolThreshold, size: int, chars: int) -> bool:
-        if rule.never:
-            return False
-        if rule.max_chars is not None:
-            return chars > rule.max_chars
-        assert rule.max_bytes is not None
-        return size > rule.max_bytes
+        return self.settings.rule_for(tool_name).exceeded_by(output)
 
     # -- capture ---------------------------------------------------------------------
 
@@ -184,7 +168,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             size += len(chunk)
             if rule.max_chars is not None:
                 chars += utf8_chars(chunk)
-            if self._over(rule, size, chars):
+            if rule.exceeded(size, chars):
                 return spill(prepend(buffered, stream))
         if isinstance(output, str):
             return InlineToolResult(context_text=output)
@@ -289,9 +273,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             stopped = interrupted() if callable(interrupted) else interrupted
             if stopped and summary is None:
                 text_summary = _clip(f"[interrupted by {stopped}] {text_summary}")
-            captured_at = self._now()
-            if captured_at.tzinfo is None:
-                raise ValueError("the clock must return timezone-aware datetimes")
+            captured_at = require_aware(self._now())
             captured = captured_at.astimezone(UTC).isoformat()
 
             def record_for(filename: str) -> ArtifactRecord:

@@ -9,7 +9,11 @@ Environment (``TOOLSWAP_*`` wins where both name the same thing):
 - ``TOOLSWAP_TOOL_THRESHOLDS``: per-tool settings, comma separated:
   ``pytest=200kb,grep=20000chars,secret_tool=never,mcp_x=0`` (``never`` keeps a tool
   inline whatever its size; ``0`` externalizes any non-empty output).
-- ``TOOLSWAP_HEAD_BYTES`` / ``TOOLSWAP_TAIL_BYTES``: pointer preview sizes (6144 / 24576).
+- ``TOOLSWAP_HEAD_BYTES`` / ``TOOLSWAP_TAIL_BYTES``: pointer preview sizes (6144 / 24576),
+  as sizes (``6144``, ``6K``).
+
+Sizes and durations have one grammar each, here (:func:`parse_size`, :func:`parse_duration`),
+used by the environment and the CLI alike; ``docs/configuration.md`` spells them out.
 """
 
 from __future__ import annotations
@@ -18,10 +22,20 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
+from fractions import Fraction
 
-from .errors import ConfigurationError
+from ._utf8 import encode_output, utf8_chars
+from .errors import ClockError, ConfigurationError
 
-__all__ = ["ExternalizerSettings", "ToolThreshold", "parse_threshold"]
+__all__ = [
+    "ExternalizerSettings",
+    "ToolThreshold",
+    "parse_duration",
+    "parse_size",
+    "parse_threshold",
+    "require_aware",
+]
 
 POINTER_MAX_BYTES = 32 * 1024
 SUMMARY_MAX_CHARS = 240
@@ -50,6 +64,38 @@ class ToolThreshold:
             ):
                 raise ConfigurationError("thresholds must be non-negative integers")
 
+    def exceeded(self, size_bytes: int, chars: int) -> bool:
+        """Whether an output of ``size_bytes`` bytes of UTF-8 and ``chars`` characters is
+        over this rule, so it is externalized. An output exactly at the threshold stays
+        inline.
+
+        Only the count the rule names is compared (characters for ``max_chars``, bytes
+        for ``max_bytes``), so a caller need not count the other.
+        """
+        if self.never:
+            return False
+        if self.max_chars is not None:
+            return chars > self.max_chars
+        assert self.max_bytes is not None
+        return size_bytes > self.max_bytes
+
+    def exceeded_by(self, output: str | bytes) -> bool:
+        """:meth:`exceeded` for an output held in memory: text is measured as the UTF-8
+        its artifact would hold, bytes as UTF-8 text. Counts only what the rule needs."""
+        if self.never:
+            return False
+        if isinstance(output, str):
+            if self.max_chars is not None:
+                return len(output) > self.max_chars
+            assert self.max_bytes is not None
+            if len(output) > self.max_bytes:
+                return True  # every character takes at least one byte
+            if len(output) * 4 <= self.max_bytes:
+                return False  # and at most four
+            return len(encode_output(output)) > self.max_bytes
+        data = bytes(output)
+        return self.exceeded(len(data), utf8_chars(data) if self.max_chars is not None else 0)
+
 
 def _positive_int(name: str, raw: str, *, minimum: int = 0) -> int:
     try:
@@ -61,31 +107,110 @@ def _positive_int(name: str, raw: str, *, minimum: int = 0) -> int:
     return value
 
 
-_THRESHOLD = re.compile(
-    r"(?i)^\s*(?:(never)|([0-9]+)\s*(b|bytes|k|kb|kib|m|mb|mib|c|chars|characters)?)\s*$"
-)
-_SCALE = {"k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20}
+def require_aware(when: object) -> datetime:
+    """``when``, once it is a timezone-aware datetime: every clock toolswap is given (the
+    ``now`` of an externalizer, journal, owner or cleanup) is checked here.
+
+    Raises:
+        ClockError: ``when`` is not a datetime, or it has no UTC offset.
+    """
+    if not isinstance(when, datetime) or when.utcoffset() is None:
+        raise ClockError(
+            f"the clock gave {when!r}: clocks and now= arguments must give timezone-aware "
+            "datetimes, for example datetime.now(UTC)"
+        )
+    return when
+
+
+def _env_size(name: str, raw: str) -> int:
+    try:
+        return parse_size(raw)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{name}: {exc}") from None
+
+
+_NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
+_SIZE = re.compile(rf"(?i)^\s*{_NUMBER}\s*(bytes|b|[kmgt]i?b?)?\s*$")
+_SIZE_POWER = {"b": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+_DURATION = re.compile(rf"(?i)^\s*{_NUMBER}\s*([smhdw])?\s*$")
+_DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_CHARS = re.compile(r"(?i)^\s*([0-9]+)\s*(c|chars|characters)\s*$")
+
+
+def _amount(pattern: re.Pattern[str], text: str) -> tuple[Fraction, str] | None:
+    """The number and the unit (lowercase, ``""`` when none) of ``text``, or None."""
+    match = pattern.match(text)
+    if match is None:
+        return None
+    try:
+        number = Fraction(match.group(1))
+    except ValueError:  # more digits than Python turns into an int
+        return None
+    return number, (match.group(2) or "").lower()
+
+
+def parse_size(text: str) -> int:
+    """Bytes from a size: ``1048576``, ``512B``, ``50K``, ``50KB``, ``50KiB``, ``500M``, ``2G``.
+
+    A number (decimals allowed: ``1.5G``) and an optional unit, case-insensitive, spaces
+    allowed around them. ``B`` or ``bytes``; ``K``, ``KB``, ``Ki``, ``KiB`` are 1024 bytes,
+    and likewise ``M`` (1024²), ``G`` (1024³) and ``T`` (1024⁴). No unit means bytes; a
+    fraction of a byte is dropped.
+
+    Raises:
+        ConfigurationError: the text is not such a size.
+    """
+    parsed = _amount(_SIZE, text)
+    if parsed is None:
+        raise ConfigurationError(
+            f"{text!r} is not a size: use bytes (1048576), or a number and a unit "
+            "B, K/KB/KiB, M/MB/MiB, G/GB/GiB or T/TB/TiB (50KiB, 500M, 1.5G)"
+        )
+    number, unit = parsed
+    return int(number * 1024 ** _SIZE_POWER[(unit or "b")[0]])
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from a duration: ``90``, ``90s``, ``30m``, ``24h``, ``7d``, ``2w``.
+
+    A number (decimals allowed: ``1.5h``) and an optional unit, case-insensitive: ``s``
+    seconds, ``m`` minutes, ``h`` hours, ``d`` days, ``w`` weeks. No unit means seconds.
+
+    Raises:
+        ConfigurationError: the text is not such a duration.
+    """
+    parsed = _amount(_DURATION, text)
+    if parsed is None:
+        raise ConfigurationError(
+            f"{text!r} is not a duration: use seconds (90), or a number and a unit "
+            "s, m, h, d or w (90s, 30m, 24h, 7d, 2w)"
+        )
+    number, unit = parsed
+    try:
+        return float(number * _DURATION_SECONDS[unit or "s"])
+    except OverflowError:
+        raise ConfigurationError(f"{text!r} is too long a duration") from None
 
 
 def parse_threshold(text: str) -> ToolThreshold:
-    """``20000`` (bytes), ``50kb``, ``1mb``, ``30000chars`` or ``never``.
+    """A tool's rule: a size (``20000``, ``50kb``, ``1mb``, ``2G``: see :func:`parse_size`),
+    characters (``30000chars``, ``30000c``) or ``never``.
 
     Raises:
         ConfigurationError: the text is none of those forms.
     """
-    match = _THRESHOLD.match(text)
-    if match is None:
-        raise ConfigurationError(
-            f"{text!r} is not a threshold: use bytes (20000), KiB (50kb), MiB (1mb), "
-            "characters (30000chars) or never"
-        )
-    if match.group(1):
+    if text.strip().lower() == "never":
         return ToolThreshold(never=True)
-    amount = int(match.group(2))
-    unit = (match.group(3) or "b").lower()
-    if unit in ("c", "chars", "characters"):
-        return ToolThreshold(max_chars=amount)
-    return ToolThreshold(max_bytes=amount * _SCALE.get(unit, 1))
+    chars = _amount(_CHARS, text)
+    if chars is not None:
+        return ToolThreshold(max_chars=int(chars[0]))
+    try:
+        return ToolThreshold(max_bytes=parse_size(text))
+    except ConfigurationError:
+        raise ConfigurationError(
+            f"{text!r} is not a threshold: use a size (20000 bytes, 50kb, 1mb, 2G), "
+            "characters (30000chars) or never"
+        ) from None
 
 
 def _parse_tool_rules(raw: str) -> dict[str, ToolThreshold]:
@@ -95,8 +220,8 @@ def _parse_tool_rules(raw: str) -> dict[str, ToolThreshold]:
         tool = tool.strip()
         if not sep or not tool or any(ch.isspace() for ch in tool):
             raise ConfigurationError(
-                f"TOOLSWAP_TOOL_THRESHOLDS entry {item!r} is not 'tool=never', 'tool=N', "
-                "'tool=NKB', 'tool=NMB' or 'tool=Nchars'"
+                f"TOOLSWAP_TOOL_THRESHOLDS entry {item!r} is not 'tool=never', 'tool=SIZE' "
+                "(N, NKB, NMB, NGB) or 'tool=Nchars'"
             )
         try:
             rules[tool] = parse_threshold(rule)
@@ -167,13 +292,15 @@ class ExternalizerSettings:
                 "threshold_bytes",
                 1024,
             ),
-            (("TOOLSWAP_HEAD_BYTES",), "head_bytes", 1),
-            (("TOOLSWAP_TAIL_BYTES",), "tail_bytes", 1),
+            (("TOOLSWAP_HEAD_BYTES",), "head_bytes", None),
+            (("TOOLSWAP_TAIL_BYTES",), "tail_bytes", None),
         ):
             for name in names:  # later names win
                 raw = env.get(name)
                 if raw is not None and raw.strip():
-                    changes[attr] = _positive_int(name, raw) * scale
+                    changes[attr] = (
+                        _env_size(name, raw) if scale is None else _positive_int(name, raw) * scale
+                    )
         raw_rules = env.get("TOOLSWAP_TOOL_THRESHOLDS")
         if raw_rules:
             changes["tools"] = _parse_tool_rules(raw_rules)

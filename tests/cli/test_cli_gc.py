@@ -119,6 +119,29 @@ def test_gc_rejects_malformed_limits_as_usage_errors(toolswap_home: Path, bad: l
     assert done.returncode == 2
 
 
+def test_gc_reads_its_limits_with_the_shared_size_and_duration_grammar(
+    toolswap_home: Path,
+) -> None:
+    _make_artifact("s1")
+    done = toolswap(
+        "gc", "plan", "--session", "s1", "--ttl", "1.5h", "--max-bytes", "2GiB", "--json"
+    )
+    policy = json.loads(done.stdout)["plans"][0]["plan"]["policy"]
+    assert (policy["orphan_ttl_seconds"], policy["max_bytes"]) == (5400, 2 << 30)
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [(["--ttl", "1y"], "is not a duration: use seconds"), (["--max-bytes", "5PB"], "G/GB/GiB")],
+)
+def test_a_malformed_gc_limit_names_its_option_and_the_grammar(
+    toolswap_home: Path, bad: list[str], says: str
+) -> None:
+    done = toolswap("gc", "plan", "--session", "s1", *bad, check=False)
+    assert done.returncode == 2
+    assert bad[0] in done.stderr and says in done.stderr
+
+
 def test_gc_refuses_to_collect_when_the_journal_was_deleted_behind_its_owner(
     toolswap_home: Path,
 ) -> None:

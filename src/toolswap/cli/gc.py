@@ -6,7 +6,6 @@ import errno
 import functools
 import json
 import os
-import re
 import stat
 import sys
 from collections.abc import Callable, Iterator
@@ -28,37 +27,16 @@ from ..cleanup import (
     limit_plans,
     plan_cleanup_from_journal,
 )
-from ..errors import CleanupError, ToolswapError
+from ..errors import CleanupError, ConfigurationError, ToolswapError
 from ..pointer import human_size
 from ..session import Session, toolswap_home, workspace_slug
+from ..settings import parse_duration, parse_size
 from ..workspaces import session_dirs
 from ._common import echo_json, handle_errors, is_tty, resolve_session, session_options
 from ._group import main
 from .retention import backend_options, open_backend
 
 __all__: list[str] = []
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$", re.IGNORECASE)
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> float:
-    """``'24h'`` -> 86400.0; a bare number is seconds."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise click.BadParameter(f"{text!r} is not a duration like 90s, 30m, 24h or 7d")
-    return float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
-
-
-def parse_size(text: str) -> int:
-    """``'2G'`` -> 2147483648; a bare number is bytes."""
-    match = _SIZE.match(text)
-    if match is None:
-        raise click.BadParameter(f"{text!r} is not a size like 500M, 2G or 1048576")
-    unit = (match.group(2) or "b").lower()[0]
-    power = {"b": 0, "k": 1, "m": 2, "g": 3, "t": 4}[unit]
-    return int(float(match.group(1)) * 1024**power)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,11 +159,19 @@ def _print_plan(workspace: str, plan: ArtifactCleanupPlan, verbose: bool) -> Non
 
 
 def _policy(ttl: str, max_deletions: int | None, max_bytes: str | None) -> ArtifactCleanupPolicy:
+    try:
+        ttl_seconds = parse_duration(ttl)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--ttl") from None
+    try:
+        budget = parse_size(max_bytes) if max_bytes else None
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-bytes") from None
     return ArtifactCleanupPolicy(
-        orphan_ttl_seconds=parse_duration(ttl),
+        orphan_ttl_seconds=ttl_seconds,
         max_deletions=max_deletions,
         dry_run=True,
-        max_bytes=parse_size(max_bytes) if max_bytes else None,
+        max_bytes=budget,
     )
 
 

@@ -495,10 +495,9 @@ class McpProxy:
 
 def _fits(rule: ToolThreshold, line: bytes) -> bool:
     """Whether a frame is certainly left alone: no rule, or too short to hold a part over it."""
-    if rule.never:
-        return True
-    bound = rule.max_chars if rule.max_chars is not None else rule.max_bytes
-    return bound is not None and len(line) <= bound
+    # Every character of a part takes at least one byte of the frame, and so does every
+    # UTF-8 byte of it (JSON escapes only make it longer): the frame's length bounds both.
+    return not rule.exceeded(size_bytes=len(line), chars=len(line))
 
 
 async def run_proxy(

@@ -31,7 +31,7 @@ from ..externalizer import ToolResultExternalizer
 from ..pointer import human_size
 from ..settings import ToolThreshold
 
-__all__ = ["ResultRewriter", "over"]
+__all__ = ["ResultRewriter"]
 
 _BASE64_MIN = 1024
 """A string under a ``data``/``blob`` key beside a ``mimeType`` is saved as binary from here."""
@@ -44,20 +44,6 @@ _MAX_COMPARE = 512 << 20
 """Texts longer than this are not parsed to look for them in the structured content."""
 
 JsonPath = tuple[str | int, ...]
-
-
-def over(rule: ToolThreshold, text: str) -> bool:
-    """Whether ``text`` is over ``rule`` (characters or UTF-8 bytes)."""
-    if rule.never:
-        return False
-    if rule.max_chars is not None:
-        return len(text) > rule.max_chars
-    assert rule.max_bytes is not None
-    if len(text) > rule.max_bytes:
-        return True  # every character takes at least one byte
-    if len(text) * 4 <= rule.max_bytes:
-        return False  # and at most four
-    return len(text.encode("utf-8", "surrogatepass")) > rule.max_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +88,10 @@ class ResultRewriter:
         has_structured = "structuredContent" in result and result["structuredContent"] is not None
         if has_structured:
             structured = result["structuredContent"]
-            large = over(rule, _compact(structured))
+            large = rule.exceeded_by(_compact(structured))
             structured, stripped = self._strip_media(structured, tool, large, media)
             if stripped:
-                large = over(rule, _compact(structured))
+                large = rule.exceeded_by(_compact(structured))
             if large:
                 path = _find(structured, joined) if texts else None
                 if path is not None:
@@ -130,7 +116,7 @@ class ResultRewriter:
                 new_structured = structured
                 changed = True
 
-        if text_saved is None and texts and over(rule, joined):
+        if text_saved is None and texts and rule.exceeded_by(joined):
             text_saved = self._save(joined, tool)
         if text_saved is not None and texts:
             blocks[texts[0]] = {"type": "text", "text": text_saved.pointer}
@@ -168,7 +154,7 @@ class ResultRewriter:
             kind = block.get("type")
             replacement: str | None = None
             if kind in ("image", "audio") and isinstance(block.get("data"), str):
-                if over(rule, block["data"]):
+                if rule.exceeded_by(block["data"]):
                     mime = block.get("mimeType")
                     replacement = self._save_base64(
                         block["data"], tool, mime if isinstance(mime, str) else None, media
@@ -178,10 +164,10 @@ class ResultRewriter:
                 mime = resource.get("mimeType")
                 mime = mime if isinstance(mime, str) else None
                 uri = resource.get("uri")
-                if isinstance(resource.get("text"), str) and over(rule, resource["text"]):
+                if isinstance(resource.get("text"), str) and rule.exceeded_by(resource["text"]):
                     saved = self._save(resource["text"], tool, mime)
                     replacement = f"Embedded resource {uri}:\n{saved.pointer}"
-                elif isinstance(resource.get("blob"), str) and over(rule, resource["blob"]):
+                elif isinstance(resource.get("blob"), str) and rule.exceeded_by(resource["blob"]):
                     pointer = self._save_base64(resource["blob"], tool, mime, media)
                     replacement = f"Embedded resource {uri}:\n{pointer}"
             if replacement is not None:
@@ -275,10 +261,10 @@ class ResultRewriter:
             label = f"resources/read {uri}"[:200].replace("\n", " ").replace("\r", " ")
             mime = item.get("mimeType")
             mime = mime if isinstance(mime, str) else None
-            if isinstance(item.get("text"), str) and over(rule, item["text"]):
+            if isinstance(item.get("text"), str) and rule.exceeded_by(item["text"]):
                 saved = self._save(item["text"], label, mime)
                 text = saved.pointer
-            elif isinstance(item.get("blob"), str) and over(rule, item["blob"]):
+            elif isinstance(item.get("blob"), str) and rule.exceeded_by(item["blob"]):
                 text = self._save_base64(item["blob"], label, mime)
             else:
                 continue

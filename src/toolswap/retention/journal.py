@@ -65,6 +65,7 @@ from ..errors import (
 from ..manifest import JournalAnchor, Manifest
 from ..reader import ArtifactReader
 from ..session import Session
+from ..settings import require_aware
 from . import checkpoint as _checkpoint
 from .claims import MAX_REFERENCE_COUNT, ArtifactClaimView, ArtifactRetentionClaim
 from .journal_store import JournalStore, LocalJournalStore
@@ -246,10 +247,7 @@ class ArtifactRetentionJournal:
         return self._owner
 
     def _now_utc(self, now: datetime | None = None) -> datetime:
-        when = now if now is not None else self._now()
-        if not isinstance(when, datetime) or when.tzinfo is None or when.utcoffset() is None:
-            raise ArtifactRetentionError("the clock must give timezone-aware datetimes")
-        return when.astimezone(UTC)
+        return require_aware(now if now is not None else self._now()).astimezone(UTC)
 
     # -- folding ---------------------------------------------------------------------
 

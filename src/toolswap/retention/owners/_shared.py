@@ -20,6 +20,7 @@ from ...errors import (
     ArtifactRetentionError,
     SourceIdError,
 )
+from ...settings import require_aware
 from ..lease import validate_transaction_id
 from ..owner import ArtifactObservationState, ArtifactReferenceObservation, JournalHead
 
@@ -151,9 +152,6 @@ def stamp(now: Callable[[], datetime]) -> datetime:
     """The clock's time in UTC.
 
     Raises:
-        ArtifactReferenceOwnerError: the clock gave a naive datetime.
+        ClockError: the clock gave a naive datetime.
     """
-    when = now()
-    if when.tzinfo is None:
-        raise ArtifactReferenceOwnerError("the clock must give timezone-aware datetimes")
-    return when.astimezone(UTC)
+    return require_aware(now()).astimezone(UTC)

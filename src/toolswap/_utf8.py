@@ -1,0 +1,30 @@
+"""How a text output becomes the bytes of its artifact, and how many characters bytes hold.
+
+Shared by the threshold rule (``settings``) and the capture (``externalizer``), so an
+output is measured exactly as it is saved.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["encode_output", "utf8_chars"]
+
+# Lone surrogates other than the U+DC80..U+DCFF that ``surrogateescape`` maps back to bytes.
+_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
+def encode_output(text: str) -> bytes:
+    """UTF-8 of ``text``; escaped bytes (``os.fsdecode``) come back as the original bytes."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        # Not encodable as UTF-8 at all: keep the text, mark each bad spot with U+FFFD.
+        return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8", "surrogateescape")
+
+
+def utf8_chars(data: bytes) -> int:
+    """Characters in UTF-8 ``data`` (bytes that are not continuation bytes)."""
+    if data.isascii():
+        return len(data)
+    return len(data) - sum(data.count(bytes([b])) for b in range(0x80, 0xC0))
