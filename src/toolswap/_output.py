@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import BinaryIO
 
 from ._utf8 import encode_output
+from .errors import InvalidArgumentError
 
 __all__ = ["Output", "chunks", "prepend"]
 
@@ -46,13 +47,15 @@ def chunks(output: Output) -> Iterable[bytes]:
             if not chunk:
                 return
             if not isinstance(chunk, (bytes, bytearray)):
-                raise TypeError("file objects passed as output must be opened in binary mode")
+                raise InvalidArgumentError(
+                    "file objects passed as output must be opened in binary mode"
+                )
             yield bytes(chunk)
     pending: list[bytes] = []
     size = 0
     for chunk in output:
         if isinstance(chunk, str):
-            raise TypeError("an iterable output must yield bytes, not str")
+            raise InvalidArgumentError("an iterable output must yield bytes, not str")
         if not chunk:
             continue
         if not pending and len(chunk) >= _COALESCE:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .errors import SourceIdError
+from .errors import InvalidArgumentError, SourceIdError
 
 __all__ = [
     "ArtifactMemoryReference",
@@ -50,7 +50,7 @@ def validate_session_id(session: str) -> str:
 def artifact_filename(number: int) -> str:
     """Return the canonical artifact filename for ``number`` (1 -> ``tool_result_001.txt``)."""
     if number < 1:
-        raise ValueError("artifact numbers start at 1")
+        raise InvalidArgumentError("artifact numbers start at 1")
     return f"tool_result_{number:03d}.txt"
 
 

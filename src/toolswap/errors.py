@@ -4,6 +4,7 @@ Every error derives from :class:`ToolswapError` and from the builtin it resemble
 callers can catch either::
 
     ToolswapError
+    ├── InvalidArgumentError (ValueError, TypeError) an argument has the wrong type or value
     ├── ConfigurationError (ValueError)        a setting or environment variable is invalid
     │   └── ClockError (ArtifactRetentionError) a clock or ``now`` gave a naive datetime
     ├── SourceIdError (ValueError)             a source ID is malformed
@@ -50,6 +51,7 @@ __all__ = [
     "CleanupError",
     "ClockError",
     "ConfigurationError",
+    "InvalidArgumentError",
     "SourceIdError",
     "ToolswapError",
 ]
@@ -57,6 +59,10 @@ __all__ = [
 
 class ToolswapError(Exception):
     """Base class of every error toolswap raises on purpose."""
+
+
+class InvalidArgumentError(ToolswapError, ValueError, TypeError):
+    """An argument of a public call has the wrong type or value; nothing was done."""
 
 
 class ConfigurationError(ToolswapError, ValueError):

@@ -33,6 +33,7 @@ from .errors import (
     ArtifactWriteError,
     ChainLogError,
     ConfigurationError,
+    InvalidArgumentError,
 )
 from .manifest import Manifest
 from .pointer import (
@@ -219,9 +220,11 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
     @staticmethod
     def _check_tool(tool_name: str) -> None:
         if not isinstance(tool_name, str) or not tool_name.strip() or len(tool_name) > 200:
-            raise ValueError("tool_name must be a non-empty string of at most 200 characters")
+            raise InvalidArgumentError(
+                "tool_name must be a non-empty string of at most 200 characters"
+            )
         if any(ch in tool_name for ch in "\r\n\x00"):
-            raise ValueError("tool_name must be a single line")
+            raise InvalidArgumentError("tool_name must be a single line")
 
     def _capture(
         self,
@@ -235,7 +238,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         interrupted: str | Callable[[], str | None] | None = None,
     ) -> ExternalizedToolResult:
         if argv is not None and not all(isinstance(a, str) for a in argv):
-            raise TypeError("argv must be a sequence of strings")
+            raise InvalidArgumentError("argv must be a sequence of strings")
         s = self.settings
         try:
             self.check_ready()  # before the rest of the output is consumed

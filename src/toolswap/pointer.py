@@ -12,6 +12,7 @@ from typing import Literal
 
 from .artifact import ArtifactReference
 from .capture import CaptureStats
+from .errors import InvalidArgumentError
 from .salience import SalientLine, clean_for_display, timestamp_prefix
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS
 
@@ -75,15 +76,17 @@ def validate_summary(summary: str | None) -> str | None:
     if summary is None:
         return None
     if not isinstance(summary, str):
-        raise TypeError(f"summary must be a string, not {type(summary).__name__}")
+        raise InvalidArgumentError(f"summary must be a string, not {type(summary).__name__}")
     if not summary.strip():
-        raise ValueError("summary is blank: pass None for the default summary, or some text")
+        raise InvalidArgumentError(
+            "summary is blank: pass None for the default summary, or some text"
+        )
     if len(summary) > SUMMARY_MAX_CHARS:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"summary has {len(summary)} characters; at most {SUMMARY_MAX_CHARS} are allowed"
         )
     if any(ch in summary for ch in "\r\n\x00"):
-        raise ValueError("summary must be a single line (no newline or NUL characters)")
+        raise InvalidArgumentError("summary must be a single line (no newline or NUL characters)")
     return summary
 
 

@@ -57,6 +57,7 @@ from .errors import (
     ArtifactNotFoundError,
     ArtifactStoreError,
     ConfigurationError,
+    InvalidArgumentError,
 )
 from .remote import StoreObject, parse_s3_url
 from .session import TOOL_RESULTS_DIR
@@ -146,7 +147,9 @@ class S3ArtifactStore:
         multipart_threshold: int = 64 << 20,
     ) -> None:
         if not isinstance(part_size, int) or part_size < MIN_PART_SIZE:
-            raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum)")
+            raise InvalidArgumentError(
+                f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum)"
+            )
         if prefix.startswith("/"):
             raise ConfigurationError("the S3 prefix must be a relative key prefix")
         bucket, prefix = parse_s3_url(f"s3://{bucket}/{prefix}")
@@ -317,7 +320,7 @@ class S3ArtifactStore:
             ArtifactIntegrityError: the object was replaced or deleted since it was verified.
         """
         if not 0 <= start <= end:
-            raise ValueError("a range is 0 <= start <= end")
+            raise InvalidArgumentError("a range is 0 <= start <= end")
         if start == end or start >= artifact.size:
             return b""
         if (artifact.key, artifact.etag) not in self._verified:

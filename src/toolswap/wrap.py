@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast, overload
 
+from .errors import InvalidArgumentError
 from .externalizer import ToolResultExternalizer
 from .session import Session, toolswap_home, workspace_slug
 
@@ -86,7 +87,7 @@ def _resolver(source: ExternalizerSource | None) -> Callable[[], ToolResultExter
         return at_path
     if callable(source):
         return source
-    raise TypeError(
+    raise InvalidArgumentError(
         "externalizer must be a ToolResultExternalizer, a factory returning one, or a "
         f"session directory, not {type(source).__name__}"
     )
@@ -190,7 +191,7 @@ def _decorate(
     func: F, name: str | None, source: ExternalizerSource | None, summary: str | None
 ) -> F:
     if not callable(func):
-        raise TypeError(f"externalize_tool wraps a callable, not {type(func).__name__}")
+        raise InvalidArgumentError(f"externalize_tool wraps a callable, not {type(func).__name__}")
     if getattr(func, _MARK, False):
         return func
     tool = name or _tool_name(func)

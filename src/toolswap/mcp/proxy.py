@@ -62,6 +62,7 @@ from mcp.types.methods import serialize_server_result
 from mcp.types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from ..errors import ConfigurationError
 from ..externalizer import ToolResultExternalizer
 from ..settings import ToolThreshold
 from ..tools import TOOL_NAMES
@@ -134,7 +135,7 @@ class McpProxy:
         env: Mapping[str, str] | None = None,
     ) -> None:
         if not upstream:
-            raise ValueError("the upstream command line is empty")
+            raise ConfigurationError("the upstream command line is empty")
         self.upstream = tuple(upstream)
         self.externalizer = externalizer
         self.threshold = threshold

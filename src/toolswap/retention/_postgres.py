@@ -28,6 +28,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ..errors import ConfigurationError
+
 __all__ = [
     "SCHEMA_VERSION",
     "TOMBSTONED_SQLSTATE",
@@ -175,9 +177,9 @@ CREATE OR REPLACE TRIGGER lease_journal_is_never_truncated
 
 
 def check_schema_name(schema: object) -> str:
-    """Return ``schema`` if it is a plain lowercase identifier, else raise ValueError."""
+    """Return ``schema`` if it is a plain lowercase identifier, else raise ConfigurationError."""
     if not isinstance(schema, str) or not _SCHEMA_RE.fullmatch(schema):
-        raise ValueError("schema must be 1-63 lowercase letters, digits or '_'")
+        raise ConfigurationError("schema must be 1-63 lowercase letters, digits or '_'")
     return schema
 
 
@@ -210,9 +212,9 @@ class PgConnections:
         error: Callable[[str, psycopg.Error], Exception],
     ) -> None:
         if not isinstance(dsn, str) or not dsn.strip():
-            raise ValueError("dsn must be a PostgreSQL connection string or URL")
+            raise ConfigurationError("dsn must be a PostgreSQL connection string or URL")
         if not lock_timeout >= 0 or not connect_timeout > 0:
-            raise ValueError("timeouts must be non-negative numbers of seconds")
+            raise ConfigurationError("timeouts must be non-negative numbers of seconds")
         self._dsn = dsn
         self.schema = check_schema_name(schema)
         self.lock_timeout = float(lock_timeout)

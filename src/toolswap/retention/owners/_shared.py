@@ -18,6 +18,7 @@ from ...errors import (
     ArtifactPublicationRejected,
     ArtifactReferenceOwnerError,
     ArtifactRetentionError,
+    InvalidArgumentError,
     SourceIdError,
 )
 from ...settings import require_aware
@@ -145,7 +146,7 @@ def observe_row(
 def check_journal_head(head: JournalHead) -> None:
     """Raises ValueError unless ``head`` is a positive sequence and a SHA-256."""
     if head.seq < 1 or not SHA256_RE.fullmatch(head.hash):
-        raise ValueError("a journal head has a positive sequence and a SHA-256")
+        raise InvalidArgumentError("a journal head has a positive sequence and a SHA-256")
 
 
 def stamp(now: Callable[[], datetime]) -> datetime:

@@ -49,6 +49,7 @@ from ...errors import (
     ArtifactPublicationConflictError,
     ArtifactReferenceOwnerError,
     ArtifactReferenceTombstonedError,
+    InvalidArgumentError,
 )
 from .._postgres import SCHEMA_VERSION, TOMBSTONED_SQLSTATE, PgConnections, error_text
 from ..lease import ArtifactLeaseTransaction, validate_transaction_id
@@ -113,7 +114,7 @@ class PostgresMemoryOwner(ArtifactReferenceOwner):
         now: Callable[[], datetime] | None = None,
     ) -> None:
         if fence not in ("immediate", "optimistic"):
-            raise ValueError("fence must be 'immediate' or 'optimistic'")
+            raise InvalidArgumentError("fence must be 'immediate' or 'optimistic'")
         self._pg = PgConnections(
             dsn,
             schema,

@@ -61,6 +61,7 @@ from ...errors import (
     ArtifactPublicationConflictError,
     ArtifactReferenceOwnerError,
     ArtifactReferenceTombstonedError,
+    InvalidArgumentError,
 )
 from ..lease import ArtifactLeaseTransaction, validate_transaction_id
 from ..owner import (
@@ -153,9 +154,9 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
         now: Callable[[], datetime] | None = None,
     ) -> None:
         if fence not in ("immediate", "optimistic"):
-            raise ValueError("fence must be 'immediate' or 'optimistic'")
+            raise InvalidArgumentError("fence must be 'immediate' or 'optimistic'")
         if not busy_timeout >= 0:
-            raise ValueError("busy_timeout must be a non-negative number of seconds")
+            raise InvalidArgumentError("busy_timeout must be a non-negative number of seconds")
         self.path = Path(path).expanduser().absolute()
         self.busy_timeout = float(busy_timeout)
         self.fence_mode: Literal["immediate", "optimistic"] = fence
