@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from toolswap import CRASH_POINTS, ToolResultExternalizer
+from toolswap import ToolResultExternalizer
+from toolswap.testing import CRASH_POINTS
 from toolswap.capture import TMP_PREFIX
 
 POINTS = [p for p in CRASH_POINTS if p.startswith(("capture.", "manifest."))]
