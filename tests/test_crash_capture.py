@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from toolswap import ToolResultExternalizer
-from toolswap.testing import CRASH_POINTS
 from toolswap.capture import TMP_PREFIX
+from toolswap.testing import CRASH_POINTS
 
 POINTS = [p for p in CRASH_POINTS if p.startswith(("capture.", "manifest."))]
 
