@@ -27,11 +27,11 @@ import threading
 from dataclasses import dataclass
 
 from ._fs import write_all
-from ._middle_scan import GrepStream
 from ._threads import start_helper_thread
 from .artifact import TMP_PREFIX, temporary_filename
 from .crashpoints import crash_point
 from .salience import SalientLine, Scanner
+from .salience.middle_scan import GrepStream
 
 __all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect_media_type"]
 

@@ -7,7 +7,7 @@ timeout and resource words, plus ``LINE_PATTERNS`` for test-runner summaries suc
 ``1) test name`` or ``[-] test name``) drives the Python scan of the first MiB
 (``ForwardScan``); the system's ``grep -E`` searches the next 16 MiB for the same
 vocabulary and the rest for the strongest words (``GREP_WORDS``), as fast as the artifact
-is written (run by ``_middle_scan``). Every
+is written (run by ``middle_scan``). Every
 matching line goes to a ``Candidates`` store, keyed by its template: the line with
 numbers, hex, paths, quoted names and timestamps masked (the idea of template miners such
 as Drain). The store keeps, per template, the first occurrence and a count, in bounded
@@ -27,8 +27,8 @@ what the model sees; the artifact keeps the bytes.
 
 The modules, one concept each: ``vocabulary`` (the words, the patterns, scoring a line and
 its template), ``candidates`` (the bounded store), ``scan`` (feeding the bytes in),
-``resolve`` (reading the chosen lines back) and ``display`` (what the model sees of a
-line).
+``middle_scan`` (grep over the middle, imported by the capture only), ``resolve`` (reading
+the chosen lines back) and ``display`` (what the model sees of a line).
 """
 
 from __future__ import annotations
