@@ -74,6 +74,13 @@ def test_the_import_graph_sees_the_retention_modules() -> None:
     assert "toolswap.retention.owners.sqlite" in graph["toolswap.retention.owners"]
 
 
+def test_the_import_graph_sees_the_salience_modules() -> None:
+    graph = _import_graph()
+    assert "toolswap.salience.vocabulary" in graph["toolswap.salience.candidates"]
+    assert "toolswap._threads" in graph["toolswap.salience.middle_scan"]
+    assert "toolswap.salience.middle_scan" in graph["toolswap.capture"]
+
+
 def test_no_toolswap_module_imports_itself_through_a_cycle() -> None:
     cycle = _find_cycle(_import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])

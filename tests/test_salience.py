@@ -11,8 +11,8 @@ import pytest
 
 from real_outputs import REAL_CASES, RealCase
 from toolswap import ExternalizerSettings, ToolResultExternalizer
-from toolswap._middle_scan import GrepStream
 from toolswap.salience import Candidates, clean_for_display, score_line, template
+from toolswap.salience.middle_scan import GrepStream
 
 POINTER_MAX = 32 * 1024
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")

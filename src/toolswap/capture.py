@@ -27,12 +27,12 @@ import threading
 from dataclasses import dataclass
 
 from . import durable
-from ._middle_scan import GrepStream
 from ._threads import start_helper_thread
 from .artifact import TMP_PREFIX, temporary_filename
 from .crashpoints import crash_point
 from .durable import write_all
 from .salience import SalientLine, Scanner
+from .salience.middle_scan import GrepStream
 
 __all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect_media_type"]
 

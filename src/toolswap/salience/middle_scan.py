@@ -18,8 +18,9 @@ import os
 import shutil
 import subprocess
 
-from ._threads import start_helper_thread
-from .salience import BROAD_GREP_PATTERN, GREP_PATTERN, Candidates
+from .._threads import start_helper_thread
+from .candidates import Candidates
+from .vocabulary import BROAD_GREP_PATTERN, GREP_PATTERN
 
 __all__ = ["GrepStream"]
 

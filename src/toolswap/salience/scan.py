@@ -1,0 +1,238 @@
+"""Scanning: the output's bytes fed in as they arrive, every matching line handed to the
+candidate store; ``Scanner`` is the whole search over one output, from the first byte to the
+lines the pointer lists."""
+
+from __future__ import annotations
+
+from .candidates import RAW_KEEP, Candidates
+from .display import SALIENT_LINE_CHARS, WINDOW_BEFORE
+from .resolve import Pread, SalientLine, resolve
+from .vocabulary import ASCII_LOWER, FIND_WORDS, LINE_SHAPES, OVERLAP
+
+__all__ = ["ForwardScan", "Scanner"]
+
+_CARRY_MAX = 4096
+_SCAN_PIECE = 256 << 10
+
+
+class ForwardScan:
+    """The Python scan: feeds every matching line of the output's first bytes to a
+    ``Candidates`` store, chunk by chunk; matches inside a giant line are recorded with
+    their byte offsets.
+
+    Args:
+        head_skip: lines that end within these first bytes are shown whole by the head
+            preview and are not collected.
+    """
+
+    def __init__(self, candidates: Candidates, *, head_skip: int = 0) -> None:
+        self.candidates = candidates
+        self._head_skip = head_skip
+        self.size = 0
+        self.newlines = 0
+        """Newlines in the bytes fed so far."""
+        self.lines_end = 0
+        """Offset just past the last newline fed."""
+        self._carry = b""
+        # A line longer than _CARRY_MAX: its number and start, scanned piece by piece.
+        self._long: tuple[int, int] | None = None
+        self._long_seen = 0
+        self._overlap = b""
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        chunk_offset = self.size
+        self.size += len(chunk)
+        if self._long is not None:
+            newline = chunk.find(b"\n")
+            part = chunk if newline < 0 else chunk[:newline]
+            self._scan_long(part, chunk_offset)
+            if newline < 0:
+                return
+            self._long = None
+            self.newlines += 1
+            self.lines_end = chunk_offset + newline + 1
+            chunk = chunk[newline + 1 :]
+            chunk_offset += newline + 1
+        data_offset = chunk_offset - len(self._carry)
+        data = self._carry + chunk if self._carry else chunk
+        cut = data.rfind(b"\n") + 1
+        start = 0
+        while start < cut:
+            end = data.find(b"\n", min(start + _SCAN_PIECE, cut) - 1) + 1 or cut
+            self.scan_lines(data, start, end, data_offset, self.newlines)
+            self.newlines += data.count(b"\n", start, end)
+            start = end
+        if cut:
+            self.lines_end = data_offset + cut
+        rest = data[cut:]
+        if len(rest) > _CARRY_MAX:
+            # A giant line: look for matches in it as it goes, keep none of it.
+            self._long = (self.newlines + 1, data_offset + cut)
+            self._long_seen = 0
+            self._overlap = b""
+            self._carry = b""
+            self._scan_long(rest, data_offset + cut)
+        else:
+            self._carry = rest
+
+    def finish(self) -> None:
+        """The last line, when the output does not end with a newline."""
+        if self._carry:
+            data = self._carry + b"\n"
+            self.scan_lines(data, 0, len(data), self.size - len(self._carry), self.newlines)
+            self._carry = b""
+
+    def _scan_long(self, part: bytes, offset: int) -> None:
+        """Record matches in a piece of a giant line, with their byte offsets."""
+        assert self._long is not None
+        line_no, line_offset = self._long
+        data = self._overlap + part
+        base = offset - len(self._overlap)
+        lower = data.translate(ASCII_LOWER)
+        found: set[int] = set()
+        for word in FIND_WORDS:
+            pos = lower.find(word)
+            count = 0
+            while pos >= 0 and count < 4:
+                found.add(pos)
+                pos = lower.find(word, pos + len(word))
+                count += 1
+        for pos in sorted(found):
+            if base + pos < line_offset + self._long_seen:
+                continue  # seen in the previous piece's overlap
+            begin = max(pos - WINDOW_BEFORE, 0)
+            window = data[begin : pos + SALIENT_LINE_CHARS]
+            self.candidates.add(line_no, line_offset, window, match_offset=base + begin)
+        self._overlap = data[-OVERLAP:]
+        self._long_seen = base + len(data) - line_offset - len(self._overlap) + 1
+
+    def scan_lines(
+        self, data: bytes, begin: int, end: int, data_offset: int, newlines_before: int
+    ) -> None:
+        """Collect the matching lines of ``data[begin:end]`` (whole lines); ``data`` starts
+        at byte ``data_offset`` of the output, after ``newlines_before`` newlines."""
+        if data_offset + begin < self._head_skip:
+            skip = data.rfind(b"\n", begin, self._head_skip - data_offset) + 1
+            if skip > begin:
+                newlines_before += data.count(b"\n", begin, skip)
+                begin = skip
+            if begin >= end:
+                return
+        lower = data[begin:end].translate(ASCII_LOWER)
+        starts: dict[int, int] = {}
+        for word in FIND_WORDS:
+            pos = lower.find(word)
+            while pos >= 0:
+                line_start = lower.rfind(b"\n", 0, pos) + 1
+                if pos < starts.get(line_start, pos + 1):
+                    starts[line_start] = pos
+                pos = lower.find(b"\n", pos)
+                if pos < 0:
+                    break
+                pos = lower.find(word, pos)
+        for match in LINE_SHAPES.finditer(lower):
+            starts.setdefault(match.start(), match.start())
+        if not starts:
+            return
+        counted_to = 0
+        line_no = newlines_before + 1
+        for start in sorted(starts):
+            line_no += lower.count(b"\n", counted_to, start)
+            counted_to = start
+            pos = starts[start]
+            if pos - start > RAW_KEEP - SALIENT_LINE_CHARS:
+                # The match lies deep in a long line: keep a window around it.
+                window = max(pos - WINDOW_BEFORE, start)
+                self.candidates.add(
+                    line_no,
+                    data_offset + begin + start,
+                    data[begin + window : begin + pos + SALIENT_LINE_CHARS],
+                    match_offset=data_offset + begin + window,
+                )
+                continue
+            stop = lower.find(b"\n", start)
+            stop = stop if stop >= 0 else len(lower)
+            self.candidates.add(
+                line_no, data_offset + begin + start, data[begin + start : begin + stop]
+            )
+
+
+class Scanner:
+    """The whole search over one output: the Python scan forward up to ``scan_limit``,
+    grep's matches past it (``add_middle``), or, without them, a Python scan of the last
+    bytes (``finish``); then ``salient_lines`` ranks and reads back what the pointer lists.
+
+    Args:
+        scan_limit: how far the forward scan reads.
+        head_skip: lines that end within these first bytes are not collected (the head
+            preview shows them whole).
+    """
+
+    def __init__(self, scan_limit: int, *, head_skip: int = 0) -> None:
+        self.candidates = Candidates()
+        self._forward = ForwardScan(self.candidates, head_skip=head_skip)
+        self._scan_limit = scan_limit
+        self.size = 0
+        self.scanned = 0
+        """How many leading bytes the forward scan was fed."""
+
+    @property
+    def newlines(self) -> int:
+        """Newlines before ``scanned``."""
+        return self._forward.newlines
+
+    @property
+    def lines_end(self) -> int:
+        """Offset just past the last newline the forward scan reached."""
+        return self._forward.lines_end
+
+    def feed(self, chunk: bytes) -> None:
+        if self.scanned == self.size and self.size < self._scan_limit:
+            self._forward.feed(chunk)
+            self.scanned += len(chunk)
+        self.size += len(chunk)
+
+    def finish(
+        self, *, binary: bool, total: int, newlines: int, window: bytes = b"", tail_scan: int = 0
+    ) -> int | None:
+        """Scan what is left once every byte was fed (``total`` bytes, ``newlines`` in all).
+
+        ``window`` holds the output's last bytes (at least ``tail_scan`` of them, or all
+        that follow the forward scan), scanned when the forward scan stopped before the end.
+
+        Returns:
+            Where the scan of ``window`` began, or None when there was no such scan.
+        """
+        if binary:
+            self.candidates.entries.clear()
+            return None
+        if self.scanned >= total:
+            self._forward.finish()
+            return None
+        if not window:
+            return None
+        start = total - len(window)
+        begin = max(self.lines_end, total - tail_scan, start)
+        rel = begin - start
+        if begin > self.lines_end and not (rel > 0 and window[rel - 1] == 0x0A):
+            newline = window.find(b"\n", rel)
+            if newline < 0:
+                return total  # one partial line fills the window: nothing to scan
+            rel = newline + 1
+        if rel >= len(window):
+            return total
+        data = window if window.endswith(b"\n") else window + b"\n"
+        before = newlines - window.count(b"\n") + window.count(b"\n", 0, rel)
+        self._forward.scan_lines(data, rel, len(data), start, before)
+        return start + rel
+
+    def add_middle(self, found: Candidates, *, newlines_before: int, offset: int) -> None:
+        """Take grep's matches, counted from byte ``offset`` after ``newlines_before``
+        newlines."""
+        self.candidates.merge(found, lines=newlines_before, offset=offset)
+
+    def salient_lines(self, pread: Pread, size: int) -> tuple[SalientLine, ...]:
+        """The best candidates read back with their context, in line order."""
+        return resolve(self.candidates.ranked(), pread, size)
