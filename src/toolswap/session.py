@@ -29,8 +29,7 @@ from pathlib import Path
 
 from . import durable
 from .artifact import validate_session_id
-from .backends.base import SessionBackend
-from .backends.local import LocalBackend
+from .backends.base import LocalBackend, SessionBackend
 from .durable import ensure_private_dir
 from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
 from .remote import (

@@ -1,7 +1,7 @@
 """The session backend: where a session's artifacts and manifest records really live.
 
 A session directory always holds ``tool-results/`` and ``manifest.jsonl``; the backend says
-whether that directory is the authority (:class:`~toolswap.backends.local.LocalBackend`) or
+whether that directory is the authority (:class:`~toolswap.backends.base.LocalBackend`) or
 a verified replica of a shared store (:class:`~toolswap.backends.replica.ReplicaBackend`).
 It is chosen once, when the session opens (:meth:`toolswap.session.Session.at`); nothing
 above this package asks which one it got.
@@ -21,40 +21,45 @@ What a backend owns:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
 
 from .._verify_model import VerifyFinding
+from ..errors import ArtifactNotFoundError
 from ..records import ArtifactRecord
 from ..remote import StoreObject
 
-__all__ = ["SessionBackend"]
+__all__ = ["LocalBackend", "SessionBackend"]
 
 
-class SessionBackend(Protocol):
-    """One session's authority for names, records and artifact bytes."""
+class SessionBackend:
+    """One session's authority for names, records and artifact bytes.
 
-    location: str
+    The methods' own bodies are the answers of a directory that is the whole truth (the
+    local backend); a backend that keeps versions elsewhere overrides them.
+    """
+
+    location: str = "this directory"
     """Where the session lives, for messages: ``this directory`` or the store's URL."""
-    record_crash_prefix: str
+    record_crash_prefix: str = "manifest"
     """The crash-point prefix of a manifest append (``manifest`` or ``store.replica``)."""
-    pull_interval: float
+    pull_interval: float = math.inf
     """Seconds reads may lag the authority (``inf``: the directory is the authority)."""
-    copies_only: bool
+    copies_only: bool = False
     """Whether the files in ``tool-results/`` are copies of versions held elsewhere, so
     that a recorded file missing there may be the only copy (cleanup keeps it)."""
 
     def key(self, workspace: str, session_id: str) -> str:
         """The name shared services (a memory owner, a database journal) know the session
         by: ``<workspace>/<session>``, after its store's URL when it lives in one."""
-        ...
+        return f"{workspace}/{session_id}"
 
     def local_retention_refused(self) -> str | None:
         """Why a host-local lease journal or caller-supplied claims cannot protect this
         session's artifacts (other hosts reference them), or None when they can."""
-        ...
+        return None
 
     # -- manifest records ----------------------------------------------------------------
 
@@ -64,7 +69,7 @@ class SessionBackend(Protocol):
         Raises:
             ArtifactStoreError: the store cannot be read.
         """
-        ...
+        return []
 
     def offer(self, seq: int, line: bytes) -> bool:
         """Write record ``seq`` to the authority only if that number is free.
@@ -72,12 +77,12 @@ class SessionBackend(Protocol):
         Raises:
             ArtifactStoreError: the store failed (nothing is known to be written).
         """
-        ...
+        return True  # the session lock already makes this process the only appender
 
     def keep_snapshot(self, seq: int, data: Callable[[], bytes]) -> None:
         """Keep records 1..``seq`` (``data()`` reads their lines) as one object, best effort
         (a no-op locally)."""
-        ...
+        return None
 
     # -- names and bytes -----------------------------------------------------------------
 
@@ -88,7 +93,7 @@ class SessionBackend(Protocol):
         Raises:
             ArtifactStoreError: the store failed (nothing is known to be written).
         """
-        ...
+        return True  # the link into tool-results/ decides
 
     def fetch(
         self,
@@ -105,7 +110,10 @@ class SessionBackend(Protocol):
             ArtifactIntegrityError: ``check`` refused the bytes (nothing is linked).
             ArtifactStoreError: the store failed.
         """
-        ...
+        raise ArtifactNotFoundError(
+            "the file is missing from tool-results/ although the manifest records it; "
+            "run `toolswap verify`"
+        )
 
     def objects(self) -> list[StoreObject]:
         """Every artifact version the authority holds beyond this directory (none locally).
@@ -113,7 +121,7 @@ class SessionBackend(Protocol):
         Raises:
             ArtifactStoreError: the store cannot be listed.
         """
-        ...
+        return []
 
     def stat_object(self, filename: str) -> StoreObject | None:
         """The authority's current version of ``filename`` beyond this directory, or None.
@@ -121,7 +129,7 @@ class SessionBackend(Protocol):
         Raises:
             ArtifactStoreError: the store failed.
         """
-        ...
+        return None
 
     def delete_object(self, obj: StoreObject) -> bool:
         """Delete exactly the version ``obj`` names; False if it was replaced or is gone.
@@ -129,7 +137,7 @@ class SessionBackend(Protocol):
         Raises:
             ArtifactStoreError: the store failed.
         """
-        ...
+        return False
 
     def audit(
         self,
@@ -140,4 +148,11 @@ class SessionBackend(Protocol):
     ) -> tuple[list[VerifyFinding], set[str]]:
         """Findings about the authority beyond this directory, and the names they decided
         (the directory pass skips those). Nothing locally."""
-        ...
+        return [], set()
+
+
+class LocalBackend(SessionBackend):
+    """The session directory is the authority for everything: names are decided by the
+    link into ``tool-results/`` alone (a taken name is never overwritten), records by the
+    append to ``manifest.jsonl`` under the session lock, and an artifact missing from the
+    directory is missing."""

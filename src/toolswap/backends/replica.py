@@ -29,6 +29,7 @@ from ..durable import open_dir_nofollow, write_all
 from ..errors import ArtifactIntegrityError, ArtifactNotFoundError, ArtifactStoreError
 from ..records import ArtifactRecord
 from ..remote import ArtifactStore, StoreBinding, StoreObject
+from .base import SessionBackend
 
 __all__ = ["ReplicaBackend"]
 
@@ -37,7 +38,7 @@ PULL_INTERVAL = 1.0
 """Seconds a replica's manifest may lag the store on reads (appends and cleanup never lag)."""
 
 
-class ReplicaBackend:
+class ReplicaBackend(SessionBackend):
     """A session kept in a shared store, replicated in this directory."""
 
     record_crash_prefix = "store.replica"
@@ -51,10 +52,6 @@ class ReplicaBackend:
     @property
     def _store(self) -> ArtifactStore:
         return self._binding.store  # opened (and boto3 imported) on first use only
-
-    @property
-    def binding(self) -> StoreBinding:
-        return self._binding
 
     def key(self, workspace: str, session_id: str) -> str:
         return f"{self._binding.url}/{self._binding.workspace}/{self._binding.session}"
