@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from toolswap import (
+    ArtifactLeaseJournalError,
     ArtifactReferenceOwnerError,
     ConfigurationError,
     SqliteMemoryOwner,
@@ -276,3 +277,16 @@ def test_gc_over_every_session_with_a_database_url_ties_no_session_without_lease
     assert open_retention(env.session_dir).choice.kind is RetentionKind.POSTGRES
     assert _cli(env, "gc", "plan").exit_code == 0
     assert read_retention_choice(env.session_dir) is None
+
+
+@pytest.mark.parametrize("env", ["postgres-journal"], indirect=True)
+def test_an_open_in_the_wrong_schema_is_not_recorded_as_the_session_s(env: Env) -> None:
+    env.publish("a")  # in env.schema, by hand: the manifest anchors the session's key only
+
+    wrong = open_retention(env.session_dir, database_url=env.dsn, schema=f"{env.schema}_x")
+    assert read_retention_choice(env.session_dir) is None
+    with pytest.raises(ArtifactLeaseJournalError, match="anchored record 2"):
+        wrong.journal.recover()
+    right = open_retention(env.session_dir, database_url=env.dsn, schema=env.schema)
+    assert read_retention_choice(env.session_dir) == right.choice
+    assert list(right.journal.recover().claims) == [env.source_ids[0]]

@@ -42,6 +42,7 @@ from ..errors import (
     ArtifactReferenceOwnerError,
     ChainLogError,
     ConfigurationError,
+    ToolswapError,
 )
 from ..manifest import Manifest
 from ..session import Session
@@ -170,13 +171,15 @@ def open_retention(
         assert url is not None and choice.schema is not None
         owner, store = _postgres(session, url, choice.schema)
     # Decided before a SQLite owner is created: a refused open leaves nothing behind.
-    record = recorded is None and _uncontradicted(session, choice, store, create)
+    record = anchored = False
+    if recorded is None:
+        record, anchored = _may_record(session, choice, store, create)
     if choice.kind is RetentionKind.LOCAL:
         owner = _local(session, owner_db, create=create, required=require_owner)
     journal = ArtifactRetentionJournal(
         session, owner=owner if owner is not None else "default", now=now, store=store
     )
-    if record:
+    if record and (not anchored or _reaches_anchor(journal)):
         _record(session, choice)
     return SessionRetention(journal, choice)
 
@@ -251,14 +254,15 @@ def _postgres(
     return owner, PostgresJournalStore(url, session, schema=schema)
 
 
-def _uncontradicted(
+def _may_record(
     session: Session, choice: RetentionChoice, store: JournalStore, create: bool
-) -> bool:
-    """Whether to record ``choice`` now: nothing in the session points elsewhere, and the
-    caller publishes (``create``) or the manifest already anchors this store.
+) -> tuple[bool, bool]:
+    """Whether ``choice`` may be recorded now, and whether the manifest anchors ``store``.
 
-    A session whose manifest anchors another store is left to the journal, which refuses
-    it and names that store.
+    It may when nothing in the session points to another store and either the caller
+    publishes (``create``) or the manifest anchors this store (its leases are there). A
+    session whose manifest anchors another store is left to the journal, which refuses it
+    and names that store.
 
     Raises:
         ConfigurationError: ``create`` and the session's leases live in another store.
@@ -266,7 +270,7 @@ def _uncontradicted(
     try:
         anchored = Manifest.of(session).journal_stores()
     except ChainLogError:
-        return False  # the journal says what is wrong with the manifest when it is used
+        return False, False  # the journal says what is wrong with the manifest when used
     others = [name for name in anchored if name != store.name]
     if choice.kind is RetentionKind.POSTGRES and os.path.lexists(session.journal_path):
         others.append(session.journal_path.name)
@@ -276,8 +280,22 @@ def _uncontradicted(
                 f"session {session.session_id!r} already keeps leases in {others[0]}, not in "
                 f"{choice.describe()}; open it the way those leases were published"
             )
-        return False
-    return create or store.name in anchored
+        return False, False
+    here = store.name in anchored
+    return create or here, here
+
+
+def _reaches_anchor(journal: ArtifactRetentionJournal) -> bool:
+    """Whether the journal holds the head the session manifest anchored for its store.
+
+    The anchor names a database journal by session, not by schema: the empty journal of
+    a wrong schema must not be recorded as the session's.
+    """
+    try:
+        journal.has_durable_journal()  # folds it and checks it against the anchor
+    except ToolswapError:
+        return False  # the caller's next operation on the journal says what is wrong
+    return True
 
 
 # -- retention.json --------------------------------------------------------------------
