@@ -56,7 +56,8 @@ from ..manifest import Manifest
 from ..reader import ArtifactReader
 from ..session import Session
 from . import checkpoint as _checkpoint
-from ._fold import LeaseFold, intent_hash
+from ._fold import LeaseFold
+from ._fold import intent_hash as intent_hash  # importable from here, as before the split
 from ._guards import LossGuard
 from ._protocol import ArtifactJournalSummary
 from ._reconcile import LeaseReconciliation
@@ -69,7 +70,6 @@ __all__ = [
     "ArtifactLeasePhase",
     "ArtifactLeaseTransaction",
     "ArtifactRetentionJournal",
-    "intent_hash",
     "validate_transaction_id",
 ]
 
