@@ -1,4 +1,7 @@
-"""Shared CLI plumbing: session options, JSON output, error handling (private)."""
+"""Shared CLI plumbing: opening sessions, JSON output, error handling (private).
+
+The options several commands share are in :mod:`toolswap.cli._options`.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +28,6 @@ __all__ = [
     "handle_errors",
     "open_externalizer",
     "session_for_source",
-    "session_options",
-    "source_options",
 ]
 
 
@@ -47,48 +48,6 @@ def handle_errors(func: F) -> F:
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
-
-
-def session_options(func: F) -> F:
-    """``--session``, ``--workspace`` and ``--session-dir``."""
-    func = click.option(
-        "--session-dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help="Use this session directory directly (overrides --session/--workspace).",
-    )(func)
-    func = click.option(
-        "--workspace",
-        envvar="TOOLSWAP_WORKSPACE",
-        default=None,
-        help="Workspace name under $TOOLSWAP_HOME/projects (default: derived from the cwd).",
-    )(func)
-    func = click.option(
-        "--session",
-        "session_id",
-        envvar="TOOLSWAP_SESSION",
-        default="default",
-        show_default=True,
-        help="Session ID ($TOOLSWAP_SESSION).",
-    )(func)
-    return func
-
-
-def source_options(func: F) -> F:
-    """``--workspace`` and ``--session-dir`` for commands that take a source ID."""
-    func = click.option(
-        "--session-dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help="Session directory (default: found from the source ID).",
-    )(func)
-    func = click.option(
-        "--workspace",
-        envvar="TOOLSWAP_WORKSPACE",
-        default=None,
-        help="Workspace of the session.",
-    )(func)
-    return func
 
 
 def resolve_session(

@@ -21,10 +21,9 @@ from ._common import (
     open_externalizer,
     resolve_session,
     session_for_source,
-    session_options,
-    source_options,
 )
 from ._group import main
+from ._options import json_option, session_options, source_options
 from ._signals import forward_signals, pipe_chunks
 
 __all__: list[str] = []
@@ -86,7 +85,7 @@ def _emit_result(
     callback=_check_summary,
     help="Summary for the pointer, one line of at most 240 characters (default: generated).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+@json_option("Print a JSON object instead of text.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
 def run(
@@ -172,7 +171,7 @@ def _emit_unsaved(exc: ArtifactWriteError, exit_code: int, as_json: bool) -> Non
     help="Summary for the pointer, one line of at most 240 characters (default: generated).",
 )
 @click.option("--exit-code", type=int, default=None, help="Exit status to record, if any.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+@json_option("Print a JSON object instead of text.")
 @handle_errors
 def wrap(
     session_id: str,
@@ -207,7 +206,7 @@ def _reader_for(source_id: str, workspace: str | None, session_dir: Path | None)
 @click.option("--byte-length", type=int, default=65536, show_default=True, help="Bytes to read.")
 @click.option("--numbers/--no-numbers", default=False, help="Prefix each line with its number.")
 @source_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@json_option()
 @handle_errors
 def read(
     source_id: str,
@@ -289,7 +288,7 @@ def read(
     "--width", type=int, default=2000, show_default=True, help="Window longer lines to this."
 )
 @source_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@json_option()
 @handle_errors
 def grep(
     source_id: str,
@@ -335,7 +334,7 @@ def grep(
 
 @main.command(name="ls")
 @session_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@json_option("Print a JSON array.")
 @handle_errors
 def ls_(session_id: str, workspace: str | None, session_dir: Path | None, as_json: bool) -> None:
     """List the session's artifacts."""
@@ -370,7 +369,7 @@ def ls_(session_id: str, workspace: str | None, session_dir: Path | None, as_jso
 @main.command()
 @click.argument("source_id")
 @source_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@json_option()
 @handle_errors
 def show(source_id: str, workspace: str | None, session_dir: Path | None, as_json: bool) -> None:
     """Show an artifact's record and its memory reference (no body)."""
@@ -386,7 +385,7 @@ def show(source_id: str, workspace: str | None, session_dir: Path | None, as_jso
 
 @main.command()
 @session_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of findings.")
+@json_option("Print a JSON array of findings.")
 @click.option("--all", "show_all", is_flag=True, help="Also list artifacts that are fine.")
 @handle_errors
 def verify(

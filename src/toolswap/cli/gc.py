@@ -10,7 +10,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,39 +32,22 @@ from ..pointer import human_size
 from ..session import Session, toolswap_home, workspace_slug
 from ..settings import parse_duration, parse_size
 from ..workspaces import session_dirs
-from ._common import echo_json, handle_errors, is_tty, resolve_session, session_options
+from ._common import echo_json, handle_errors, is_tty, resolve_session
 from ._group import main
-from .retention import backend_options, open_backend
+from ._options import BackendOptions, backend_options, json_option, session_options
 
 __all__: list[str] = []
 
 
-@dataclass(frozen=True, slots=True)
-class _Backend:
-    """Where the sessions' memory owner and lease journal live (``--owner-db``,
-    ``--database-url``); all None: the session's own files."""
-
-    owner_db: Path | None = None
-    database_url: str | None = None
-    schema: str = "toolswap"
-
-
-def _journal(session: Session, backend: _Backend) -> JournalLike:
-    """The session's lease journal, bound to its default memory owner when that exists,
-    or the one ``backend`` names.
+def _journal(session: Session, backend: BackendOptions) -> JournalLike:
+    """The session's lease journal, as :func:`toolswap.retention.open_retention` opens it
+    (bound to its memory owner when that exists, or to the one ``backend`` names).
 
     Cleanup always goes through the journal, even when its file is missing: a journal
     lost next to an owner that acknowledged its head fails closed instead of reading as
     "no references".
     """
-    from ..retention import ArtifactRetentionJournal
-
-    if backend.owner_db is None and not backend.database_url:
-        return ArtifactRetentionJournal(session)
-    journal, _ = open_backend(
-        session, backend.owner_db, backend.database_url, backend.schema, required=True
-    )
-    return journal
+    return backend.open(session).journal
 
 
 @contextmanager
@@ -87,7 +70,7 @@ def _plan_session(
     session: Session,
     policy: ArtifactCleanupPolicy,
     progress: Callable[[int, int], None] | None,
-    backend: _Backend,
+    backend: BackendOptions,
 ) -> ArtifactCleanupPlan:
     return plan_cleanup_from_journal(_journal(session, backend), policy=policy, progress=progress)
 
@@ -97,7 +80,7 @@ def _apply_session(
     plan: ArtifactCleanupPlan,
     policy: ArtifactCleanupPolicy,
     progress: Callable[[int, int], None] | None,
-    backend: _Backend,
+    backend: BackendOptions,
 ) -> ArtifactCleanupReport:
     return apply_cleanup_from_journal(
         plan, _journal(session, backend), progress=progress, policy=policy
@@ -182,7 +165,7 @@ def _make_plans(
     all_sessions: bool,
     policy: ArtifactCleanupPolicy,
     show_progress: bool,
-    backend: _Backend,
+    backend: BackendOptions,
 ) -> list[tuple[str, ArtifactCleanupPlan]]:
     if all_sessions:
         unlimited = replace(policy, max_deletions=None, max_bytes=None)
@@ -234,7 +217,7 @@ def gc() -> None:
     help="Write the plan to FILE for `gc apply --plan FILE`.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="List every file, not only those that matter.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plans as JSON.")
+@json_option("Print the plans as JSON.")
 @handle_errors
 @_fails_if_skipped
 def gc_plan(
@@ -245,16 +228,13 @@ def gc_plan(
     max_deletions: int | None,
     max_bytes: str | None,
     all_sessions: bool,
-    owner_db: Path | None,
-    database_url: str | None,
-    database_schema: str,
+    backend: BackendOptions,
     save: Path | None,
     verbose: bool,
     as_json: bool,
 ) -> None:
     """Show what cleanup would delete and why (reads only; hashes every candidate)."""
     policy = _policy(ttl, max_deletions, max_bytes)
-    backend = _Backend(owner_db, database_url, database_schema)
     plans = _make_plans(
         session_id,
         workspace,
@@ -335,7 +315,7 @@ def _load_plans(path: Path) -> list[tuple[str, ArtifactCleanupPlan]]:
 @click.option(
     "-y", "--yes", is_flag=True, help="Apply without asking (needed when not on a terminal)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+@json_option("Print the reports as JSON.")
 @handle_errors
 @_fails_if_skipped
 def gc_apply(
@@ -346,9 +326,7 @@ def gc_apply(
     max_deletions: int | None,
     max_bytes: str | None,
     all_sessions: bool,
-    owner_db: Path | None,
-    database_url: str | None,
-    database_schema: str,
+    backend: BackendOptions,
     plan_file: Path | None,
     yes: bool,
     as_json: bool,
@@ -362,7 +340,6 @@ def gc_apply(
     """
     # The policy in force now: a saved plan's entries and policy only narrow it.
     policy = replace(_policy(ttl, max_deletions, max_bytes), dry_run=False)
-    backend = _Backend(owner_db, database_url, database_schema)
     if plan_file is not None:
         plans = _load_plans(plan_file)
     else:

@@ -12,8 +12,9 @@ from types import ModuleType
 import click
 
 from ..settings import ToolThreshold, parse_threshold
-from ._common import handle_errors, open_externalizer, session_options
+from ._common import handle_errors, open_externalizer
 from ._group import main
+from ._options import session_options
 
 __all__: list[str] = []
 

@@ -1,100 +1,24 @@
 """Retention commands: ``leases``, ``reconcile``, ``journal verify`` and ``journal checkpoint``.
 
-With ``--database-url`` (or ``TOOLSWAP_DATABASE_URL``) the memory owner and the lease
-journal are the PostgreSQL ones of a shared session (the ``postgres`` extra).
+Each opens the session's retention with :func:`toolswap.retention.open_retention`: with
+``--database-url`` (or ``TOOLSWAP_DATABASE_URL``) the memory owner and the lease journal
+are the PostgreSQL ones of a shared session (the ``postgres`` extra), else the session's
+own, as the session recorded.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from ..errors import ArtifactReferenceOwnerError, ConfigurationError
-from ..retention import (
-    DEFAULT_OWNER_FILENAME,
-    ArtifactReconcileStatus,
-    ArtifactReferenceOwner,
-    ArtifactRetentionJournal,
-    SqliteMemoryOwner,
-)
-from ..session import Session
-from ._common import echo_json, handle_errors, resolve_session, session_options
+from ..retention import ArtifactReconcileStatus
+from ._common import echo_json, handle_errors, resolve_session
 from ._group import main
+from ._options import BackendOptions, backend_options, json_option, session_options
 
 __all__: list[str] = []
-
-_OWNER_HELP = (
-    "The memory owner's SQLite database (default: <session>/" + DEFAULT_OWNER_FILENAME + ")."
-)
-
-
-_DATABASE_HELP = (
-    "PostgreSQL URL of a shared session's memory owner and lease journal "
-    "(env TOOLSWAP_DATABASE_URL); replaces --owner-db."
-)
-
-
-def backend_options(function: Callable[..., None]) -> Callable[..., None]:
-    """--owner-db, --database-url and --database-schema."""
-    function = click.option(
-        "--database-schema",
-        envvar="TOOLSWAP_DATABASE_SCHEMA",
-        default="toolswap",
-        show_default=True,
-        help="Schema of the PostgreSQL tables (env TOOLSWAP_DATABASE_SCHEMA).",
-    )(function)
-    function = click.option(
-        "--database-url", envvar="TOOLSWAP_DATABASE_URL", default=None, help=_DATABASE_HELP
-    )(function)
-    return click.option(
-        "--owner-db",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help=_OWNER_HELP,
-    )(function)
-
-
-def open_backend(
-    session: Session,
-    owner_db: Path | None,
-    database_url: str | None,
-    schema: str,
-    *,
-    required: bool,
-) -> tuple[ArtifactRetentionJournal, ArtifactReferenceOwner | None]:
-    """The session's journal and memory owner: local files, or the shared database."""
-    if not database_url:
-        owner = _owner(session, owner_db, required=required)
-        return ArtifactRetentionJournal(session, owner=owner), owner
-    if owner_db is not None:
-        raise click.UsageError("--owner-db and --database-url name two different owners")
-    try:
-        from ..retention.owners.postgres import PostgresMemoryOwner
-        from ..retention.postgres_journal import PostgresJournalStore
-    except ImportError:
-        raise ConfigurationError(
-            "--database-url needs psycopg: pip install 'toolswap[postgres]'"
-        ) from None
-    pg_owner = PostgresMemoryOwner(database_url, schema=schema)
-    store = PostgresJournalStore(database_url, session, schema=schema)
-    journal = ArtifactRetentionJournal(session, owner=pg_owner, store=store)
-    return journal, pg_owner
-
-
-def _owner(session: Session, owner_db: Path | None, *, required: bool) -> SqliteMemoryOwner | None:
-    path = owner_db if owner_db is not None else session.root / DEFAULT_OWNER_FILENAME
-    if owner_db is None and not required and not (path.exists() or path.is_symlink()):
-        return None
-    if not (path.exists() or path.is_symlink()):
-        raise ArtifactReferenceOwnerError(
-            f"no memory owner database at {path}; pass --owner-db with the database the "
-            "references were published to (reconcile never creates one: an empty owner "
-            "would seal every pending lease as absent)"
-        )
-    return SqliteMemoryOwner(path, create=False)
 
 
 def _deadline(value: object) -> str:
@@ -105,15 +29,13 @@ def _deadline(value: object) -> str:
 @session_options
 @backend_options
 @click.option("--all", "show_all", is_flag=True, help="Also list every lease with its phase.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@json_option()
 @handle_errors
 def leases(
     session_id: str,
     workspace: str | None,
     session_dir: Path | None,
-    owner_db: Path | None,
-    database_url: str | None,
-    database_schema: str,
+    backend: BackendOptions,
     show_all: bool,
     as_json: bool,
 ) -> None:
@@ -125,7 +47,7 @@ def leases(
     `toolswap reconcile` settles it. Exits 1 if the journal cannot be trusted.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    journal, _ = open_backend(session, owner_db, database_url, database_schema, required=False)
+    journal = backend.open(session).journal
     view = journal.recover()
     transactions = journal.transactions() if show_all else []
     if as_json:
@@ -154,15 +76,13 @@ def leases(
 @main.command()
 @session_options
 @backend_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of reports.")
+@json_option("Print a JSON array of reports.")
 @handle_errors
 def reconcile(
     session_id: str,
     workspace: str | None,
     session_dir: Path | None,
-    owner_db: Path | None,
-    database_url: str | None,
-    database_schema: str,
+    backend: BackendOptions,
     as_json: bool,
 ) -> None:
     """Settle pending leases with the memory owner (a SqliteMemoryOwner database).
@@ -175,9 +95,9 @@ def reconcile(
     generation only. Exits 0 when every lease settled, 3 when some stay pending.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    journal, owner = open_backend(session, owner_db, database_url, database_schema, required=True)
-    assert owner is not None
-    reports = journal.reconcile_pending(owner)
+    retention = backend.open(session, require_owner=True)
+    assert retention.owner is not None
+    reports = retention.journal.reconcile_pending(retention.owner)
     if as_json:
         echo_json([r.to_dict() for r in reports])
     else:
@@ -207,15 +127,13 @@ def journal() -> None:
 @journal.command(name="verify")
 @session_options
 @backend_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@json_option()
 @handle_errors
 def journal_verify(
     session_id: str,
     workspace: str | None,
     session_dir: Path | None,
-    owner_db: Path | None,
-    database_url: str | None,
-    database_schema: str,
+    backend: BackendOptions,
     as_json: bool,
 ) -> None:
     """Verify the whole lease journal: hash chain, sequence, phases, owner's head.
@@ -225,9 +143,7 @@ def journal_verify(
     journal behind the head the memory owner acknowledged, exits 1.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    journal, _ = open_backend(
-        session, owner_db, database_url, database_schema, required=owner_db is not None
-    )
+    journal = backend.open(session).journal
     summary = journal.verify()
     if as_json:
         echo_json({"ok": True, **summary.to_dict()})
@@ -246,15 +162,13 @@ def journal_verify(
 @journal.command(name="checkpoint")
 @session_options
 @backend_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@json_option()
 @handle_errors
 def journal_checkpoint(
     session_id: str,
     workspace: str | None,
     session_dir: Path | None,
-    owner_db: Path | None,
-    database_url: str | None,
-    database_schema: str,
+    backend: BackendOptions,
     as_json: bool,
 ) -> None:
     """Write a verified checkpoint of the journal's fold now.
@@ -264,7 +178,7 @@ def journal_checkpoint(
     that names records the journal lost makes every command fail closed.
     """
     session = resolve_session(session_id, workspace, session_dir, create=False)
-    journal, _ = open_backend(session, owner_db, database_url, database_schema, required=False)
+    journal = backend.open(session).journal
     head = journal.checkpoint()
     if as_json:
         echo_json({"checkpoint": head.to_dict() if head else None})

@@ -11,12 +11,13 @@ from ..session import toolswap_home, workspace_slug
 from ..workspaces import list_sessions
 from ._common import echo_json, handle_errors
 from ._group import main
+from ._options import json_option
 
 __all__: list[str] = []
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@json_option("Print a JSON array.")
 @handle_errors
 def sessions(as_json: bool) -> None:
     """List every session under $TOOLSWAP_HOME/projects, in every workspace.

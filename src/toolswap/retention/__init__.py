@@ -1,8 +1,9 @@
 """Durable retention: claims, the lease journal, owner reconciliation, memory owners.
 
-See :mod:`toolswap.retention.journal` for the publish/remove protocol and
+See :mod:`toolswap.retention.journal` for the publish/remove protocol,
 :mod:`toolswap.retention.owner` for the owner's fence, tombstone and journal-head
-acknowledgment.
+acknowledgment, and :mod:`toolswap.retention.session_retention` for
+:func:`open_retention`, which opens the journal and owner a session uses.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from .owner import (
     JournalHead,
 )
 from .owners.sqlite import DEFAULT_OWNER_FILENAME, SqliteMemoryOwner, StoredMemoryReference
+from .session_retention import (
+    RetentionChoice,
+    RetentionKind,
+    SessionRetention,
+    open_retention,
+    read_retention_choice,
+)
 
 __all__ = [
     "DEFAULT_OWNER_FILENAME",
@@ -40,6 +48,11 @@ __all__ = [
     "ArtifactRetentionClaim",
     "ArtifactRetentionJournal",
     "JournalHead",
+    "RetentionChoice",
+    "RetentionKind",
+    "SessionRetention",
     "SqliteMemoryOwner",
     "StoredMemoryReference",
+    "open_retention",
+    "read_retention_choice",
 ]
