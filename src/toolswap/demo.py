@@ -106,12 +106,12 @@ def run_demo(home: Path | None = None) -> None:
 
 _CRASHING_PUBLISHER = """
 import sys
-from toolswap import ArtifactRetentionClaim, ArtifactRetentionJournal, SqliteMemoryOwner
-from toolswap import ToolResultExternalizer
+from toolswap import ArtifactRetentionClaim, ToolResultExternalizer
+from toolswap.retention import open_retention
 session_dir, source_id, tx = sys.argv[1], sys.argv[2], sys.argv[3]
 ref = ToolResultExternalizer(session_dir).get_artifact(source_id).for_memory()
-owner = SqliteMemoryOwner(session_dir + "/memory.sqlite3")
-journal = ArtifactRetentionJournal(session_dir, owner=owner)
+retention = open_retention(session_dir, create=True)
+journal, owner = retention.journal, retention.owner
 journal.publish_reference(
     ArtifactRetentionClaim.from_memory_reference(ref),
     lambda: owner.publish(tx, ref),
@@ -126,11 +126,13 @@ def _retention_and_cleanup(ext: ToolResultExternalizer, source_id: str) -> None:
 
     from .cleanup import ArtifactCleanupPolicy
     from .errors import ArtifactCollectedError
-    from .retention import ArtifactRetentionClaim, ArtifactRetentionJournal, SqliteMemoryOwner
+    from .retention import ArtifactRetentionClaim, SqliteMemoryOwner, open_retention
 
     _say("6. Memory publishes the reference; the lease journal protects the artifact")
-    owner = SqliteMemoryOwner(ext.session_dir / "memory.sqlite3")
-    journal = ArtifactRetentionJournal(ext.session_dir, owner=owner)
+    # The session's own journal and owner, opened as the CLI and every library caller do.
+    retention = open_retention(ext.session, create=True)
+    journal, owner = retention.journal, retention.owner
+    assert isinstance(owner, SqliteMemoryOwner)  # create=True makes the session's own
     ref = ext.get_artifact(source_id).for_memory()
     # A transaction ID is never published twice: one per run, so the demo runs again
     # in the same home.
@@ -163,12 +165,12 @@ def _retention_and_cleanup(ext: ToolResultExternalizer, source_id: str) -> None:
         f"a second publisher was killed (signal {-crashed.returncode}) right after the owner's "
         "write, before COMMITTED"
     )
-    view = ArtifactRetentionJournal(ext.session_dir, owner=owner).recover()
+    view = open_retention(ext.session).journal.recover()
     print(
         f"after the restart: pending leases {list(view.pending_transaction_ids)} still protect "
         f"{len(view.claims)} artifacts"
     )
-    for outcome in ArtifactRetentionJournal(ext.session_dir, owner=owner).reconcile_pending(owner):
+    for outcome in open_retention(ext.session).journal.reconcile_pending(owner):
         data = outcome.to_dict()
         print(
             f"reconcile_pending(): {data['transaction_id']} -> {data['status']} ({data['reason']})"
@@ -178,7 +180,7 @@ def _retention_and_cleanup(ext: ToolResultExternalizer, source_id: str) -> None:
     orphan = ext.externalize("scratch output\n" * 10_000, "scratch").artifact
     later = datetime.now(UTC) + timedelta(days=2)
     policy = ArtifactCleanupPolicy(dry_run=False)
-    journal = ArtifactRetentionJournal(ext.session_dir, owner=owner)
+    journal = open_retention(ext.session).journal
     plan = ext.plan_cleanup_from_journal(journal, policy=policy, now=later)
     for entry in plan.entries:
         print(f"  plan: {entry.name:<22} {entry.status.value:<20} {entry.reason}")
