@@ -1,28 +1,24 @@
-"""S3ArtifactStore: artifacts as objects in S3 (or any S3-compatible store), for fleets.
+"""S3ArtifactStore: the artifacts and manifest records of sessions kept in S3 (or any
+S3-compatible store), for fleets.
 
-Install the ``s3`` extra (boto3). Objects are named like the local files::
+Install the ``s3`` extra (boto3). The store keeps the contract of
+:class:`toolswap.remote.ArtifactStore`; sessions bound to it with ``TOOLSWAP_STORE`` work
+through every command. Objects are named like the local files::
 
     <prefix>/<workspace>/<session>/tool-results/tool_result_NNN.txt
+    <prefix>/<workspace>/<session>/manifest/<seq:012d>.jsonl
 
-and carry the full SHA-256 in their metadata (``x-amz-meta-sha256``). The rules of the
-local store hold, mapped onto S3's conditional requests instead of a local lock:
+An artifact carries its full SHA-256 in its metadata (``x-amz-meta-sha256``). The rules of
+the local store hold, mapped onto S3's conditional requests instead of a local lock:
 
-- **Never overwrite a name.** Every write is conditional on the name being free
-  (``If-None-Match: *`` on the put, or on the multipart completion); a 412 means another
-  host took that number, and the write moves to the next one.
-- **Stream.** The capture is spooled (memory, then a temporary file) while its digest is
-  computed, then uploaded in one put, or in parts above ``part_size``; a write refused by
-  a 412 is replayed from the spool under the next name.
-- **Verify once per version.** The first read of an object streams it whole and checks its
-  digest against the metadata; later page faults are ranged GETs conditional on that same
-  ETag, so a replaced object is refused instead of mixed in.
-- **Delete only what was verified.** :meth:`S3ArtifactStore.delete` is conditional on the
-  ETag the caller saw (``If-Match``); a replaced object is never deleted.
-
-The store also keeps the contract of :class:`toolswap.remote.ArtifactStore`, so sessions
-bound to it with ``TOOLSWAP_STORE`` work through every command: a session's manifest
-records are objects ``<prefix>/<workspace>/<session>/manifest/<seq:012d>.jsonl``, each
-written only if its sequence number is free.
+- **Never overwrite a name.** An artifact or a manifest record is written only if its name
+  is free (``If-None-Match: *`` on the put, or on the multipart completion); a 412 means
+  another host took it, and the caller moves on (:mod:`toolswap.backends.replica`).
+- **Delete only the version checked.** A delete is conditional on the ETag the caller saw
+  (``If-Match``); a replaced object is never deleted.
+- **Fail typed.** Every failure of the store is an :class:`~toolswap.errors.ArtifactStoreError`
+  (or :class:`~toolswap.errors.ArtifactNotFoundError` for an object that is not there); no
+  boto exception reaches the caller.
 
 Configuration: ``TOOLSWAP_STORE=s3://bucket/prefix`` (:meth:`S3ArtifactStore.from_url`);
 the endpoint and credentials come from boto3's usual sources (``AWS_ENDPOINT_URL``, ...).
@@ -31,45 +27,31 @@ the endpoint and credentials come from boto3's usual sources (``AWS_ENDPOINT_URL
 from __future__ import annotations
 
 import base64
-import builtins
-import hashlib
 import re
 import secrets
-import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
 
 import boto3  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from .artifact import (
-    SHA256_RE,
-    artifact_filename,
-    parse_artifact_filename,
-    validate_session_id,
-)
-from .errors import (
-    ArtifactIntegrityError,
-    ArtifactNotFoundError,
-    ArtifactStoreError,
-    ConfigurationError,
-)
+from .artifact import parse_artifact_filename, validate_session_id
+from .errors import ArtifactNotFoundError, ArtifactStoreError, ConfigurationError
 from .remote import StoreObject, parse_s3_url
 from .session import TOOL_RESULTS_DIR
 
 MANIFEST_DIR = "manifest"
 
-__all__ = ["S3ArtifactObject", "S3ArtifactStore"]
+__all__ = ["S3ArtifactStore"]
 
 MIN_PART_SIZE = 5 << 20
 """S3's smallest part of a multipart upload (but the last)."""
-_SPOOL_IN_MEMORY = 8 << 20
 _RECORD_RE = re.compile(r"(\d{12})\.jsonl")
 _FETCHERS = 8
+"""Record objects fetched at once when a replica catches up on many."""
 _CONFIG = Config(
     connect_timeout=5, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"}
 )
@@ -82,23 +64,16 @@ SNAPSHOT_MAX = 1 << 30
 """The largest manifest snapshot read."""
 _SNAPSHOT_WORTH = 64
 """Records behind before a replica starts from a snapshot rather than one GET each."""
-"""Record objects fetched at once when a replica catches up on many."""
-
-
-@dataclass(frozen=True, slots=True)
-class S3ArtifactObject:
-    """One stored artifact: where it is and which version of it was verified."""
-
-    key: str
-    filename: str
-    size: int
-    sha256: str
-    etag: str
-    """The ETag of the version written or verified; reads and deletes are conditional on it."""
 
 
 def _status(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _absent(exc: ClientError) -> bool:
+    """Whether a 404 says the object is not there (a missing bucket is a failure of the
+    store's configuration, never an absent object)."""
+    return _status(exc) == 404 and exc.response.get("Error", {}).get("Code") != "NoSuchBucket"
 
 
 @contextmanager
@@ -125,14 +100,15 @@ def _object(filename: str, reply: dict[str, Any]) -> StoreObject:
 
 
 class S3ArtifactStore:
-    """Artifacts of many sessions in one bucket (see the module docstring).
+    """Artifacts and manifest records of many sessions in one bucket (see the module
+    docstring).
 
     Args:
         bucket: the bucket (it must exist).
         prefix: a key prefix ("" for none).
         client: a boto3 S3 client (default: ``boto3.client("s3")``).
         part_size: bytes per part of a multipart upload.
-        multipart_threshold: captures up to this size are one streamed put (S3 allows
+        multipart_threshold: artifacts up to this size are one streamed put (S3 allows
             5 GiB); larger ones go up in parts.
     """
 
@@ -156,10 +132,6 @@ class S3ArtifactStore:
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, part_size)
         self._client = client if client is not None else boto3.client("s3", config=_CONFIG)
-        self._verified: dict[tuple[str, str], str] = {}
-        """(key, etag) -> sha256 of every object version this store verified whole."""
-        self._next: dict[tuple[str, str], int] = {}
-        """(workspace, session) -> the number this store tries next (a 412 moves it on)."""
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> S3ArtifactStore:
@@ -185,47 +157,19 @@ class S3ArtifactStore:
         return f"{self._session_prefix(workspace, session)}{MANIFEST_DIR}/{seq:012d}.jsonl"
 
     def key(self, workspace: str, session: str, filename: str) -> str:
-        """The object key of ``filename`` in a session."""
+        """The object key of ``filename`` in a session.
+
+        Raises:
+            SourceIdError: the workspace or session is not a valid name.
+            ArtifactNotFoundError: ``filename`` is not an artifact name.
+        """
         if parse_artifact_filename(filename) is None:
             raise ArtifactNotFoundError(f"{filename!r} is not an artifact name")
         return self._dir(workspace, session) + filename
 
-    def list(self, workspace: str, session: str) -> list[str]:
-        """The artifact names of a session, in number order."""
-        return [obj.filename for obj in self.artifacts(workspace, session)]
+    # -- writing an artifact ---------------------------------------------------------
 
-    # -- writing ---------------------------------------------------------------------
-
-    def put(self, workspace: str, session: str, chunks: Iterable[bytes]) -> S3ArtifactObject:
-        """Store a capture under the session's next free name; never overwrite one.
-
-        Returns:
-            The object written, with its name, size, digest and ETag.
-        """
-        with tempfile.SpooledTemporaryFile(_SPOOL_IN_MEMORY) as spool:
-            sha = hashlib.sha256()
-            size = 0
-            for chunk in chunks:
-                sha.update(chunk)
-                spool.write(chunk)
-                size += len(chunk)
-            digest = sha.hexdigest()
-            number = self._next.get((workspace, session))
-            if number is None:  # once per session: later names follow our own
-                existing = self.list(workspace, session)
-                number = (parse_artifact_filename(existing[-1]) or 0) + 1 if existing else 1
-            while True:
-                filename = artifact_filename(number)
-                key = self.key(workspace, session, filename)
-                spool.seek(0)
-                etag = self._write_new(key, spool, size, digest)
-                if etag is not None:
-                    self._verified[(key, etag)] = digest
-                    self._next[(workspace, session)] = number + 1
-                    return S3ArtifactObject(key, filename, size, digest, etag)
-                number += 1  # another host took this name first
-
-    def _write_new(self, key: str, spool: IO[bytes], size: int, digest: str) -> str | None:
+    def _write_new(self, key: str, source: IO[bytes], size: int, digest: str) -> str | None:
         """Write ``key`` only if it does not exist; its ETag, or None on a 412."""
         meta = {"sha256": digest}
         try:
@@ -234,7 +178,7 @@ class S3ArtifactStore:
                 reply = self._client.put_object(
                     Bucket=self.bucket,
                     Key=key,
-                    Body=spool,
+                    Body=source,
                     ContentLength=size,
                     ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode(),
                     IfNoneMatch="*",
@@ -242,13 +186,13 @@ class S3ArtifactStore:
                     ContentType="text/plain; charset=utf-8",
                 )
                 return str(reply["ETag"])
-            return self._multipart(key, spool, meta)
+            return self._multipart(key, source, meta)
         except ClientError as exc:
             if _status(exc) in (409, 412):  # taken, or a racing conditional write
                 return None
             raise
 
-    def _multipart(self, key: str, spool: IO[bytes], meta: dict[str, str]) -> str | None:
+    def _multipart(self, key: str, source: IO[bytes], meta: dict[str, str]) -> str | None:
         upload = self._client.create_multipart_upload(
             Bucket=self.bucket, Key=key, Metadata=meta, ContentType="text/plain; charset=utf-8"
         )
@@ -256,7 +200,7 @@ class S3ArtifactStore:
         try:
             parts = []
             number = 1
-            while block := spool.read(self.part_size):
+            while block := source.read(self.part_size):
                 reply = self._client.upload_part(
                     Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=block
                 )
@@ -272,90 +216,9 @@ class S3ArtifactStore:
             return str(reply["ETag"])
         except BaseException:
             # An upload left behind costs storage, never correctness.
-            with suppress(ClientError):
+            with suppress(ClientError, BotoCoreError):
                 self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
             raise
-
-    # -- reading ---------------------------------------------------------------------
-
-    def open(self, workspace: str, session: str, filename: str) -> S3ArtifactObject:
-        """The current version of an artifact, verified whole once per ETag.
-
-        Raises:
-            ArtifactNotFoundError: no such object.
-            ArtifactIntegrityError: its bytes do not match the SHA-256 it was stored with.
-        """
-        key = self.key(workspace, session, filename)
-        try:
-            reply = self._client.get_object(Bucket=self.bucket, Key=key)
-        except ClientError as exc:
-            if _status(exc) == 404:
-                raise ArtifactNotFoundError(f"no object {key} in bucket {self.bucket}") from None
-            raise
-        etag = str(reply["ETag"])
-        claimed = reply.get("Metadata", {}).get("sha256", "")
-        known = self._verified.get((key, etag))
-        body = reply["Body"]
-        size = int(reply["ContentLength"])
-        if known is None:
-            sha = hashlib.sha256()
-            for block in iter(lambda: body.read(1 << 20), b""):
-                sha.update(block)
-            if not SHA256_RE.fullmatch(claimed) or sha.hexdigest() != claimed:
-                raise ArtifactIntegrityError(
-                    f"{key}: the object does not match the SHA-256 it was stored with; it is "
-                    "never served"
-                )
-            self._verified[(key, etag)] = claimed
-        body.close()
-        return S3ArtifactObject(key, filename, size, claimed, etag)
-
-    def read_range(self, artifact: S3ArtifactObject, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of the verified version (one ranged GET).
-
-        Raises:
-            ArtifactIntegrityError: the object was replaced or deleted since it was verified.
-        """
-        if not 0 <= start <= end:
-            raise ValueError("a range is 0 <= start <= end")
-        if start == end or start >= artifact.size:
-            return b""
-        if (artifact.key, artifact.etag) not in self._verified:
-            raise ArtifactIntegrityError(f"{artifact.key}: open() it before reading a range")
-        try:
-            reply = self._client.get_object(
-                Bucket=self.bucket,
-                Key=artifact.key,
-                Range=f"bytes={start}-{min(end, artifact.size) - 1}",
-                IfMatch=artifact.etag,
-            )
-        except ClientError as exc:
-            if _status(exc) in (404, 412):
-                raise ArtifactIntegrityError(
-                    f"{artifact.key}: the object changed or vanished after it was verified; "
-                    "open it again"
-                ) from None
-            raise
-        data: bytes = reply["Body"].read()
-        return data
-
-    # -- deleting --------------------------------------------------------------------
-
-    def delete(self, artifact: S3ArtifactObject) -> bool:
-        """Delete the version that was verified, and only that one.
-
-        Returns:
-            False when the object was replaced since (412) or is already gone; the
-            replacement is kept.
-        """
-        try:
-            self._client.delete_object(Bucket=self.bucket, Key=artifact.key, IfMatch=artifact.etag)
-        except ClientError as exc:
-            if _status(exc) in (404, 412):
-                return False
-            raise
-        self._verified.pop((artifact.key, artifact.etag), None)
-        return True
 
     # -- the session contract (toolswap.remote.ArtifactStore) -----------------------------
 
@@ -405,7 +268,7 @@ class S3ArtifactStore:
 
     def manifest_lines(
         self, workspace: str, session: str, after_seq: int, *, snapshot: bool = True
-    ) -> builtins.list[bytes]:
+    ) -> list[bytes]:
         """The session's manifest records after ``after_seq``, in order.
 
         One GET per record; a replica far behind starts from the newest snapshot instead
@@ -458,7 +321,7 @@ class S3ArtifactStore:
             try:
                 body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
             except ClientError as exc:
-                if _status(exc) == 404:
+                if _absent(exc):
                     return None
                 raise
             data: bytes = body.read(SNAPSHOT_MAX + 1)
@@ -527,32 +390,36 @@ class S3ArtifactStore:
         """Write ``filename`` only if the name is free: its ETag, or None if taken."""
         key = self.key(workspace, session, filename)
         with _store_errors(f"writing {key}"):
-            etag = self._write_new(key, source, size, sha256)
-        if etag is not None:
-            self._verified[(key, etag)] = sha256
-        return etag
+            return self._write_new(key, source, size, sha256)
 
     def fetch_artifact(
         self, workspace: str, session: str, filename: str, sink: Callable[[bytes], None]
     ) -> StoreObject:
-        """Stream the current version of ``filename`` into ``sink``."""
+        """Stream the current version of ``filename`` into ``sink`` (what ``sink`` raises
+        stops the transfer and reaches the caller).
+
+        Raises:
+            ArtifactNotFoundError: no such object.
+        """
         key = self.key(workspace, session, filename)
         with _store_errors(f"reading {key}"):
             try:
                 reply = self._client.get_object(Bucket=self.bucket, Key=key)
             except ClientError as exc:
-                if _status(exc) == 404:
+                if _absent(exc):
                     raise ArtifactNotFoundError(
                         f"{filename} is not in {self.url} (session {session!r})"
                     ) from None
                 raise
             body = reply["Body"]
-            for block in iter(lambda: body.read(1 << 20), b""):
-                sink(block)
-            body.close()
+            try:
+                for block in iter(lambda: body.read(1 << 20), b""):
+                    sink(block)
+            finally:
+                body.close()
         return _object(filename, reply)
 
-    def artifacts(self, workspace: str, session: str) -> builtins.list[StoreObject]:
+    def artifacts(self, workspace: str, session: str) -> list[StoreObject]:
         """Every artifact object of the session, in number order."""
         prefix = self._dir(workspace, session)
         found: list[tuple[int, StoreObject]] = []
@@ -576,7 +443,7 @@ class S3ArtifactStore:
             try:
                 reply = self._client.head_object(Bucket=self.bucket, Key=key)
             except ClientError as exc:
-                if _status(exc) == 404:
+                if _absent(exc):
                     return None
                 raise
         return _object(filename, reply)
@@ -588,8 +455,7 @@ class S3ArtifactStore:
             try:
                 self._client.delete_object(Bucket=self.bucket, Key=key, IfMatch=obj.version)
             except ClientError as exc:
-                if _status(exc) in (404, 412):
+                if _status(exc) == 412 or _absent(exc):
                     return False
                 raise
-        self._verified.pop((key, obj.version), None)
         return True
