@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from s3_server import S3Server
-from tcp_cut import CuttableLink
+from tcp_cut import CuttableLink, SilentServer
 from toolswap import (
     ArtifactCollectedError,
     ArtifactIntegrityError,
@@ -868,6 +868,33 @@ def test_run_refuses_before_the_command_while_the_store_cannot_be_read(
         check=False,
     )
     assert done.returncode == 1 and "cannot be read now" in done.stderr
+    assert not marker.exists()
+
+
+def test_run_refuses_within_seconds_when_the_store_accepts_and_never_answers(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    assert fleet.cli("a", "run", "--session", "s1", "--", "true").returncode == 0
+    hung = SilentServer()
+    marker = tmp_path / "ran"
+    command = ["sh", "-c", f"echo ran > {marker}; seq 1 100000"]
+    try:
+        start = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "toolswap", "run", "--session", "s1", "--", *command],
+            env=dict(fleet.env("a"), AWS_ENDPOINT_URL=hung.endpoint),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        elapsed = time.monotonic() - start
+    finally:
+        hung.close()
+
+    assert done.returncode == 1 and "cannot be read now" in done.stderr, done.stderr
+    assert hung.accepted >= 1  # it did wait on the store, not on a refused connection
+    assert elapsed < 20, f"refused after {elapsed:.1f} s"  # a hang guard, not a benchmark
     assert not marker.exists()
 
 

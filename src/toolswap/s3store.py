@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import re
 import secrets
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -52,11 +53,17 @@ MIN_PART_SIZE = 5 << 20
 _RECORD_RE = re.compile(r"(\d{12})\.jsonl")
 _FETCHERS = 8
 """Record objects fetched at once when a replica catches up on many."""
-_CONFIG = Config(
-    connect_timeout=5, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"}
+_CONTROL = Config(
+    connect_timeout=3, read_timeout=3, retries={"total_max_attempts": 3, "mode": "standard"}
 )
-"""A store that hangs costs a read seconds, not boto's default minutes (the replica serves
-reads meanwhile); explicit AWS_* settings still win where boto gives them precedence."""
+"""Small requests (listings, HEADs, manifest records, deletes): a store that accepts and
+never answers is refused in about ten seconds (three attempts), not boto's minutes, so
+``run`` refuses before the command and a read falls back on the replica quickly."""
+_BODIES = Config(
+    connect_timeout=5, read_timeout=30, retries={"total_max_attempts": 3, "mode": "standard"}
+)
+"""Artifact and snapshot bodies: a large upload may wait longer for its reply (a multipart
+completion), and a stalled transfer still ends within minutes."""
 RECORD_MAX = 8 << 20
 """The largest manifest record object read (a record is one line of JSON)."""
 SNAPSHOT_DIR = "manifest-snapshots"
@@ -106,7 +113,8 @@ class S3ArtifactStore:
     Args:
         bucket: the bucket (it must exist).
         prefix: a key prefix ("" for none).
-        client: a boto3 S3 client (default: ``boto3.client("s3")``).
+        client: a boto3 S3 client for every request (default: two clients of boto3's
+            default session, one with short timeouts for small requests, one for bodies).
         part_size: bytes per part of a multipart upload.
         multipart_threshold: artifacts up to this size are one streamed put (S3 allows
             5 GiB); larger ones go up in parts.
@@ -131,7 +139,18 @@ class S3ArtifactStore:
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, part_size)
-        self._client = client if client is not None else boto3.client("s3", config=_CONFIG)
+        self._control = client if client is not None else boto3.client("s3", config=_CONTROL)
+        self._bodies_client = client
+        self._bodies_guard = threading.Lock()
+
+    @property
+    def _bodies(self) -> Any:
+        """The client for artifact and snapshot bodies, made on first use (a readiness
+        check or a catch-up on records needs only the control client)."""
+        with self._bodies_guard:
+            if self._bodies_client is None:
+                self._bodies_client = boto3.client("s3", config=_BODIES)
+            return self._bodies_client
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> S3ArtifactStore:
@@ -175,7 +194,7 @@ class S3ArtifactStore:
         try:
             if size <= self.multipart_threshold:
                 # One streamed put; the server checks the bytes against the SHA-256 too.
-                reply = self._client.put_object(
+                reply = self._bodies.put_object(
                     Bucket=self.bucket,
                     Key=key,
                     Body=source,
@@ -193,7 +212,7 @@ class S3ArtifactStore:
             raise
 
     def _multipart(self, key: str, source: IO[bytes], meta: dict[str, str]) -> str | None:
-        upload = self._client.create_multipart_upload(
+        upload = self._bodies.create_multipart_upload(
             Bucket=self.bucket, Key=key, Metadata=meta, ContentType="text/plain; charset=utf-8"
         )
         upload_id = upload["UploadId"]
@@ -201,12 +220,12 @@ class S3ArtifactStore:
             parts = []
             number = 1
             while block := source.read(self.part_size):
-                reply = self._client.upload_part(
+                reply = self._bodies.upload_part(
                     Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=block
                 )
                 parts.append({"PartNumber": number, "ETag": reply["ETag"]})
                 number += 1
-            reply = self._client.complete_multipart_upload(
+            reply = self._bodies.complete_multipart_upload(
                 Bucket=self.bucket,
                 Key=key,
                 UploadId=upload_id,
@@ -217,7 +236,7 @@ class S3ArtifactStore:
         except BaseException:
             # An upload left behind costs storage, never correctness.
             with suppress(ClientError, BotoCoreError):
-                self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+                self._bodies.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
             raise
 
     # -- the session contract (toolswap.remote.ArtifactStore) -----------------------------
@@ -238,20 +257,20 @@ class S3ArtifactStore:
         with _store_errors("probing conditional writes"):
             for _ in range(2):
                 try:
-                    self._client.put_object(Bucket=self.bucket, Key=key, Body=b"", IfNoneMatch="*")
+                    self._control.put_object(Bucket=self.bucket, Key=key, Body=b"", IfNoneMatch="*")
                     refused.append(False)
                 except ClientError as exc:
                     if _status(exc) not in (409, 412):
                         raise
                     refused.append(True)
             try:
-                self._client.delete_object(Bucket=self.bucket, Key=key, IfMatch='"0"')
+                self._control.delete_object(Bucket=self.bucket, Key=key, IfMatch='"0"')
                 refused.append(False)
             except ClientError as exc:
                 if _status(exc) != 412:
                     raise
                 refused.append(True)
-            self._client.delete_object(Bucket=self.bucket, Key=key)
+            self._control.delete_object(Bucket=self.bucket, Key=key)
         if refused != [False, True, True]:
             raise ConfigurationError(
                 f"{self.url} ignores conditional writes (If-None-Match / If-Match); hosts "
@@ -261,7 +280,7 @@ class S3ArtifactStore:
     def session_exists(self, workspace: str, session: str) -> bool:
         """Whether the store holds anything of the session."""
         with _store_errors("a listing"):
-            reply = self._client.list_objects_v2(
+            reply = self._control.list_objects_v2(
                 Bucket=self.bucket, Prefix=self._session_prefix(workspace, session), MaxKeys=1
             )
         return bool(reply.get("KeyCount", 0))
@@ -277,7 +296,7 @@ class S3ArtifactStore:
         prefix = f"{self._session_prefix(workspace, session)}{MANIFEST_DIR}/"
         keys: list[str] = []
         with _store_errors("listing the manifest"):
-            pages = self._client.get_paginator("list_objects_v2").paginate(
+            pages = self._control.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket,
                 Prefix=prefix,
                 StartAfter=self._record_key(workspace, session, after_seq),
@@ -307,7 +326,7 @@ class S3ArtifactStore:
         prefix = self._snapshot_prefix(workspace, session)
         newest: tuple[int, str] | None = None
         with _store_errors("listing manifest snapshots"):
-            for page in self._client.get_paginator("list_objects_v2").paginate(
+            for page in self._control.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=prefix
             ):
                 for item in page.get("Contents", []):
@@ -319,7 +338,7 @@ class S3ArtifactStore:
     def _get_snapshot(self, key: str) -> bytes | None:
         with _store_errors(f"reading {key}"):
             try:
-                body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+                body = self._bodies.get_object(Bucket=self.bucket, Key=key)["Body"]
             except ClientError as exc:
                 if _absent(exc):
                     return None
@@ -339,21 +358,21 @@ class S3ArtifactStore:
         key = f"{prefix}{seq:012d}.jsonl"
         with _store_errors(f"writing {key}"):
             try:
-                self._client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+                self._bodies.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
             except ClientError as exc:
                 if _status(exc) not in (409, 412):  # taken: another host wrote the same
                     raise
-            for page in self._client.get_paginator("list_objects_v2").paginate(
+            for page in self._control.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=prefix
             ):
                 for item in page.get("Contents", []):
                     match = _RECORD_RE.fullmatch(item["Key"][len(prefix) :])
                     if match and int(match.group(1)) < seq:
-                        self._client.delete_object(Bucket=self.bucket, Key=item["Key"])
+                        self._control.delete_object(Bucket=self.bucket, Key=item["Key"])
 
     def _get_record(self, key: str) -> bytes:
         with _store_errors(f"reading {key}"):
-            body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            body = self._control.get_object(Bucket=self.bucket, Key=key)["Body"]
             data: bytes = body.read(RECORD_MAX + 1)
             body.close()
         if len(data) > RECORD_MAX:
@@ -365,7 +384,7 @@ class S3ArtifactStore:
         key = self._record_key(workspace, session, seq)
         with _store_errors(f"writing {key}"):
             try:
-                self._client.put_object(
+                self._control.put_object(
                     Bucket=self.bucket,
                     Key=key,
                     Body=line,
@@ -404,7 +423,7 @@ class S3ArtifactStore:
         key = self.key(workspace, session, filename)
         with _store_errors(f"reading {key}"):
             try:
-                reply = self._client.get_object(Bucket=self.bucket, Key=key)
+                reply = self._bodies.get_object(Bucket=self.bucket, Key=key)
             except ClientError as exc:
                 if _absent(exc):
                     raise ArtifactNotFoundError(
@@ -424,7 +443,7 @@ class S3ArtifactStore:
         prefix = self._dir(workspace, session)
         found: list[tuple[int, StoreObject]] = []
         with _store_errors("listing artifacts"):
-            for page in self._client.get_paginator("list_objects_v2").paginate(
+            for page in self._control.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=prefix
             ):
                 for item in page.get("Contents", []):
@@ -441,7 +460,7 @@ class S3ArtifactStore:
         key = self.key(workspace, session, filename)
         with _store_errors(f"reading {key}"):
             try:
-                reply = self._client.head_object(Bucket=self.bucket, Key=key)
+                reply = self._control.head_object(Bucket=self.bucket, Key=key)
             except ClientError as exc:
                 if _absent(exc):
                     return None
@@ -453,7 +472,7 @@ class S3ArtifactStore:
         key = self.key(workspace, session, obj.filename)
         with _store_errors(f"deleting {key}"):
             try:
-                self._client.delete_object(Bucket=self.bucket, Key=key, IfMatch=obj.version)
+                self._control.delete_object(Bucket=self.bucket, Key=key, IfMatch=obj.version)
             except ClientError as exc:
                 if _status(exc) == 412 or _absent(exc):
                     return False
