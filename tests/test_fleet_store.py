@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -768,6 +769,61 @@ def test_verify_checks_the_store_s_copy_even_where_this_host_has_one(fleet: Flee
         (FindingKind.SIZE_MISMATCH, results[0].path.name),
         (FindingKind.DIGEST_MISMATCH, results[1].path.name),
     }
+
+
+def test_verify_where_this_host_has_a_copy_finds_an_object_overwritten_with_same_size_bytes(
+    fleet: Fleet,
+) -> None:
+    writer, reader = fleet.ext("a"), fleet.ext("b")
+    artifact = writer.externalize("original\n" * 30000, "bash").artifact
+    assert reader.read_artifact(artifact.source_id, 0, 1) == "original"  # b has a copy too
+    fleet.server.client().put_object(
+        Bucket=fleet.bucket,
+        Key=f"team/{WS}/s1/tool-results/{artifact.path.name}",
+        Body=b"ORIGINAL\n" * 30000,  # same size, other bytes, the old metadata kept
+        Metadata={"sha256": artifact.content_sha256},
+    )
+
+    for host in (writer, reader):
+        findings = verify_session(host.session)
+        assert [(f.kind, f.name) for f in findings if f.kind.is_problem] == [
+            (FindingKind.DIGEST_MISMATCH, artifact.path.name)
+        ]
+    assert reader.read_artifact(artifact.source_id, 0, 1) == "original"  # its copy is whole
+
+
+def test_verify_where_this_host_has_a_copy_fetches_nothing_while_the_store_holds_that_version(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolswap.s3store import S3ArtifactStore
+
+    writer, reader = fleet.ext("a"), fleet.ext("b")
+    ids = [writer.externalize(f"{i}\n" * 30000, "bash").artifact.source_id for i in range(2)]
+    assert reader.read_artifact(ids[0], 0, 1) == "0"
+    fetched: list[str] = []
+    fetch = S3ArtifactStore.fetch_artifact
+
+    def counted(self: S3ArtifactStore, *args: Any) -> Any:
+        fetched.append(args[2])
+        return fetch(self, *args)
+
+    monkeypatch.setattr(S3ArtifactStore, "fetch_artifact", counted)
+
+    assert {f.kind for f in verify_session(writer.session)} == {FindingKind.OK}
+    assert fetched == []
+    # b fetches (and so verifies) only what it has no copy of
+    assert {f.kind for f in verify_session(reader.session)} == {FindingKind.OK}
+    assert fetched == [ids[1].split(":")[2]]
+    fetched.clear()
+    assert {f.kind for f in verify_session(reader.session)} == {FindingKind.OK}
+    assert fetched == []
+    # A replica that lost its notes (or predates them) checks the store's bytes once more.
+    shutil.rmtree(fleet.session_dir("a") / "store-versions")
+    assert {f.kind for f in verify_session(writer.session)} == {FindingKind.OK}
+    assert sorted(fetched) == sorted(sid.split(":")[2] for sid in ids)
+    fetched.clear()
+    assert {f.kind for f in verify_session(writer.session)} == {FindingKind.OK}
+    assert fetched == []
 
 
 def test_a_fetch_stops_at_the_recorded_size(fleet: Fleet) -> None:
