@@ -399,6 +399,30 @@ def test_gc_keeps_an_object_replaced_after_it_was_planned(
     assert fleet.keys("tool-results") == [sid.split(":")[2]]
 
 
+def test_gc_plan_says_what_apply_does_with_an_object_stored_with_another_digest(
+    fleet: Fleet, database: list[str]
+) -> None:
+    tampered = _capture(fleet, "a", "tampered\n")
+    dropped = _capture(fleet, "a", "unreferenced\n")
+    client = fleet.server.client()
+    key = f"team/{WS}/s1/tool-results/{tampered.split(':')[2]}"
+    body = client.get_object(Bucket=fleet.bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=fleet.bucket, Key=key, Body=body, Metadata={"sha256": "0" * 64})
+
+    gc = ("gc", "--session", "s1", "--ttl", "0s", "--json")
+    planned = fleet.cli("b", "gc", "plan", *gc[1:], *database)
+    applied = fleet.cli("b", "gc", "apply", *gc[1:], "--yes", *database)
+
+    assert planned.returncode == 0, planned.stderr
+    assert applied.returncode == 0, applied.stderr
+    plan = json.loads(planned.stdout)["plans"][0]["plan"]["entries"]
+    report = json.loads(applied.stdout)["reports"][0]["report"]["entries"]
+    expected = {tampered: "retained_corrupt", dropped: "planned_delete"}
+    assert {e["source_id"]: e["status"] for e in plan} == expected
+    assert {e["source_id"]: e["status"] for e in report} == dict(expected, **{dropped: "deleted"})
+    assert fleet.keys("tool-results") == [tampered.split(":")[2]]
+
+
 GUARDED_CAPTURE = """
 import sys
 from toolswap import ArtifactWriteError, ToolResultExternalizer
