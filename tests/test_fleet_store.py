@@ -850,6 +850,28 @@ def test_verify_where_this_host_has_a_copy_fetches_nothing_while_the_store_holds
     assert fetched == []
 
 
+def test_verify_where_this_host_has_no_copy_reports_each_bad_object_once(fleet: Fleet) -> None:
+    writer = fleet.ext("a")
+    results = [writer.externalize(f"{i}\n" * 30000, "bash").artifact for i in range(3)]
+    client = fleet.server.client()
+    shrunk, grown, _ = (f"team/{WS}/s1/tool-results/{r.path.name}" for r in results)
+    for key, body, result in (
+        (shrunk, b"9 bytes\n\n", results[0]),
+        (grown, b"x" * 70000, results[1]),
+    ):
+        client.put_object(
+            Bucket=fleet.bucket, Key=key, Body=body, Metadata={"sha256": result.content_sha256}
+        )
+
+    findings = verify_session(fleet.ext("b").session)
+
+    assert sorted((f.name, f.kind) for f in findings) == [
+        (results[0].path.name, FindingKind.SIZE_MISMATCH),
+        (results[1].path.name, FindingKind.SIZE_MISMATCH),
+        (results[2].path.name, FindingKind.OK),
+    ]
+
+
 def test_a_fetch_stops_at_the_recorded_size(fleet: Fleet) -> None:
     result = fleet.ext("a").externalize("small\n" * 30000, "bash").artifact
     key = f"team/{WS}/s1/tool-results/{result.path.name}"
