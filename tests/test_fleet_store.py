@@ -341,11 +341,14 @@ def test_one_host_s_gc_never_deletes_what_another_host_references(
     assert fleet.keys("tool-results") == [kept.split(":")[2]]
     assert fleet.ext("a").read_artifact(kept, 0, 1) == "referenced"
     with pytest.raises(ArtifactCollectedError):
-        fleet.ext("a").read_artifact(dropped, 0, 1)
+        fleet.ext("c").read_artifact(dropped, 0, 1)
 
-    # Host a still holds its copy of the collected artifact; its own gc drops it.
+    # Host a still holds its verified copy of the collected artifact: a read there is
+    # served from the replica without asking the store (a reference to it is refused, see
+    # test_a_reference_is_never_published_for_what_another_host_collected), until its
+    # own gc drops the copy.
     copy = fleet.session_dir("a") / "tool-results" / dropped.split(":")[2]
-    assert copy.exists()
+    assert fleet.ext("a").read_artifact(dropped, 0, 1) == "unreferenced"
     again = fleet.cli(
         "a", "gc", "apply", "--session", "s1", "--ttl", "0s", "--yes", "--json", *database
     )
@@ -356,6 +359,8 @@ def test_one_host_s_gc_never_deletes_what_another_host_references(
         (copy.name, "deleted"),
     }
     assert not copy.exists()
+    with pytest.raises(ArtifactCollectedError):
+        fleet.ext("a").read_artifact(dropped, 0, 1)
 
 
 def test_gc_keeps_an_object_replaced_after_it_was_planned(
@@ -870,6 +875,32 @@ def test_verify_where_this_host_has_no_copy_reports_each_bad_object_once(fleet: 
         (results[1].path.name, FindingKind.SIZE_MISMATCH),
         (results[2].path.name, FindingKind.OK),
     ]
+
+
+CLI_IN_PROCESS = """
+import runpy, sys
+sys.argv = ["toolswap", *sys.argv[1:]]
+try:
+    runpy.run_module("toolswap", run_name="__main__")
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print("boto3 imported" if "boto3" in sys.modules else "boto3 not imported")
+"""
+
+
+def test_a_read_the_replica_can_serve_never_opens_the_store(fleet: Fleet) -> None:
+    first = _capture(fleet, "a", "first\n")
+
+    def read(host: str, sid: str) -> list[str]:
+        done = fleet.python(host, CLI_IN_PROCESS, "read", sid, "--offset", "2", "--limit", "1")
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    assert read("a", first) == ["first", "boto3 not imported"]  # this host wrote it
+    assert read("b", first) == ["first", "boto3 imported"]  # fetched (and verified) here
+    assert read("b", first) == ["first", "boto3 not imported"]  # now in b's replica
+    second = _capture(fleet, "a", "second\n")
+    assert read("b", second) == ["second", "boto3 imported"]  # a record b never saw
 
 
 def test_a_fetch_stops_at_the_recorded_size(fleet: Fleet) -> None:
