@@ -212,6 +212,12 @@ def test_store_urls_and_names_are_checked_before_any_request() -> None:
             call()
 
 
+def test_settings_boto3_refuses_are_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "not a url")
+    with pytest.raises(ConfigurationError, match="AWS_ENDPOINT_URL"):
+        S3ArtifactStore.from_url("s3://my-bucket/prefix")
+
+
 _EVERY_METHOD: list[tuple[str, Callable[[S3ArtifactStore], object]]] = [
     ("session_exists", lambda s: s.session_exists("ws", "s1")),
     ("manifest_lines", lambda s: s.manifest_lines("ws", "s1", 0)),

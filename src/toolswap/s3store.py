@@ -95,6 +95,21 @@ def _store_errors(action: str) -> Iterator[None]:
         raise ArtifactStoreError(f"S3 failed while {action}: {exc}") from exc
 
 
+def _client(config: Config, url: str) -> Any:
+    """A boto3 S3 client of the default session (its endpoint and credentials come from the
+    usual ``AWS_*`` settings).
+
+    Raises:
+        ConfigurationError: boto3 refuses those settings (a malformed endpoint, ...).
+    """
+    try:
+        return boto3.client("s3", config=config)
+    except (BotoCoreError, ValueError) as exc:
+        raise ConfigurationError(
+            f"cannot use {url}: {exc}; check AWS_ENDPOINT_URL and the other AWS_* settings"
+        ) from None
+
+
 def _object(filename: str, reply: dict[str, Any]) -> StoreObject:
     """The object a GET or HEAD reply describes."""
     return StoreObject(
@@ -139,7 +154,7 @@ class S3ArtifactStore:
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, part_size)
-        self._control = client if client is not None else boto3.client("s3", config=_CONTROL)
+        self._control = client if client is not None else _client(_CONTROL, self.url)
         self._bodies_client = client
         self._bodies_guard = threading.Lock()
 
@@ -149,7 +164,7 @@ class S3ArtifactStore:
         check or a catch-up on records needs only the control client)."""
         with self._bodies_guard:
             if self._bodies_client is None:
-                self._bodies_client = boto3.client("s3", config=_BODIES)
+                self._bodies_client = _client(_BODIES, self.url)
             return self._bodies_client
 
     @classmethod
