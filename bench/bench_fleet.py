@@ -1,8 +1,8 @@
 """The S3 artifact store against moto's S3 server (a subprocess on 127.0.0.1).
 
-1. Capture to S3 (S3ArtifactStore.put: spool + SHA-256 + conditional put or multipart)
-   vs the floor: a plain boto3 put_object of the same bytes to the same server.
-2. A page fault (read_range of 64 KiB of a verified object) vs one plain ranged GET.
+1. An artifact put in the store (S3ArtifactStore.put_artifact: a conditional put with the
+   SHA-256, or a multipart upload) vs the floor: a plain boto3 put_object of the same bytes.
+2. Fetching it whole (fetch_artifact, streamed to a sink) vs one plain GET.
 3. A session kept in the store (TOOLSWAP_STORE): a capture (local capture and pointer,
    the object put under a free name, the manifest record, the replica) vs a plain put of
    the same bytes; another host's first read (fetch, verify, link, page) vs one plain GET
@@ -17,6 +17,7 @@ cost; the ratios show what the store adds on top of the requests it must make.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import statistics
 import sys
@@ -30,7 +31,6 @@ from s3_server import S3Server, unavailable_reason
 QUICK = os.environ.get("TOOLSWAP_BENCH_QUICK") == "1"
 SIZES = [256 << 10, 12 << 20] if not QUICK else [256 << 10, 6 << 20]
 RUNS = 5 if QUICK else 9
-PAGE = 64 << 10
 
 
 def main() -> None:
@@ -48,17 +48,21 @@ def main() -> None:
         parts = S3ArtifactStore(
             "bench", "parts", client=client, part_size=8 << 20, multipart_threshold=8 << 20
         )
-        print("capture to S3 (median of runs) vs a plain boto3 put_object of the same bytes")
+        print("artifact put (median of runs) vs a plain boto3 put_object of the same bytes")
+        number = 0
         for size, used in ((SIZES[0], store), (SIZES[-1], store), (SIZES[-1], parts)):
             data = os.urandom(size // 2).hex().encode()
-            chunks = [data[i : i + (1 << 20)] for i in range(0, len(data), 1 << 20)]
+            digest = hashlib.sha256(data).hexdigest()
             plain, ours = [], []
             for i in range(RUNS):
                 start = time.perf_counter()
                 client.put_object(Bucket="bench", Key=f"plain/{size}/{i}", Body=data)
                 plain.append(time.perf_counter() - start)
+                number += 1
                 start = time.perf_counter()
-                artifact = used.put("ws", f"s{size}", chunks)
+                used.put_artifact(
+                    "ws", "s", f"tool_result_{number:03d}.txt", io.BytesIO(data), size, digest
+                )
                 ours.append(time.perf_counter() - start)
             p, o = statistics.median(plain), statistics.median(ours)
             mode = "multipart" if size > used.multipart_threshold else "one put"
@@ -66,22 +70,18 @@ def main() -> None:
                 f"  {size / (1 << 20):6.2f} MiB ({mode:9}): store {o * 1e3:7.1f} ms, "
                 f"plain put {p * 1e3:7.1f} ms  ({o / p:.2f}x the floor)"
             )
-        artifact = store.put("ws", "paged", chunks)
-        opened = store.open("ws", "paged", artifact.filename)
-        faults, gets = [], []
-        for i in range(RUNS * 4):
-            offset = (i * 7919 * PAGE) % (opened.size - PAGE)
+        fetches, gets = [], []
+        for _ in range(RUNS):
+            received = bytearray()
             start = time.perf_counter()
-            store.read_range(opened, offset, offset + PAGE)
-            faults.append(time.perf_counter() - start)
+            store.fetch_artifact("ws", "s", f"tool_result_{number - RUNS:03d}.txt", received.extend)
+            fetches.append(time.perf_counter() - start)
             start = time.perf_counter()
-            client.get_object(
-                Bucket="bench", Key=opened.key, Range=f"bytes={offset}-{offset + PAGE - 1}"
-            )["Body"].read()
+            client.get_object(Bucket="bench", Key=f"plain/{SIZES[-1]}/0")["Body"].read()
             gets.append(time.perf_counter() - start)
-        f, g = statistics.median(faults), statistics.median(gets)
-        print(f"page fault of {PAGE >> 10} KiB (ranged GET conditional on the verified ETag)")
-        print(f"  store {f * 1e3:.2f} ms, plain ranged GET {g * 1e3:.2f} ms ({f / g:.2f}x)")
+        f, g = statistics.median(fetches), statistics.median(gets)
+        print(f"fetching {SIZES[-1] / (1 << 20):.2f} MiB whole vs one plain GET")
+        print(f"  store {f * 1e3:.1f} ms, plain GET {g * 1e3:.1f} ms ({f / g:.2f}x)")
         _bound_session(server, client)
         if not QUICK:
             _catch_up()

@@ -1,4 +1,4 @@
-"""A TCP forwarder a test can cut: the network between a client and a real server."""
+"""TCP helpers a test can control: a forwarder it can cut, a server that never answers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import contextlib
 import socket
 import threading
 
-__all__ = ["CuttableLink"]
+__all__ = ["CuttableLink", "SilentServer"]
 
 
 class CuttableLink:
@@ -88,3 +88,32 @@ class CuttableLink:
     def close(self) -> None:
         self.cut()
         self._listener.close()
+
+
+class SilentServer:
+    """Accepts every connection on 127.0.0.1:<port> and never answers (a hung store)."""
+
+    def __init__(self) -> None:
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = int(self._listener.getsockname()[1])
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.accepted = 0
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self._held.append(conn)  # open, unread, unanswered
+
+    def close(self) -> None:
+        self._listener.close()
+        for conn in self._held:
+            with contextlib.suppress(OSError):
+                conn.close()

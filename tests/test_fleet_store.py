@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from s3_server import S3Server
-from tcp_cut import CuttableLink
+from tcp_cut import CuttableLink, SilentServer
 from toolswap import (
     ArtifactCollectedError,
     ArtifactIntegrityError,
@@ -340,11 +341,14 @@ def test_one_host_s_gc_never_deletes_what_another_host_references(
     assert fleet.keys("tool-results") == [kept.split(":")[2]]
     assert fleet.ext("a").read_artifact(kept, 0, 1) == "referenced"
     with pytest.raises(ArtifactCollectedError):
-        fleet.ext("a").read_artifact(dropped, 0, 1)
+        fleet.ext("c").read_artifact(dropped, 0, 1)
 
-    # Host a still holds its copy of the collected artifact; its own gc drops it.
+    # Host a still holds its verified copy of the collected artifact: a read there is
+    # served from the replica without asking the store (a reference to it is refused, see
+    # test_a_reference_is_never_published_for_what_another_host_collected), until its
+    # own gc drops the copy.
     copy = fleet.session_dir("a") / "tool-results" / dropped.split(":")[2]
-    assert copy.exists()
+    assert fleet.ext("a").read_artifact(dropped, 0, 1) == "unreferenced"
     again = fleet.cli(
         "a", "gc", "apply", "--session", "s1", "--ttl", "0s", "--yes", "--json", *database
     )
@@ -355,6 +359,8 @@ def test_one_host_s_gc_never_deletes_what_another_host_references(
         (copy.name, "deleted"),
     }
     assert not copy.exists()
+    with pytest.raises(ArtifactCollectedError):
+        fleet.ext("a").read_artifact(dropped, 0, 1)
 
 
 def test_gc_keeps_an_object_replaced_after_it_was_planned(
@@ -396,6 +402,30 @@ def test_gc_keeps_an_object_replaced_after_it_was_planned(
     (entry,) = json.loads(applied.stdout)["reports"][0]["report"]["entries"]
     assert entry["status"] == "race_detected"
     assert fleet.keys("tool-results") == [sid.split(":")[2]]
+
+
+def test_gc_plan_says_what_apply_does_with_an_object_stored_with_another_digest(
+    fleet: Fleet, database: list[str]
+) -> None:
+    tampered = _capture(fleet, "a", "tampered\n")
+    dropped = _capture(fleet, "a", "unreferenced\n")
+    client = fleet.server.client()
+    key = f"team/{WS}/s1/tool-results/{tampered.split(':')[2]}"
+    body = client.get_object(Bucket=fleet.bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=fleet.bucket, Key=key, Body=body, Metadata={"sha256": "0" * 64})
+
+    gc = ("gc", "--session", "s1", "--ttl", "0s", "--json")
+    planned = fleet.cli("b", "gc", "plan", *gc[1:], *database)
+    applied = fleet.cli("b", "gc", "apply", *gc[1:], "--yes", *database)
+
+    assert planned.returncode == 0, planned.stderr
+    assert applied.returncode == 0, applied.stderr
+    plan = json.loads(planned.stdout)["plans"][0]["plan"]["entries"]
+    report = json.loads(applied.stdout)["reports"][0]["report"]["entries"]
+    expected = {tampered: "retained_corrupt", dropped: "planned_delete"}
+    assert {e["source_id"]: e["status"] for e in plan} == expected
+    assert {e["source_id"]: e["status"] for e in report} == dict(expected, **{dropped: "deleted"})
+    assert fleet.keys("tool-results") == [tampered.split(":")[2]]
 
 
 GUARDED_CAPTURE = """
@@ -770,6 +800,109 @@ def test_verify_checks_the_store_s_copy_even_where_this_host_has_one(fleet: Flee
     }
 
 
+def test_verify_where_this_host_has_a_copy_finds_an_object_overwritten_with_same_size_bytes(
+    fleet: Fleet,
+) -> None:
+    writer, reader = fleet.ext("a"), fleet.ext("b")
+    artifact = writer.externalize("original\n" * 30000, "bash").artifact
+    assert reader.read_artifact(artifact.source_id, 0, 1) == "original"  # b has a copy too
+    fleet.server.client().put_object(
+        Bucket=fleet.bucket,
+        Key=f"team/{WS}/s1/tool-results/{artifact.path.name}",
+        Body=b"ORIGINAL\n" * 30000,  # same size, other bytes, the old metadata kept
+        Metadata={"sha256": artifact.content_sha256},
+    )
+
+    for host in (writer, reader):
+        findings = verify_session(host.session)
+        assert [(f.kind, f.name) for f in findings if f.kind.is_problem] == [
+            (FindingKind.DIGEST_MISMATCH, artifact.path.name)
+        ]
+    assert reader.read_artifact(artifact.source_id, 0, 1) == "original"  # its copy is whole
+
+
+def test_verify_where_this_host_has_a_copy_fetches_nothing_while_the_store_holds_that_version(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolswap.s3store import S3ArtifactStore
+
+    writer, reader = fleet.ext("a"), fleet.ext("b")
+    ids = [writer.externalize(f"{i}\n" * 30000, "bash").artifact.source_id for i in range(2)]
+    assert reader.read_artifact(ids[0], 0, 1) == "0"
+    fetched: list[str] = []
+    fetch = S3ArtifactStore.fetch_artifact
+
+    def counted(self: S3ArtifactStore, *args: Any) -> Any:
+        fetched.append(args[2])
+        return fetch(self, *args)
+
+    monkeypatch.setattr(S3ArtifactStore, "fetch_artifact", counted)
+
+    assert {f.kind for f in verify_session(writer.session)} == {FindingKind.OK}
+    assert fetched == []
+    # b fetches (and so verifies) only what it has no copy of
+    assert {f.kind for f in verify_session(reader.session)} == {FindingKind.OK}
+    assert fetched == [ids[1].split(":")[2]]
+    fetched.clear()
+    assert {f.kind for f in verify_session(reader.session)} == {FindingKind.OK}
+    assert fetched == []
+    # A replica that lost its notes (or predates them) checks the store's bytes once more.
+    shutil.rmtree(fleet.session_dir("a") / "store-versions")
+    assert {f.kind for f in verify_session(writer.session)} == {FindingKind.OK}
+    assert sorted(fetched) == sorted(sid.split(":")[2] for sid in ids)
+    fetched.clear()
+    assert {f.kind for f in verify_session(writer.session)} == {FindingKind.OK}
+    assert fetched == []
+
+
+def test_verify_where_this_host_has_no_copy_reports_each_bad_object_once(fleet: Fleet) -> None:
+    writer = fleet.ext("a")
+    results = [writer.externalize(f"{i}\n" * 30000, "bash").artifact for i in range(3)]
+    client = fleet.server.client()
+    shrunk, grown, _ = (f"team/{WS}/s1/tool-results/{r.path.name}" for r in results)
+    for key, body, result in (
+        (shrunk, b"9 bytes\n\n", results[0]),
+        (grown, b"x" * 70000, results[1]),
+    ):
+        client.put_object(
+            Bucket=fleet.bucket, Key=key, Body=body, Metadata={"sha256": result.content_sha256}
+        )
+
+    findings = verify_session(fleet.ext("b").session)
+
+    assert sorted((f.name, f.kind) for f in findings) == [
+        (results[0].path.name, FindingKind.SIZE_MISMATCH),
+        (results[1].path.name, FindingKind.SIZE_MISMATCH),
+        (results[2].path.name, FindingKind.OK),
+    ]
+
+
+CLI_IN_PROCESS = """
+import runpy, sys
+sys.argv = ["toolswap", *sys.argv[1:]]
+try:
+    runpy.run_module("toolswap", run_name="__main__")
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print("boto3 imported" if "boto3" in sys.modules else "boto3 not imported")
+"""
+
+
+def test_a_read_the_replica_can_serve_never_opens_the_store(fleet: Fleet) -> None:
+    first = _capture(fleet, "a", "first\n")
+
+    def read(host: str, sid: str) -> list[str]:
+        done = fleet.python(host, CLI_IN_PROCESS, "read", sid, "--offset", "2", "--limit", "1")
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    assert read("a", first) == ["first", "boto3 not imported"]  # this host wrote it
+    assert read("b", first) == ["first", "boto3 imported"]  # fetched (and verified) here
+    assert read("b", first) == ["first", "boto3 not imported"]  # now in b's replica
+    second = _capture(fleet, "a", "second\n")
+    assert read("b", second) == ["second", "boto3 imported"]  # a record b never saw
+
+
 def test_a_fetch_stops_at_the_recorded_size(fleet: Fleet) -> None:
     result = fleet.ext("a").externalize("small\n" * 30000, "bash").artifact
     key = f"team/{WS}/s1/tool-results/{result.path.name}"
@@ -868,6 +1001,33 @@ def test_run_refuses_before_the_command_while_the_store_cannot_be_read(
         check=False,
     )
     assert done.returncode == 1 and "cannot be read now" in done.stderr
+    assert not marker.exists()
+
+
+def test_run_refuses_within_seconds_when_the_store_accepts_and_never_answers(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    assert fleet.cli("a", "run", "--session", "s1", "--", "true").returncode == 0
+    hung = SilentServer()
+    marker = tmp_path / "ran"
+    command = ["sh", "-c", f"echo ran > {marker}; seq 1 100000"]
+    try:
+        start = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "toolswap", "run", "--session", "s1", "--", *command],
+            env=dict(fleet.env("a"), AWS_ENDPOINT_URL=hung.endpoint),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        elapsed = time.monotonic() - start
+    finally:
+        hung.close()
+
+    assert done.returncode == 1 and "cannot be read now" in done.stderr, done.stderr
+    assert hung.accepted >= 1  # it did wait on the store, not on a refused connection
+    assert elapsed < 20, f"refused after {elapsed:.1f} s"  # a hang guard, not a benchmark
     assert not marker.exists()
 
 

@@ -1,11 +1,13 @@
 """Cleanup of the versions a session's backend holds beyond its directory (the objects of
 a shared store): listed, checked again and deleted one exact version at a time.
 
-Planning lists the objects (size, last write, version) and takes each digest from the
-manifest; apply checks each one again with one HEAD (same version and size, stored SHA-256
-equal to the manifest's), records the collection only onto a chain where the name's record
-is still the one checked, then deletes exactly that version (a replaced object is never
-deleted) and drops this host's replica copy.
+Planning lists the objects (size, last write, version); a listing carries no digest, so
+each object the plan would delete that has a manifest record is read once more with a HEAD
+(its stored SHA-256), and one stored with another digest is planned as apply will find it:
+kept as corrupt. Apply checks each one again with one HEAD (same version and size, stored
+SHA-256 equal to the manifest's), records the collection only onto a chain where the
+name's record is still the one checked, then deletes exactly that version (a replaced
+object is never deleted) and drops this host's replica copy.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ def store_entries(
     now_ns: int,
     ttl_ns: int,
     progress: Callable[[int, int], None] | None,
+    stat: Callable[[str], StoreObject | None],
 ) -> Iterator[CleanupEntry]:
-    """One entry per stored object, with its verdict."""
+    """One entry per stored object, with its verdict (``stat``: the store's HEAD)."""
     for done, obj in enumerate(objects, 1):
         if progress:
             progress(done, len(objects))
@@ -61,7 +64,25 @@ def store_entries(
             mtime_ns=obj.mtime_ns,
             version=obj.version,
         )
-        yield verdict(base, False, index, record, collected, now_ns, ttl_ns)
+        entry = verdict(base, False, index, record, collected, now_ns, ttl_ns)
+        if entry.status is S.PLANNED_DELETE and record is not None:
+            # The listing has no digest: judge what apply will check, the stored SHA-256
+            # of the current version (one HEAD, only for an object the plan would delete).
+            try:
+                head = stat(obj.filename)
+            except ArtifactStoreError as exc:
+                entry = replace(entry, status=S.RETAINED_UNKNOWN, reason=f"the store failed: {exc}")
+            else:
+                if head is not None:  # None: gone since the listing (apply says so)
+                    current = replace(
+                        base,
+                        size=head.size,
+                        mtime_ns=head.mtime_ns,
+                        version=head.version,
+                        sha256=head.sha256,
+                    )
+                    entry = verdict(current, False, index, record, collected, now_ns, ttl_ns)
+        yield entry
 
 
 def apply_object(

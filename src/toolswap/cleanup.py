@@ -165,7 +165,9 @@ def _planned_entries(
         objects = backend.objects()
     except ArtifactStoreError as exc:
         raise CleanupError(f"cannot list {backend.location}: {exc}; nothing was changed") from exc
-    yield from store_entries(objects, index, records, collected, now_ns, ttl_ns, progress)
+    yield from store_entries(
+        objects, index, records, collected, now_ns, ttl_ns, progress, backend.stat_object
+    )
     stored = {o.filename for o in objects}
     dir_fd = open_dir_nofollow(session.tool_results_dir)
     try:

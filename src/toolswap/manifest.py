@@ -18,7 +18,9 @@ locally that is the log itself; a session kept in a shared store writes record `
 there only if that sequence number is free, re-reads and tries the next one when another
 host won, then adds it to ``manifest.jsonl``, which is the store's records byte for byte.
 Reads pull new records at most every ``pull_interval`` seconds of the backend
-(:meth:`Manifest.sync` pulls now). The records themselves are typed (:mod:`toolswap.records`).
+(:meth:`Manifest.sync` pulls now), and a read of an artifact this directory holds with its
+record pulls nothing (:meth:`Manifest.held_record`). The records themselves are typed
+(:mod:`toolswap.records`).
 """
 
 from __future__ import annotations
@@ -438,6 +440,20 @@ class Manifest:
     def record_for(self, filename: str) -> ArtifactRecord | None:
         self.refresh()
         return self._artifacts.get(filename)
+
+    def held_record(self, filename: str) -> ArtifactRecord | None:
+        """The record of ``filename`` when this directory holds it and the artifact's file,
+        read without asking the backend's authority (a read the replica can serve opens
+        no store); None otherwise (the caller then refreshes or syncs).
+
+        A record never changes once written and a read checks the bytes against it; what
+        another host may add later (a collection) shows at the next pull.
+        """
+        self._refresh_local()
+        record = self._artifacts.get(filename)
+        if record is None or not os.path.lexists(self._dir / filename):
+            return None
+        return record
 
     def collected(self, filename: str) -> CollectedRecord | None:
         self.refresh()

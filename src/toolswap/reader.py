@@ -278,7 +278,10 @@ class ArtifactReader:
                 f"{source_id} belongs to session {parsed.session!r}, not to this session "
                 f"({self.session.session_id!r}); open that session to read it"
             )
-        record = self.manifest.record_for(parsed.filename)
+        # An artifact held here with its record is read without a request to its store.
+        record = self.manifest.held_record(parsed.filename)
+        if record is None or not record.sha256.startswith(parsed.digest_prefix):
+            record = self.manifest.record_for(parsed.filename)
         if record is None:
             self.manifest.sync()  # perhaps written by another host since the last pull
             record = self.manifest.record_for(parsed.filename)

@@ -1,28 +1,24 @@
-"""S3ArtifactStore: artifacts as objects in S3 (or any S3-compatible store), for fleets.
+"""S3ArtifactStore: the artifacts and manifest records of sessions kept in S3 (or any
+S3-compatible store), for fleets.
 
-Install the ``s3`` extra (boto3). Objects are named like the local files::
+Install the ``s3`` extra (boto3). The store keeps the contract of
+:class:`toolswap.remote.ArtifactStore`; sessions bound to it with ``TOOLSWAP_STORE`` work
+through every command. Objects are named like the local files::
 
     <prefix>/<workspace>/<session>/tool-results/tool_result_NNN.txt
+    <prefix>/<workspace>/<session>/manifest/<seq:012d>.jsonl
 
-and carry the full SHA-256 in their metadata (``x-amz-meta-sha256``). The rules of the
-local store hold, mapped onto S3's conditional requests instead of a local lock:
+An artifact carries its full SHA-256 in its metadata (``x-amz-meta-sha256``). The rules of
+the local store hold, mapped onto S3's conditional requests instead of a local lock:
 
-- **Never overwrite a name.** Every write is conditional on the name being free
-  (``If-None-Match: *`` on the put, or on the multipart completion); a 412 means another
-  host took that number, and the write moves to the next one.
-- **Stream.** The capture is spooled (memory, then a temporary file) while its digest is
-  computed, then uploaded in one put, or in parts above ``part_size``; a write refused by
-  a 412 is replayed from the spool under the next name.
-- **Verify once per version.** The first read of an object streams it whole and checks its
-  digest against the metadata; later page faults are ranged GETs conditional on that same
-  ETag, so a replaced object is refused instead of mixed in.
-- **Delete only what was verified.** :meth:`S3ArtifactStore.delete` is conditional on the
-  ETag the caller saw (``If-Match``); a replaced object is never deleted.
-
-The store also keeps the contract of :class:`toolswap.remote.ArtifactStore`, so sessions
-bound to it with ``TOOLSWAP_STORE`` work through every command: a session's manifest
-records are objects ``<prefix>/<workspace>/<session>/manifest/<seq:012d>.jsonl``, each
-written only if its sequence number is free.
+- **Never overwrite a name.** An artifact or a manifest record is written only if its name
+  is free (``If-None-Match: *`` on the put, or on the multipart completion); a 412 means
+  another host took it, and the caller moves on (:mod:`toolswap.backends.replica`).
+- **Delete only the version checked.** A delete is conditional on the ETag the caller saw
+  (``If-Match``); a replaced object is never deleted.
+- **Fail typed.** Every failure of the store is an :class:`~toolswap.errors.ArtifactStoreError`
+  (or :class:`~toolswap.errors.ArtifactNotFoundError` for an object that is not there); no
+  boto exception reaches the caller.
 
 Configuration: ``TOOLSWAP_STORE=s3://bucket/prefix`` (:meth:`S3ArtifactStore.from_url`);
 the endpoint and credentials come from boto3's usual sources (``AWS_ENDPOINT_URL``, ...).
@@ -31,29 +27,20 @@ the endpoint and credentials come from boto3's usual sources (``AWS_ENDPOINT_URL
 from __future__ import annotations
 
 import base64
-import builtins
-import hashlib
 import re
 import secrets
-import tempfile
-from collections.abc import Callable, Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
 
 import boto3  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from .artifact import (
-    SHA256_RE,
-    artifact_filename,
-    parse_artifact_filename,
-    validate_session_id,
-)
+from .artifact import parse_artifact_filename, validate_session_id
 from .errors import (
-    ArtifactIntegrityError,
     ArtifactNotFoundError,
     ArtifactStoreError,
     ConfigurationError,
@@ -64,18 +51,24 @@ from .session import TOOL_RESULTS_DIR
 
 MANIFEST_DIR = "manifest"
 
-__all__ = ["S3ArtifactObject", "S3ArtifactStore"]
+__all__ = ["S3ArtifactStore"]
 
 MIN_PART_SIZE = 5 << 20
 """S3's smallest part of a multipart upload (but the last)."""
-_SPOOL_IN_MEMORY = 8 << 20
 _RECORD_RE = re.compile(r"(\d{12})\.jsonl")
 _FETCHERS = 8
-_CONFIG = Config(
-    connect_timeout=5, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"}
+"""Record objects fetched at once when a replica catches up on many."""
+_CONTROL = Config(
+    connect_timeout=3, read_timeout=3, retries={"total_max_attempts": 3, "mode": "standard"}
 )
-"""A store that hangs costs a read seconds, not boto's default minutes (the replica serves
-reads meanwhile); explicit AWS_* settings still win where boto gives them precedence."""
+"""Small requests (listings, HEADs, manifest records, deletes): a store that accepts and
+never answers is refused in about ten seconds (three attempts), not boto's minutes, so
+``run`` refuses before the command and a read falls back on the replica quickly."""
+_BODIES = Config(
+    connect_timeout=5, read_timeout=30, retries={"total_max_attempts": 3, "mode": "standard"}
+)
+"""Artifact and snapshot bodies: a large upload may wait longer for its reply (a multipart
+completion), and a stalled transfer still ends within minutes."""
 RECORD_MAX = 8 << 20
 """The largest manifest record object read (a record is one line of JSON)."""
 SNAPSHOT_DIR = "manifest-snapshots"
@@ -83,23 +76,16 @@ SNAPSHOT_MAX = 1 << 30
 """The largest manifest snapshot read."""
 _SNAPSHOT_WORTH = 64
 """Records behind before a replica starts from a snapshot rather than one GET each."""
-"""Record objects fetched at once when a replica catches up on many."""
-
-
-@dataclass(frozen=True, slots=True)
-class S3ArtifactObject:
-    """One stored artifact: where it is and which version of it was verified."""
-
-    key: str
-    filename: str
-    size: int
-    sha256: str
-    etag: str
-    """The ETag of the version written or verified; reads and deletes are conditional on it."""
 
 
 def _status(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _absent(exc: ClientError) -> bool:
+    """Whether a 404 says the object is not there (a missing bucket is a failure of the
+    store's configuration, never an absent object)."""
+    return _status(exc) == 404 and exc.response.get("Error", {}).get("Code") != "NoSuchBucket"
 
 
 @contextmanager
@@ -114,6 +100,21 @@ def _store_errors(action: str) -> Iterator[None]:
         raise ArtifactStoreError(f"S3 failed while {action}: {exc}") from exc
 
 
+def _client(config: Config, url: str) -> Any:
+    """A boto3 S3 client of the default session (its endpoint and credentials come from the
+    usual ``AWS_*`` settings).
+
+    Raises:
+        ConfigurationError: boto3 refuses those settings (a malformed endpoint, ...).
+    """
+    try:
+        return boto3.client("s3", config=config)
+    except (BotoCoreError, ValueError) as exc:
+        raise ConfigurationError(
+            f"cannot use {url}: {exc}; check AWS_ENDPOINT_URL and the other AWS_* settings"
+        ) from None
+
+
 def _object(filename: str, reply: dict[str, Any]) -> StoreObject:
     """The object a GET or HEAD reply describes."""
     return StoreObject(
@@ -126,14 +127,16 @@ def _object(filename: str, reply: dict[str, Any]) -> StoreObject:
 
 
 class S3ArtifactStore:
-    """Artifacts of many sessions in one bucket (see the module docstring).
+    """Artifacts and manifest records of many sessions in one bucket (see the module
+    docstring).
 
     Args:
         bucket: the bucket (it must exist).
         prefix: a key prefix ("" for none).
-        client: a boto3 S3 client (default: ``boto3.client("s3")``).
+        client: a boto3 S3 client for every request (default: two clients of boto3's
+            default session, one with short timeouts for small requests, one for bodies).
         part_size: bytes per part of a multipart upload.
-        multipart_threshold: captures up to this size are one streamed put (S3 allows
+        multipart_threshold: artifacts up to this size are one streamed put (S3 allows
             5 GiB); larger ones go up in parts.
     """
 
@@ -158,11 +161,18 @@ class S3ArtifactStore:
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, part_size)
-        self._client = client if client is not None else boto3.client("s3", config=_CONFIG)
-        self._verified: dict[tuple[str, str], str] = {}
-        """(key, etag) -> sha256 of every object version this store verified whole."""
-        self._next: dict[tuple[str, str], int] = {}
-        """(workspace, session) -> the number this store tries next (a 412 moves it on)."""
+        self._control = client if client is not None else _client(_CONTROL, self.url)
+        self._bodies_client = client
+        self._bodies_guard = threading.Lock()
+
+    @property
+    def _bodies(self) -> Any:
+        """The client for artifact and snapshot bodies, made on first use (a readiness
+        check or a catch-up on records needs only the control client)."""
+        with self._bodies_guard:
+            if self._bodies_client is None:
+                self._bodies_client = _client(_BODIES, self.url)
+            return self._bodies_client
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> S3ArtifactStore:
@@ -188,56 +198,28 @@ class S3ArtifactStore:
         return f"{self._session_prefix(workspace, session)}{MANIFEST_DIR}/{seq:012d}.jsonl"
 
     def key(self, workspace: str, session: str, filename: str) -> str:
-        """The object key of ``filename`` in a session."""
+        """The object key of ``filename`` in a session.
+
+        Raises:
+            SourceIdError: the workspace or session is not a valid name.
+            ArtifactNotFoundError: ``filename`` is not an artifact name.
+        """
         if parse_artifact_filename(filename) is None:
             raise ArtifactNotFoundError(f"{filename!r} is not an artifact name")
         return self._dir(workspace, session) + filename
 
-    def list(self, workspace: str, session: str) -> list[str]:
-        """The artifact names of a session, in number order."""
-        return [obj.filename for obj in self.artifacts(workspace, session)]
+    # -- writing an artifact ---------------------------------------------------------
 
-    # -- writing ---------------------------------------------------------------------
-
-    def put(self, workspace: str, session: str, chunks: Iterable[bytes]) -> S3ArtifactObject:
-        """Store a capture under the session's next free name; never overwrite one.
-
-        Returns:
-            The object written, with its name, size, digest and ETag.
-        """
-        with tempfile.SpooledTemporaryFile(_SPOOL_IN_MEMORY) as spool:
-            sha = hashlib.sha256()
-            size = 0
-            for chunk in chunks:
-                sha.update(chunk)
-                spool.write(chunk)
-                size += len(chunk)
-            digest = sha.hexdigest()
-            number = self._next.get((workspace, session))
-            if number is None:  # once per session: later names follow our own
-                existing = self.list(workspace, session)
-                number = (parse_artifact_filename(existing[-1]) or 0) + 1 if existing else 1
-            while True:
-                filename = artifact_filename(number)
-                key = self.key(workspace, session, filename)
-                spool.seek(0)
-                etag = self._write_new(key, spool, size, digest)
-                if etag is not None:
-                    self._verified[(key, etag)] = digest
-                    self._next[(workspace, session)] = number + 1
-                    return S3ArtifactObject(key, filename, size, digest, etag)
-                number += 1  # another host took this name first
-
-    def _write_new(self, key: str, spool: IO[bytes], size: int, digest: str) -> str | None:
+    def _write_new(self, key: str, source: IO[bytes], size: int, digest: str) -> str | None:
         """Write ``key`` only if it does not exist; its ETag, or None on a 412."""
         meta = {"sha256": digest}
         try:
             if size <= self.multipart_threshold:
                 # One streamed put; the server checks the bytes against the SHA-256 too.
-                reply = self._client.put_object(
+                reply = self._bodies.put_object(
                     Bucket=self.bucket,
                     Key=key,
-                    Body=spool,
+                    Body=source,
                     ContentLength=size,
                     ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode(),
                     IfNoneMatch="*",
@@ -245,27 +227,27 @@ class S3ArtifactStore:
                     ContentType="text/plain; charset=utf-8",
                 )
                 return str(reply["ETag"])
-            return self._multipart(key, spool, meta)
+            return self._multipart(key, source, meta)
         except ClientError as exc:
             if _status(exc) in (409, 412):  # taken, or a racing conditional write
                 return None
             raise
 
-    def _multipart(self, key: str, spool: IO[bytes], meta: dict[str, str]) -> str | None:
-        upload = self._client.create_multipart_upload(
+    def _multipart(self, key: str, source: IO[bytes], meta: dict[str, str]) -> str | None:
+        upload = self._bodies.create_multipart_upload(
             Bucket=self.bucket, Key=key, Metadata=meta, ContentType="text/plain; charset=utf-8"
         )
         upload_id = upload["UploadId"]
         try:
             parts = []
             number = 1
-            while block := spool.read(self.part_size):
-                reply = self._client.upload_part(
+            while block := source.read(self.part_size):
+                reply = self._bodies.upload_part(
                     Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=block
                 )
                 parts.append({"PartNumber": number, "ETag": reply["ETag"]})
                 number += 1
-            reply = self._client.complete_multipart_upload(
+            reply = self._bodies.complete_multipart_upload(
                 Bucket=self.bucket,
                 Key=key,
                 UploadId=upload_id,
@@ -275,90 +257,9 @@ class S3ArtifactStore:
             return str(reply["ETag"])
         except BaseException:
             # An upload left behind costs storage, never correctness.
-            with suppress(ClientError):
-                self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            with suppress(ClientError, BotoCoreError):
+                self._bodies.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
             raise
-
-    # -- reading ---------------------------------------------------------------------
-
-    def open(self, workspace: str, session: str, filename: str) -> S3ArtifactObject:
-        """The current version of an artifact, verified whole once per ETag.
-
-        Raises:
-            ArtifactNotFoundError: no such object.
-            ArtifactIntegrityError: its bytes do not match the SHA-256 it was stored with.
-        """
-        key = self.key(workspace, session, filename)
-        try:
-            reply = self._client.get_object(Bucket=self.bucket, Key=key)
-        except ClientError as exc:
-            if _status(exc) == 404:
-                raise ArtifactNotFoundError(f"no object {key} in bucket {self.bucket}") from None
-            raise
-        etag = str(reply["ETag"])
-        claimed = reply.get("Metadata", {}).get("sha256", "")
-        known = self._verified.get((key, etag))
-        body = reply["Body"]
-        size = int(reply["ContentLength"])
-        if known is None:
-            sha = hashlib.sha256()
-            for block in iter(lambda: body.read(1 << 20), b""):
-                sha.update(block)
-            if not SHA256_RE.fullmatch(claimed) or sha.hexdigest() != claimed:
-                raise ArtifactIntegrityError(
-                    f"{key}: the object does not match the SHA-256 it was stored with; it is "
-                    "never served"
-                )
-            self._verified[(key, etag)] = claimed
-        body.close()
-        return S3ArtifactObject(key, filename, size, claimed, etag)
-
-    def read_range(self, artifact: S3ArtifactObject, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of the verified version (one ranged GET).
-
-        Raises:
-            ArtifactIntegrityError: the object was replaced or deleted since it was verified.
-        """
-        if not 0 <= start <= end:
-            raise InvalidArgumentError("a range is 0 <= start <= end")
-        if start == end or start >= artifact.size:
-            return b""
-        if (artifact.key, artifact.etag) not in self._verified:
-            raise ArtifactIntegrityError(f"{artifact.key}: open() it before reading a range")
-        try:
-            reply = self._client.get_object(
-                Bucket=self.bucket,
-                Key=artifact.key,
-                Range=f"bytes={start}-{min(end, artifact.size) - 1}",
-                IfMatch=artifact.etag,
-            )
-        except ClientError as exc:
-            if _status(exc) in (404, 412):
-                raise ArtifactIntegrityError(
-                    f"{artifact.key}: the object changed or vanished after it was verified; "
-                    "open it again"
-                ) from None
-            raise
-        data: bytes = reply["Body"].read()
-        return data
-
-    # -- deleting --------------------------------------------------------------------
-
-    def delete(self, artifact: S3ArtifactObject) -> bool:
-        """Delete the version that was verified, and only that one.
-
-        Returns:
-            False when the object was replaced since (412) or is already gone; the
-            replacement is kept.
-        """
-        try:
-            self._client.delete_object(Bucket=self.bucket, Key=artifact.key, IfMatch=artifact.etag)
-        except ClientError as exc:
-            if _status(exc) in (404, 412):
-                return False
-            raise
-        self._verified.pop((artifact.key, artifact.etag), None)
-        return True
 
     # -- the session contract (toolswap.remote.ArtifactStore) -----------------------------
 
@@ -378,20 +279,20 @@ class S3ArtifactStore:
         with _store_errors("probing conditional writes"):
             for _ in range(2):
                 try:
-                    self._client.put_object(Bucket=self.bucket, Key=key, Body=b"", IfNoneMatch="*")
+                    self._control.put_object(Bucket=self.bucket, Key=key, Body=b"", IfNoneMatch="*")
                     refused.append(False)
                 except ClientError as exc:
                     if _status(exc) not in (409, 412):
                         raise
                     refused.append(True)
             try:
-                self._client.delete_object(Bucket=self.bucket, Key=key, IfMatch='"0"')
+                self._control.delete_object(Bucket=self.bucket, Key=key, IfMatch='"0"')
                 refused.append(False)
             except ClientError as exc:
                 if _status(exc) != 412:
                     raise
                 refused.append(True)
-            self._client.delete_object(Bucket=self.bucket, Key=key)
+            self._control.delete_object(Bucket=self.bucket, Key=key)
         if refused != [False, True, True]:
             raise ConfigurationError(
                 f"{self.url} ignores conditional writes (If-None-Match / If-Match); hosts "
@@ -401,14 +302,14 @@ class S3ArtifactStore:
     def session_exists(self, workspace: str, session: str) -> bool:
         """Whether the store holds anything of the session."""
         with _store_errors("a listing"):
-            reply = self._client.list_objects_v2(
+            reply = self._control.list_objects_v2(
                 Bucket=self.bucket, Prefix=self._session_prefix(workspace, session), MaxKeys=1
             )
         return bool(reply.get("KeyCount", 0))
 
     def manifest_lines(
         self, workspace: str, session: str, after_seq: int, *, snapshot: bool = True
-    ) -> builtins.list[bytes]:
+    ) -> list[bytes]:
         """The session's manifest records after ``after_seq``, in order.
 
         One GET per record; a replica far behind starts from the newest snapshot instead
@@ -417,7 +318,7 @@ class S3ArtifactStore:
         prefix = f"{self._session_prefix(workspace, session)}{MANIFEST_DIR}/"
         keys: list[str] = []
         with _store_errors("listing the manifest"):
-            pages = self._client.get_paginator("list_objects_v2").paginate(
+            pages = self._control.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket,
                 Prefix=prefix,
                 StartAfter=self._record_key(workspace, session, after_seq),
@@ -447,7 +348,7 @@ class S3ArtifactStore:
         prefix = self._snapshot_prefix(workspace, session)
         newest: tuple[int, str] | None = None
         with _store_errors("listing manifest snapshots"):
-            for page in self._client.get_paginator("list_objects_v2").paginate(
+            for page in self._control.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=prefix
             ):
                 for item in page.get("Contents", []):
@@ -459,9 +360,9 @@ class S3ArtifactStore:
     def _get_snapshot(self, key: str) -> bytes | None:
         with _store_errors(f"reading {key}"):
             try:
-                body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+                body = self._bodies.get_object(Bucket=self.bucket, Key=key)["Body"]
             except ClientError as exc:
-                if _status(exc) == 404:
+                if _absent(exc):
                     return None
                 raise
             data: bytes = body.read(SNAPSHOT_MAX + 1)
@@ -479,21 +380,21 @@ class S3ArtifactStore:
         key = f"{prefix}{seq:012d}.jsonl"
         with _store_errors(f"writing {key}"):
             try:
-                self._client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+                self._bodies.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
             except ClientError as exc:
                 if _status(exc) not in (409, 412):  # taken: another host wrote the same
                     raise
-            for page in self._client.get_paginator("list_objects_v2").paginate(
+            for page in self._control.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=prefix
             ):
                 for item in page.get("Contents", []):
                     match = _RECORD_RE.fullmatch(item["Key"][len(prefix) :])
                     if match and int(match.group(1)) < seq:
-                        self._client.delete_object(Bucket=self.bucket, Key=item["Key"])
+                        self._control.delete_object(Bucket=self.bucket, Key=item["Key"])
 
     def _get_record(self, key: str) -> bytes:
         with _store_errors(f"reading {key}"):
-            body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            body = self._control.get_object(Bucket=self.bucket, Key=key)["Body"]
             data: bytes = body.read(RECORD_MAX + 1)
             body.close()
         if len(data) > RECORD_MAX:
@@ -505,7 +406,7 @@ class S3ArtifactStore:
         key = self._record_key(workspace, session, seq)
         with _store_errors(f"writing {key}"):
             try:
-                self._client.put_object(
+                self._control.put_object(
                     Bucket=self.bucket,
                     Key=key,
                     Body=line,
@@ -530,37 +431,41 @@ class S3ArtifactStore:
         """Write ``filename`` only if the name is free: its ETag, or None if taken."""
         key = self.key(workspace, session, filename)
         with _store_errors(f"writing {key}"):
-            etag = self._write_new(key, source, size, sha256)
-        if etag is not None:
-            self._verified[(key, etag)] = sha256
-        return etag
+            return self._write_new(key, source, size, sha256)
 
     def fetch_artifact(
         self, workspace: str, session: str, filename: str, sink: Callable[[bytes], None]
     ) -> StoreObject:
-        """Stream the current version of ``filename`` into ``sink``."""
+        """Stream the current version of ``filename`` into ``sink`` (what ``sink`` raises
+        stops the transfer and reaches the caller).
+
+        Raises:
+            ArtifactNotFoundError: no such object.
+        """
         key = self.key(workspace, session, filename)
         with _store_errors(f"reading {key}"):
             try:
-                reply = self._client.get_object(Bucket=self.bucket, Key=key)
+                reply = self._bodies.get_object(Bucket=self.bucket, Key=key)
             except ClientError as exc:
-                if _status(exc) == 404:
+                if _absent(exc):
                     raise ArtifactNotFoundError(
                         f"{filename} is not in {self.url} (session {session!r})"
                     ) from None
                 raise
             body = reply["Body"]
-            for block in iter(lambda: body.read(1 << 20), b""):
-                sink(block)
-            body.close()
+            try:
+                for block in iter(lambda: body.read(1 << 20), b""):
+                    sink(block)
+            finally:
+                body.close()
         return _object(filename, reply)
 
-    def artifacts(self, workspace: str, session: str) -> builtins.list[StoreObject]:
+    def artifacts(self, workspace: str, session: str) -> list[StoreObject]:
         """Every artifact object of the session, in number order."""
         prefix = self._dir(workspace, session)
         found: list[tuple[int, StoreObject]] = []
         with _store_errors("listing artifacts"):
-            for page in self._client.get_paginator("list_objects_v2").paginate(
+            for page in self._control.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=prefix
             ):
                 for item in page.get("Contents", []):
@@ -577,9 +482,9 @@ class S3ArtifactStore:
         key = self.key(workspace, session, filename)
         with _store_errors(f"reading {key}"):
             try:
-                reply = self._client.head_object(Bucket=self.bucket, Key=key)
+                reply = self._control.head_object(Bucket=self.bucket, Key=key)
             except ClientError as exc:
-                if _status(exc) == 404:
+                if _absent(exc):
                     return None
                 raise
         return _object(filename, reply)
@@ -589,10 +494,9 @@ class S3ArtifactStore:
         key = self.key(workspace, session, obj.filename)
         with _store_errors(f"deleting {key}"):
             try:
-                self._client.delete_object(Bucket=self.bucket, Key=key, IfMatch=obj.version)
+                self._control.delete_object(Bucket=self.bucket, Key=key, IfMatch=obj.version)
             except ClientError as exc:
-                if _status(exc) in (404, 412):
+                if _status(exc) == 412 or _absent(exc):
                     return False
                 raise
-        self._verified.pop((key, obj.version), None)
         return True

@@ -170,7 +170,7 @@ class Session:
             return session
         from .backends.replica import ReplicaBackend  # only a bound session needs it
 
-        return cls(root=root, session_id=session_id, backend=ReplicaBackend(binding))
+        return cls(root=root, session_id=session_id, backend=ReplicaBackend(binding, root))
 
     @classmethod
     def open(

@@ -9,6 +9,13 @@ artifact missing here is fetched into a temporary name, checked against the mani
 SHA-256 and size, fsynced, and only then linked under its name: the replica never holds
 unverified bytes under an artifact name.
 
+Beside each copy the replica remembers which version of the object (its ETag) the copy was
+written as or checked against, in ``store-versions/<name>``. While the store still reports
+that version, its object holds the bytes of this host's verified copy, so ``verify`` need
+not fetch it again; any other version (an object overwritten, even with bytes of the same
+size and its old metadata) is fetched and hashed. The note is a hint, never trusted for
+more: it is written without fsync, and a missing or unreadable one only costs that fetch.
+
 This module is the only one that knows a session's store, its URL and the workspace and
 session names the store files it under.
 """
@@ -16,6 +23,7 @@ session names the store files it under.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 from collections.abc import Callable, Mapping
@@ -26,7 +34,12 @@ from .._verify_model import FindingKind, VerifyFinding
 from ..artifact import temporary_filename
 from ..crashpoints import crash_point
 from ..durable import open_dir_nofollow, write_all
-from ..errors import ArtifactIntegrityError, ArtifactNotFoundError, ArtifactStoreError
+from ..errors import (
+    ArtifactAccessError,
+    ArtifactIntegrityError,
+    ArtifactNotFoundError,
+    ArtifactStoreError,
+)
 from ..records import ArtifactRecord
 from ..remote import ArtifactStore, StoreBinding, StoreObject
 from .base import SessionBackend
@@ -36,6 +49,9 @@ __all__ = ["ReplicaBackend"]
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 PULL_INTERVAL = 1.0
 """Seconds a replica's manifest may lag the store on reads (appends and cleanup never lag)."""
+VERSIONS_DIR = "store-versions"
+"""Beside ``tool-results/``: per artifact, the version of the object this host's copy is."""
+_VERSION_MAX = 1024
 
 
 class ReplicaBackend(SessionBackend):
@@ -45,8 +61,9 @@ class ReplicaBackend(SessionBackend):
     pull_interval = PULL_INTERVAL
     copies_only = True
 
-    def __init__(self, binding: StoreBinding) -> None:
+    def __init__(self, binding: StoreBinding, root: Path) -> None:
         self._binding = binding
+        self._versions = root / VERSIONS_DIR
         self.location = binding.url
 
     @property
@@ -100,6 +117,7 @@ class ReplicaBackend(SessionBackend):
         if version is None:
             return False
         crash_point("store.object_put")
+        self._remember(filename, version)
         return True
 
     def fetch(
@@ -130,13 +148,14 @@ class ReplicaBackend(SessionBackend):
                         )
                     write_all(fd, block)
 
-                self._store.fetch_artifact(b.workspace, b.session, filename, sink)
+                obj = self._store.fetch_artifact(b.workspace, b.session, filename, sink)
                 io.fsync(fd)
                 check(fd)
                 crash_point("store.fetched")
                 if not durable.link_new(tmp, filename, dir_fd=dir_fd):
                     return None  # another reader here fetched it first (and checks its own)
                 durable.unlink_synced(tmp, dir_fd=dir_fd)
+                self._remember(filename, obj.version)
                 return os.fstat(fd)
             finally:
                 io.close(fd)
@@ -155,7 +174,63 @@ class ReplicaBackend(SessionBackend):
 
     def delete_object(self, obj: StoreObject) -> bool:
         b = self._binding
-        return self._store.delete_artifact(b.workspace, b.session, obj)
+        deleted = self._store.delete_artifact(b.workspace, b.session, obj)
+        if deleted:
+            with contextlib.suppress(OSError):
+                durable.current().unlink(self._versions / obj.filename)
+        return deleted
+
+    # -- which version this host's copy is -------------------------------------------------
+
+    def _remember(self, filename: str, version: str) -> None:
+        """Note that this host's copy of ``filename`` is the object's version ``version``
+        (best effort: without the note, verify fetches the object to check it)."""
+        io = durable.current()
+        tmp = durable.temporary_name(filename)
+        with contextlib.suppress(OSError, ArtifactAccessError):
+            with contextlib.suppress(FileExistsError):
+                io.mkdir(self._versions, 0o700)
+            dir_fd = open_dir_nofollow(self._versions)
+            try:
+                fd = io.open(tmp, _CREATE, 0o600, dir_fd=dir_fd)
+                try:
+                    write_all(fd, version.encode()[:_VERSION_MAX])
+                finally:
+                    io.close(fd)
+                io.rename(tmp, filename, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    io.unlink(tmp, dir_fd=dir_fd)
+                io.close(dir_fd)
+
+    def _remembered(self, filename: str) -> str | None:
+        """The version this host's copy of ``filename`` is, if it noted one."""
+        try:
+            raw = durable.read_trusted(self._versions / filename, _VERSION_MAX, error=OSError)
+        except OSError:
+            return None
+        return raw.decode(errors="replace") if raw else None
+
+    def _stored_digest(self, filename: str, size: int) -> tuple[str, StoreObject]:
+        """The SHA-256 of the store's current object (streamed, never kept), and the
+        object; a longer object is hashed up to ``size + 1`` bytes."""
+        b = self._binding
+        sha = hashlib.sha256()
+        received = 0
+
+        def sink(block: bytes) -> None:
+            nonlocal received
+            block = block[: size + 1 - received]
+            received += len(block)
+            sha.update(block)
+            if received > size:
+                raise _Longer
+
+        try:
+            obj = self._store.fetch_artifact(b.workspace, b.session, filename, sink)
+        except _Longer:
+            return "", StoreObject(filename, received, 0, "")
+        return sha.hexdigest(), obj
 
     # -- verify --------------------------------------------------------------------------
 
@@ -197,23 +272,11 @@ class ReplicaBackend(SessionBackend):
                 continue
             if os.path.lexists(tool_results_dir / name):
                 # This host's copy is checked by the directory pass; the store's by the
-                # digest stored with it (fetched and hashed only on a host without a copy).
-                try:
-                    head = self.stat_object(name)
-                except ArtifactStoreError as exc:
-                    findings.append(
-                        VerifyFinding(FindingKind.STORE_UNREACHABLE, name, str(exc), sid)
-                    )
-                    continue
-                if head is None or head.sha256 != record.sha256:
-                    findings.append(
-                        VerifyFinding(
-                            FindingKind.DIGEST_MISMATCH,
-                            name,
-                            f"the copy in {url} is stored with another SHA-256",
-                            sid,
-                        )
-                    )
+                # digest stored with it, and by its version: the one this host's copy was
+                # written as or checked against, or else the bytes are fetched and hashed.
+                found = self._audit_stored(name, record)
+                if found is not None:
+                    findings.append(found)
                 continue
             try:
                 if self.fetch(tool_results_dir, name, record.byte_size, check(record)) is not None:
@@ -238,3 +301,29 @@ class ReplicaBackend(SessionBackend):
                     )
                 )
         return findings, reported
+
+    def _audit_stored(self, name: str, record: ArtifactRecord) -> VerifyFinding | None:
+        """A finding about the store's object of ``name`` where this host has a copy (None:
+        it is the recorded output)."""
+        url, sid = self.location, record.source_id
+        try:
+            head = self.stat_object(name)
+            if head is None or head.sha256 != record.sha256:
+                why = f"the copy in {url} is stored with another SHA-256"
+                return VerifyFinding(FindingKind.DIGEST_MISMATCH, name, why, sid)
+            if head.version == self._remembered(name):
+                return None  # the very version this host's verified copy was checked against
+            digest, obj = self._stored_digest(name, record.byte_size)
+        except ArtifactNotFoundError as exc:
+            return VerifyFinding(FindingKind.MISSING, name, str(exc), sid)
+        except ArtifactStoreError as exc:
+            return VerifyFinding(FindingKind.STORE_UNREACHABLE, name, str(exc), sid)
+        if (digest, obj.size) != (record.sha256, record.byte_size):
+            why = f"the copy in {url} is not the recorded output (it was overwritten)"
+            return VerifyFinding(FindingKind.DIGEST_MISMATCH, name, why, sid)
+        self._remember(name, obj.version)
+        return None
+
+
+class _Longer(Exception):
+    """The store's object is longer than the recorded artifact (its hash stops there)."""
