@@ -38,7 +38,7 @@ def main() -> None:
     if reason is not None:
         print(f"S3 store: not measured ({reason})")
         return
-    from toolswap.s3store import S3ArtifactStore
+    from toolswap.backends.s3store import S3ArtifactStore
 
     server = S3Server().start()
     try:
@@ -152,7 +152,7 @@ def _catch_up() -> None:
     import tempfile
 
     from toolswap import ToolResultExternalizer
-    from toolswap.remote import open_store
+    from toolswap.backends.store import open_store
 
     count = 1000
     with tempfile.TemporaryDirectory() as tmp:

@@ -824,7 +824,7 @@ def test_verify_where_this_host_has_a_copy_finds_an_object_overwritten_with_same
 def test_verify_where_this_host_has_a_copy_fetches_nothing_while_the_store_holds_that_version(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from toolswap.s3store import S3ArtifactStore
+    from toolswap.backends.s3store import S3ArtifactStore
 
     writer, reader = fleet.ext("a"), fleet.ext("b")
     ids = [writer.externalize(f"{i}\n" * 30000, "bash").artifact.source_id for i in range(2)]
@@ -934,7 +934,7 @@ def test_verify_says_the_store_is_unreachable_and_checks_the_replica(
     ext.externalize("kept here\n" * 30000, "bash")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
-    monkeypatch.setattr("toolswap.remote._STORES", {})
+    monkeypatch.setattr("toolswap.backends.store._STORES", {})
     session = Session.at(fleet.session_dir("a"), create=False)
 
     findings = verify_session(session)
@@ -948,7 +948,7 @@ def test_verify_says_the_store_is_unreachable_and_checks_the_replica(
 @pytest.fixture
 def small_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("toolswap.manifest.SNAPSHOT_EVERY", 10)
-    monkeypatch.setattr("toolswap.s3store._SNAPSHOT_WORTH", 5)
+    monkeypatch.setattr("toolswap.backends.s3store._SNAPSHOT_WORTH", 5)
 
 
 def _many(fleet: Fleet, count: int) -> list[str]:

@@ -1,5 +1,5 @@
 """S3ArtifactStore against a real S3-compatible server (moto's server mode, a subprocess),
-through the contract sessions use (:class:`toolswap.remote.ArtifactStore`)."""
+through the contract sessions use (:class:`toolswap.backends.store.ArtifactStore`)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 
 from s3_server import S3Server
+from toolswap.backends.store import StoreObject
 from toolswap.errors import (
     ArtifactNotFoundError,
     ArtifactStoreError,
     ConfigurationError,
     SourceIdError,
 )
-from toolswap.remote import StoreObject
 
 pytest.importorskip("boto3")
 
-from toolswap.s3store import S3ArtifactStore
+from toolswap.backends.s3store import S3ArtifactStore
 
 MiB = 1 << 20
 NAME = "tool_result_001.txt"
@@ -86,7 +86,7 @@ def test_a_name_another_host_took_is_never_overwritten(store: S3ArtifactStore) -
 
 _WRITER = """
 import hashlib, io, json, sys, boto3
-from toolswap.s3store import S3ArtifactStore
+from toolswap.backends.s3store import S3ArtifactStore
 endpoint, bucket, tag = sys.argv[1:]
 client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test",
                       aws_secret_access_key="test", region_name="us-east-1")

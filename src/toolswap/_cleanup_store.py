@@ -29,11 +29,11 @@ from ._cleanup_model import (
     verdict,
 )
 from .artifact import parse_artifact_filename
+from .backends.store import StoreObject
 from .crashpoints import crash_point
 from .errors import ArtifactStoreError
 from .manifest import Manifest, ManifestConflict
 from .records import ArtifactRecord, CollectedRecord
-from .remote import StoreObject
 from .session import Session
 
 __all__ = ["apply_object", "store_entries"]

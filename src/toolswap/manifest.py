@@ -38,6 +38,7 @@ from .artifact import ArtifactReference, parse_artifact_filename
 from .chainlog import GENESIS_HASH, ChainLog
 from .crashpoints import crash_point
 from .errors import ArtifactStoreError, ChainLogError
+from .layout import MANIFEST_HEAD_NAME
 from .records import (
     ArtifactRecord,
     CollectedRecord,
@@ -46,7 +47,7 @@ from .records import (
     decode,
     encode,
 )
-from .session import MANIFEST_HEAD_NAME, Session, session_lock
+from .session import Session, session_lock
 
 __all__ = [
     "SNAPSHOT_EVERY",

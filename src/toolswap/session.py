@@ -1,14 +1,6 @@
 """The trusted session root: where a session's files live, and its exclusive lock.
 
-Layout of one session directory (every file 0600, every directory 0700)::
-
-    <home>/projects/<workspace>/<session>/
-        tool-results/tool_result_NNN.txt   immutable artifacts
-        manifest.jsonl                     one record per artifact and per collection
-        manifest.head                      the manifest's highest head and name (evidence)
-        store.json                         the shared store this session lives in, if any
-        retention-leases.jsonl             the lease journal
-        .lock                              the session lock (flock)
+The names inside a session directory are in :mod:`toolswap.layout`.
 
 Only this module turns a session ID into a path. Source IDs and memory references never
 carry paths that anything trusts.
@@ -30,15 +22,16 @@ from pathlib import Path
 from . import durable
 from .artifact import validate_session_id
 from .backends.base import LocalBackend, SessionBackend
-from .durable import ensure_private_dir
-from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
-from .remote import (
+from .backends.store import (
     STORE_ENV,
     StoreBinding,
     canonical_store_url,
     read_binding,
     write_binding,
 )
+from .durable import ensure_private_dir
+from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
+from .layout import JOURNAL_NAME, LOCK_NAME, MANIFEST_HEAD_NAME, MANIFEST_NAME, TOOL_RESULTS_DIR
 
 __all__ = [
     "Session",
@@ -48,12 +41,6 @@ __all__ = [
     "toolswap_home",
     "workspace_slug",
 ]
-
-TOOL_RESULTS_DIR = "tool-results"
-MANIFEST_NAME = "manifest.jsonl"
-MANIFEST_HEAD_NAME = "manifest.head"
-JOURNAL_NAME = "retention-leases.jsonl"
-LOCK_NAME = ".lock"
 
 
 def toolswap_home() -> Path:

@@ -24,8 +24,9 @@ from .errors import (
     SourceIdError,
     ToolswapError,
 )
+from .layout import TOOL_RESULTS_DIR
 from .reader import ArtifactReader
-from .session import TOOL_RESULTS_DIR, Session, session_location, toolswap_home
+from .session import Session, session_location, toolswap_home
 
 __all__ = ["SessionEntry", "find_session", "holds", "list_sessions", "session_dirs"]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from .._verify_model import VerifyFinding
 from ..errors import ArtifactNotFoundError
 from ..records import ArtifactRecord
-from ..remote import StoreObject
+from .store import StoreObject
 
 __all__ = ["LocalBackend", "SessionBackend"]
 

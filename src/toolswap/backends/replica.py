@@ -1,6 +1,6 @@
 """The replica backend: the session lives in a shared store; this directory is a replica.
 
-The store is the authority (:mod:`toolswap.remote`): a name is taken when the store accepts
+The store is the authority (:mod:`toolswap.backends.store`): a name is taken when the store accepts
 an artifact under it (only if it is free there), a manifest record exists once the store
 holds record ``seq`` (written only if that number is free), and deletes name the exact
 version they verified. This directory holds the store's records byte for byte and the
@@ -41,8 +41,8 @@ from ..errors import (
     ArtifactStoreError,
 )
 from ..records import ArtifactRecord
-from ..remote import ArtifactStore, StoreBinding, StoreObject
 from .base import SessionBackend
+from .store import ArtifactStore, StoreBinding, StoreObject
 
 __all__ = ["ReplicaBackend"]
 

@@ -7,8 +7,8 @@ import os
 import click
 
 from .. import __version__
+from ..backends.store import STORE_ENV, canonical_store_url
 from ..errors import ConfigurationError
-from ..remote import STORE_ENV, canonical_store_url
 
 __all__ = ["main"]
 

@@ -42,6 +42,7 @@ from ..errors import (
     ConfigurationError,
     ToolswapError,
 )
+from ..layout import RETENTION_CHOICE_NAME
 from ..manifest import Manifest
 from ..session import Session
 from .journal import ArtifactRetentionJournal
@@ -64,7 +65,6 @@ __all__ = [
 DATABASE_URL_ENV = "TOOLSWAP_DATABASE_URL"
 DATABASE_SCHEMA_ENV = "TOOLSWAP_DATABASE_SCHEMA"
 DEFAULT_SCHEMA = "toolswap"
-RETENTION_CHOICE_NAME = "retention.json"
 _CHOICE_MAX = 1024
 _CHOICE_KEYS = frozenset({"v", "kind", "schema"})
 _SCHEMA_SHAPE = re.compile(r"[a-z_][a-z0-9_]{0,62}")

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from . import durable
-from .artifact import validate_session_id
-from .crashpoints import crash_point
-from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
+from .. import durable
+from ..artifact import validate_session_id
+from ..crashpoints import crash_point
+from ..errors import ArtifactAccessError, ConfigurationError, SourceIdError
+from ..layout import STORE_BINDING_NAME
 
 __all__ = [
     "STORE_BINDING_NAME",
@@ -52,7 +53,6 @@ __all__ = [
 ]
 
 STORE_ENV = "TOOLSWAP_STORE"
-STORE_BINDING_NAME = "store.json"
 _BINDING_MAX = 4096
 _S3_URL_RE = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?")
 
@@ -171,7 +171,7 @@ class ArtifactStore(Protocol):
         ...
 
 
-_BACKENDS: dict[str, tuple[str, str]] = {"s3://": ("toolswap.s3store", "S3ArtifactStore")}
+_BACKENDS: dict[str, tuple[str, str]] = {"s3://": ("toolswap.backends.s3store", "S3ArtifactStore")}
 """URL scheme -> (module, class with a ``from_url``); a backend is imported on first use, so
 the core needs none of their packages."""
 _STORES: dict[str, ArtifactStore] = {}

@@ -2,7 +2,7 @@
 S3-compatible store), for fleets.
 
 Install the ``s3`` extra (boto3). The store keeps the contract of
-:class:`toolswap.remote.ArtifactStore`; sessions bound to it with ``TOOLSWAP_STORE`` work
+:class:`toolswap.backends.store.ArtifactStore`; sessions bound to it with ``TOOLSWAP_STORE`` work
 through every command. Objects are named like the local files::
 
     <prefix>/<workspace>/<session>/tool-results/tool_result_NNN.txt
@@ -39,15 +39,15 @@ import boto3  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from .artifact import parse_artifact_filename, validate_session_id
-from .errors import (
+from ..artifact import parse_artifact_filename, validate_session_id
+from ..errors import (
     ArtifactNotFoundError,
     ArtifactStoreError,
     ConfigurationError,
     InvalidArgumentError,
 )
-from .remote import StoreObject, parse_s3_url
-from .session import TOOL_RESULTS_DIR
+from ..layout import TOOL_RESULTS_DIR
+from .store import StoreObject, parse_s3_url
 
 MANIFEST_DIR = "manifest"
 
@@ -261,7 +261,7 @@ class S3ArtifactStore:
                 self._bodies.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
             raise
 
-    # -- the session contract (toolswap.remote.ArtifactStore) -----------------------------
+    # -- the session contract (toolswap.backends.store.ArtifactStore) -----------------------------
 
     def check_conditional_writes(self) -> None:
         """Refuse a store that ignores ``If-None-Match`` or ``If-Match``: on one, two hosts

@@ -1,0 +1,32 @@
+"""The names inside a session directory (one home for them; only :mod:`toolswap.session`
+turns a session ID into a path)::
+
+    <home>/projects/<workspace>/<session>/
+        tool-results/tool_result_NNN.txt   immutable artifacts
+        manifest.jsonl                     one record per artifact, collection, journal anchor
+        manifest.head                      the manifest's highest head and name (evidence)
+        store.json                         the shared store this session lives in, if any
+        retention.json                     where its leases and memory owner live, once known
+        retention-leases.jsonl             the lease journal
+        .lock                              the session lock (flock)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "JOURNAL_NAME",
+    "LOCK_NAME",
+    "MANIFEST_HEAD_NAME",
+    "MANIFEST_NAME",
+    "RETENTION_CHOICE_NAME",
+    "STORE_BINDING_NAME",
+    "TOOL_RESULTS_DIR",
+]
+
+TOOL_RESULTS_DIR = "tool-results"
+MANIFEST_NAME = "manifest.jsonl"
+MANIFEST_HEAD_NAME = "manifest.head"
+STORE_BINDING_NAME = "store.json"
+RETENTION_CHOICE_NAME = "retention.json"
+JOURNAL_NAME = "retention-leases.jsonl"
+LOCK_NAME = ".lock"
