@@ -8,6 +8,7 @@ turns a session ID into a path)::
         store.json                         the shared store this session lives in, if any
         retention.json                     where its leases and memory owner live, once known
         retention-leases.jsonl             the lease journal
+        memory.sqlite3                     the embedded memory owner's database
         .lock                              the session lock (flock)
 """
 
@@ -18,6 +19,7 @@ __all__ = [
     "LOCK_NAME",
     "MANIFEST_HEAD_NAME",
     "MANIFEST_NAME",
+    "OWNER_DB_NAME",
     "RETENTION_CHOICE_NAME",
     "STORE_BINDING_NAME",
     "TOOL_RESULTS_DIR",
@@ -29,4 +31,5 @@ MANIFEST_HEAD_NAME = "manifest.head"
 STORE_BINDING_NAME = "store.json"
 RETENTION_CHOICE_NAME = "retention.json"
 JOURNAL_NAME = "retention-leases.jsonl"
+OWNER_DB_NAME = "memory.sqlite3"
 LOCK_NAME = ".lock"

@@ -63,6 +63,7 @@ from ...errors import (
     ArtifactReferenceTombstonedError,
     InvalidArgumentError,
 )
+from ...layout import OWNER_DB_NAME
 from ..lease import ArtifactLeaseTransaction, validate_transaction_id
 from ..owner import (
     ArtifactObservationState,
@@ -83,7 +84,7 @@ from ._shared import (
 
 __all__ = ["DEFAULT_OWNER_FILENAME", "SqliteMemoryOwner", "StoredMemoryReference"]
 
-DEFAULT_OWNER_FILENAME = "memory.sqlite3"
+DEFAULT_OWNER_FILENAME = OWNER_DB_NAME
 """Name of the default owner database inside a session directory."""
 SCHEMA_VERSION = 1
 
