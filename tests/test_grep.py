@@ -277,3 +277,27 @@ def test_a_refused_pattern_is_refused_before_the_artifact_is_opened(
 
     with pytest.raises(ArtifactPatternError, match="lookahead"):
         externalizer.grep(hostile, "a(?=b)")
+
+
+def test_a_pattern_that_expands_to_a_million_positions_is_refused_before_any_search(
+    externalizer: ToolResultExternalizer, hostile: ArtifactReference
+) -> None:
+    # Each count alone is allowed; nested, grep would build an automaton of gigabytes.
+    with pytest.raises(ArtifactPatternError, match="positions") as caught:
+        externalizer.grep(hostile, "(.{1,1000}){1,1000}")
+
+    assert "\n" not in str(caught.value)
+    assert externalizer.grep(hostile, "a{40}b").matches  # one count stays searchable
+
+
+def test_a_search_child_runs_with_its_address_space_capped() -> None:
+    probe = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
+    child = subprocess.run(
+        [sys.executable, "-c", probe],
+        preexec_fn=grep_module._bound_memory,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+    assert int(child.stdout) == grep_module.CHILD_MEMORY

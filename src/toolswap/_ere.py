@@ -30,6 +30,9 @@ _consts: Any = importlib.import_module("re._constants")
 MAX_PATTERN_CHARS = 2000
 """Longest pattern accepted (an automaton's size grows with its pattern)."""
 _MAX_REPEAT = 1000
+MAX_EXPANDED = 20_000
+"""Positions a pattern may stand for once its counted repeats are written out:
+``(.{1,1000}){1,1000}`` is a million, which makes grep build an automaton of gigabytes."""
 """Largest counted repetition, as in RE2: ``x{5000}`` would build a huge automaton."""
 
 _ERE_SPECIAL = frozenset(b".[]\\()*+?{}|^$")
@@ -107,6 +110,13 @@ def translate(pattern: str, *, ignore_case: bool = False) -> Translated:
         raise ArtifactPatternError(f"invalid pattern {pattern!r}: {exc}") from None
     except RecursionError:
         raise ArtifactPatternError(f"invalid pattern {pattern!r}: nested too deeply") from None
+    size = _expanded(tree)
+    if size > MAX_EXPANDED:
+        raise ArtifactPatternError(
+            f"pattern {pattern[:200]!r} stands for about {size} positions once its counted "
+            f"repeats are written out (at most {MAX_EXPANDED}); use smaller counts, or '*' and "
+            "'+' instead of nested counts"
+        )
     ignore_case = ignore_case or bool(tree.state.flags & re.IGNORECASE)
     scoped = _has_scoped_case(tree)
     emitter = _Emitter(pattern)
@@ -117,6 +127,24 @@ def translate(pattern: str, *, ignore_case: bool = False) -> Translated:
 
 def _name(op: Any) -> str:
     return str(op)
+
+
+def _expanded(items: Iterable[Any]) -> int:
+    """How many positions ``items`` stand for with every counted repeat written out."""
+    total = 0
+    for op, av in items:
+        name = _name(op)
+        if name in ("MAX_REPEAT", "MIN_REPEAT"):
+            low, high, sub = av
+            times = low if high == _consts.MAXREPEAT else high
+            total += _expanded(sub) * max(times, 1)
+        elif name == "SUBPATTERN":
+            total += _expanded(av[3])
+        elif name == "BRANCH":
+            total += sum(_expanded(alt) for alt in av[1])
+        else:
+            total += 1
+    return total
 
 
 def _has_scoped_case(items: Iterable[Any]) -> bool:

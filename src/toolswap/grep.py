@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import resource
 import selectors
 import shutil
 import subprocess
@@ -265,6 +266,16 @@ def _gnu_grep() -> str | None:
     return path if known else None
 
 
+CHILD_MEMORY = 1 << 30
+"""Address space a search child may use: a pattern that would need more fails the search
+(a clear error) instead of taking the machine's memory."""
+
+
+def _bound_memory() -> None:
+    """In the search child, before it runs: cap its address space."""
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY, CHILD_MEMORY))
+
+
 def _env() -> dict[str, str]:
     # The C locale: bytes are characters (fast, and no encoding errors in the artifact).
     return {"LC_ALL": "C", "PATH": os.environ.get("PATH", "")}
@@ -300,6 +311,7 @@ class _Run:
                 stderr=subprocess.PIPE,
                 env=_env(),
                 close_fds=True,
+                preexec_fn=_bound_memory,
             )
         except OSError as exc:
             raise ArtifactReadError(f"{label}: cannot start the search ({exc})") from None
