@@ -678,13 +678,17 @@ def test_a_symlinked_manifest_is_refused_and_its_target_left_alone(
     assert not any(n.startswith(".tmp-") for n in _files(externalizer))
 
 
-def test_a_symlinked_session_lock_is_refused(
+def test_a_symlinked_session_lock_is_refused_and_the_output_still_reaches_the_caller(
     externalizer: ToolResultExternalizer, tmp_path: Path
 ) -> None:
     target = tmp_path / "lock-target"
     externalizer.session.lock_path.symlink_to(target)
 
-    with pytest.raises(ArtifactAccessError, match="session lock"):
+    with pytest.raises(ArtifactWriteError, match="session lock") as caught:
         externalizer.externalize(BIG, "bash")
 
+    assert isinstance(caught.value.__cause__, ArtifactAccessError)
+    assert caught.value.byte_size == len(BIG.encode())
+    assert BIG[-200:] in caught.value.preview  # the tail of the output, bounded
     assert not target.exists()
+    assert externalizer.list_artifacts() == []

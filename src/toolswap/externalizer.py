@@ -8,6 +8,7 @@ ext.read_artifact(result.artifact, offset=40_000, limit=200)
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -242,7 +243,8 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         s = self.settings
         try:
             self.check_ready()  # before the rest of the output is consumed
-        except (ChainLogError, ArtifactAccessError) as exc:
+            dir_fd = open_dir_nofollow(self.session.tool_results_dir)
+        except (ChainLogError, ArtifactAccessError, OSError) as exc:
             # Whatever was already read (process() buffers up to the threshold) and the
             # rest still reach the caller as a bounded preview, never a bare error.
             memory = StreamCapture(-1, head_keep=s.head_bytes, tail_keep=s.tail_bytes, scan_limit=0)
@@ -250,7 +252,6 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 memory.write(chunk)
             memory.discard()
             raise self._unsaved(memory, tool_name, exit_code, str(exc)) from exc
-        dir_fd = open_dir_nofollow(self.session.tool_results_dir)
         capture: StreamCapture | None = None
         try:
             capture = StreamCapture(
@@ -297,7 +298,13 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                     interrupted=stopped or None,
                 )
 
-            with self.session.lock():
+            with contextlib.ExitStack() as locked:
+                try:
+                    locked.enter_context(self.session.lock())
+                except (ArtifactAccessError, OSError) as exc:
+                    # The output is complete: a lock that cannot be had (EMFILE, ENOLCK on
+                    # NFS, a symlink in its place) still leaves the caller its preview.
+                    raise self._unsaved(capture, tool_name, code, str(exc)) from exc
                 record = self._publish(
                     capture, record_for, tool_name=tool_name, exit_code=code, stats=stats
                 )

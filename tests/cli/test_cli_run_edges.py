@@ -124,3 +124,116 @@ def test_a_signal_keeps_the_output_as_an_interrupted_artifact_then_exits_by_that
     assert art.interrupted == sig.name
     assert ext.read_artifact(art, 199_999, 1) == "progress 199999"
     assert not [n for n in os.listdir(session / "tool-results") if n.startswith(TMP_PREFIX)]
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for a reaper that never comes does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_signal_reaches_what_the_command_started_in_the_background(tmp_path: Path) -> None:
+    session = tmp_path / "s1"
+    pidfile = tmp_path / "grandchild.pid"
+    os.mkfifo(pidfile)
+    script = f"seq 1 100000; sleep 300 & echo $! > {shlex.quote(str(pidfile))}; wait"
+    proc = subprocess.Popen(
+        [*TOOLSWAP, "run", "--json", "--session-dir", str(session), "--", "sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    with open(pidfile, encoding="utf-8") as f:  # the background sleep has started
+        grandchild = int(f.read())
+
+    proc.send_signal(signal.SIGTERM)  # once: before, three SIGTERMs left it running
+    out, _ = proc.communicate(timeout=60)
+
+    assert proc.returncode == -signal.SIGTERM
+    assert not _running(grandchild)
+    result = json.loads(out)
+    assert result["artifact"]["interrupted"] == "SIGTERM"
+    assert ToolResultExternalizer(session).read_artifact(result["artifact"]["source_id"], 0, 1)
+
+
+def test_a_signal_after_the_output_ended_does_not_mark_it_interrupted(tmp_path: Path) -> None:
+    session = tmp_path / "s1"
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    for name in ("capture.tmp_fsynced.reached", "capture.tmp_fsynced.go"):
+        os.mkfifo(sync / name)
+    env = dict(os.environ, TOOLSWAP_SYNC_DIR=str(sync), TOOLSWAP_SYNC_POINT="capture.tmp_fsynced")
+    proc = subprocess.Popen(
+        [*TOOLSWAP, "run", "--json", "--session-dir", str(session), "--", "seq", "1", "100000"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    with open(sync / "capture.tmp_fsynced.reached", "rb") as f:  # saving: the output is whole
+        f.read()
+    proc.send_signal(signal.SIGTERM)
+    with open(sync / "capture.tmp_fsynced.go", "wb") as f:
+        f.write(b"go")
+    out, _ = proc.communicate(timeout=60)
+
+    assert proc.returncode == -signal.SIGTERM  # it still exits the way the signal demands
+    result = json.loads(out)
+    assert result["exit_code"] == 0
+    assert result["artifact"]["interrupted"] is None
+    assert "[interrupted" not in result["artifact"]["summary"]
+
+
+@pytest.mark.parametrize("stdout", ["full", "closed"])
+def test_run_exits_with_the_commands_status_when_its_stdout_cannot_be_written(
+    tmp_path: Path, stdout: str
+) -> None:
+    argv = [*TOOLSWAP, "run", "--session-dir", str(tmp_path / "s1"), "--"]
+    argv += ["sh", "-c", "seq 1 100000; exit 3"]
+    if stdout == "full":
+        with open("/dev/full", "wb") as full:
+            proc = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, check=False)
+        err = proc.stderr
+    else:
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.close()  # the reader went away before anything was printed
+        err = child.stderr.read()
+        child.stderr.close()
+        child.wait(timeout=60)
+        proc = subprocess.CompletedProcess(argv, child.returncode)
+
+    assert proc.returncode == 3
+    assert b"Traceback" not in err
+    assert len(err.decode().splitlines()) == 1
+
+
+def test_run_prints_the_preview_and_the_status_when_the_session_lock_fails(
+    tmp_path: Path,
+) -> None:
+    # flock answers ENOLCK on NFS without a lock daemon; the seam makes this host do so.
+    wrapper = (
+        "import errno, sys\n"
+        "from toolswap import durable\n"
+        "class NoLocks(durable.DurableIO):\n"
+        "    def flock(self, fd, operation):\n"
+        "        raise OSError(errno.ENOLCK, 'No locks available')\n"
+        "from toolswap.cli import main\n"
+        "with durable.substituted(NoLocks()):\n"
+        "    main(sys.argv[1:])\n"
+    )
+    argv = [sys.executable, "-c", wrapper, "run", "--session-dir", str(tmp_path / "s1"), "--"]
+    argv += [sys.executable, "-c", BIG]
+
+    proc = subprocess.run(argv, capture_output=True, check=False)
+
+    assert proc.returncode == 3
+    out = proc.stdout.decode()
+    assert out.startswith("[Output NOT saved: the output (")
+    assert "line 299999 of the build" in out
+    (line,) = proc.stderr.decode().splitlines()
+    assert "No locks available" in line

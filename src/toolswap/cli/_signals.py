@@ -1,11 +1,14 @@
 """Signals during ``toolswap run``: the command is stopped, its output is kept (private).
 
-SIGTERM and SIGHUP are forwarded to the command; SIGINT is not, because a terminal's Ctrl-C
-already reached it (it shares our process group) and a second SIGINT makes many programs
-abort without cleaning up. Either way toolswap keeps reading until the command's output
-ends, saves what arrived (the artifact is marked interrupted), prints it, and then exits the
+The command runs in its own process group, so everything it starts (``sh -c 'a & wait'``)
+is reached: SIGINT, SIGTERM and SIGHUP are passed on to the whole group. On a terminal
+(standard input a tty) it stays in the terminal's foreground group instead, so it can still
+read the terminal and Ctrl-C reaches all of it directly; SIGTERM and SIGHUP are then passed
+to the command. toolswap keeps
+reading until the command's output ends, saves what arrived (the artifact is marked
+interrupted only if the signal came before the output ended), prints it, and then exits the
 way the first signal demands, so a shell or supervisor sees "killed by SIGINT/SIGTERM". A
-second signal kills the command with SIGKILL.
+second signal kills the group with SIGKILL.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from typing import IO
 __all__ = ["ReceivedSignal", "forward_signals", "pipe_chunks"]
 
 _HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_FORWARDED = frozenset({signal.SIGTERM, signal.SIGHUP})
 
 
 class ReceivedSignal:
@@ -32,16 +34,38 @@ class ReceivedSignal:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
+        self.own_group = not _on_terminal()
+        """Whether the command gets its own process group (see the module docstring)."""
+        self.output_ended = False
+        self.cut_output = False
+        """Whether the signal came while the command's output was still arriving."""
 
     @property
     def name(self) -> str | None:
         return None if self.signum is None else signal.Signals(self.signum).name
 
+    @property
+    def interrupted(self) -> str | None:
+        """The signal that cut the output short (None: the output ended on its own)."""
+        return self.name if self.cut_output else None
+
     def attach(self, proc: subprocess.Popen[bytes]) -> None:
-        """The command has started: a signal that came before is passed on now."""
+        """The command has started (as a process group leader): a signal that came before
+        is passed on now."""
         self.proc = proc
-        if self.signum in _FORWARDED:
-            _send(proc, self.signum)
+        if self.signum is not None:
+            self.cut_output = True
+            self.pass_on(self.signum)
+
+    def pass_on(self, signum: int) -> None:
+        """Send ``signum`` to the command's group (or to the command, on a terminal, where
+        the terminal's own SIGINT already reached it)."""
+        if self.proc is None:
+            return
+        if self.own_group:
+            _send_group(self.proc, signum)
+        elif signum != signal.SIGINT:
+            _send(self.proc, signum)
 
     def exit_like_the_signal(self) -> None:
         """Die by the received signal (default action), as a well-behaved tool does."""
@@ -63,11 +87,14 @@ def forward_signals() -> Iterator[ReceivedSignal]:
     def handler(signum: int, frame: FrameType | None) -> None:
         if received.signum is not None:
             if received.proc is not None:
-                _send(received.proc, signal.SIGKILL)
+                if received.own_group:
+                    _send_group(received.proc, signal.SIGKILL)
+                else:
+                    _send(received.proc, signal.SIGKILL)
             return
         received.signum = signum
-        if signum in _FORWARDED and received.proc is not None:
-            _send(received.proc, signum)
+        received.cut_output = not received.output_ended
+        received.pass_on(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in _HANDLED}
     try:
@@ -75,6 +102,21 @@ def forward_signals() -> Iterator[ReceivedSignal]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def _on_terminal() -> bool:
+    try:
+        return os.isatty(0)
+    except OSError:
+        return False
+
+
+def _send_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal the command's process group: what it started, even after it exited."""
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        _send(proc, signum)
 
 
 def _send(proc: subprocess.Popen[bytes], signum: int) -> None:
@@ -87,21 +129,42 @@ _CHUNK = 1 << 20
 _WAKE_SECONDS = 0.5
 
 
-def pipe_chunks(pipe: IO[bytes]) -> Iterator[bytes]:
+def pipe_chunks(pipe: IO[bytes], received: ReceivedSignal | None = None) -> Iterator[bytes]:
     """The bytes of ``pipe`` as they arrive, returning to Python at least twice a second.
 
     Python runs a signal handler only between bytecodes. A plain blocking ``read()`` on a
     pipe whose writer went quiet never returns, so a signal that arrived just before the
     read would wait for the next output, maybe forever: waiting in ``poll`` with a
-    timeout bounds that delay.
+    timeout bounds that delay. A ``poll`` that fails (ENOMEM) falls back to a blocking
+    read: slower to notice a signal, but nothing is lost. A read that fails ends the output
+    there (what arrived is kept) and says so on stderr.
     """
     fd = pipe.fileno()
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    while True:
-        if not poller.poll(_WAKE_SECONDS * 1000):
-            continue
-        chunk = os.read(fd, _CHUNK)
-        if not chunk:
-            return
-        yield chunk
+    try:
+        while True:
+            try:
+                if not poller.poll(_WAKE_SECONDS * 1000):
+                    continue
+            except InterruptedError:
+                continue
+            except OSError:
+                pass  # cannot wait with a timeout now: read, blocking
+            try:
+                chunk = os.read(fd, _CHUNK)
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                print(
+                    f"toolswap: reading the command's output failed ({exc.strerror}); "
+                    "what arrived before is kept",
+                    file=sys.stderr,
+                )
+                return
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        if received is not None:
+            received.output_ended = True

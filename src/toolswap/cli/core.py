@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,7 +113,13 @@ def run(
         if received.signum is not None:
             received.exit_like_the_signal()  # stopped before the command started
         try:
-            proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            # Its own process group (off a terminal): a signal reaches all it started.
+            proc = subprocess.Popen(
+                list(command),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                process_group=0 if received.own_group else None,
+            )
         except OSError as exc:
             click.echo(f"toolswap: cannot run {command[0]!r}: {exc.strerror}", err=True)
             sys.exit(127)
@@ -119,12 +127,12 @@ def run(
         assert proc.stdout is not None
         try:
             result = ext.process(
-                pipe_chunks(proc.stdout),
+                pipe_chunks(proc.stdout, received),
                 tool,
                 summary=summary,
                 argv=list(command),
                 exit_code=proc.wait,
-                interrupted=lambda: received.name,
+                interrupted=lambda: received.interrupted,
             )
         except ArtifactWriteError as exc:
             result = None
@@ -132,13 +140,27 @@ def run(
         finally:
             proc.stdout.close()
         code = proc.wait()
-        if result is None:
-            # The command ran: its status and what we can show of its output still count.
-            _emit_unsaved(unsaved, code, as_json)
-        else:
-            _emit_result(result, code, as_json)
+        try:
+            if result is None:
+                # The command ran: its status and what we can show of its output still count.
+                _emit_unsaved(unsaved, code, as_json)
+            else:
+                _emit_result(result, code, as_json)
+        except OSError as exc:  # stdout on a full device, or a reader that went away
+            with contextlib.suppress(OSError):
+                click.echo(f"toolswap: cannot print the result: {exc.strerror}", err=True)
+            _silence_stdout()
     received.exit_like_the_signal()
     sys.exit(code if code >= 0 else 128 - code)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of a broken stdout
+    cannot change the exit status."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _emit_unsaved(exc: ArtifactWriteError, exit_code: int, as_json: bool) -> None:
