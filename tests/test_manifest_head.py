@@ -51,17 +51,50 @@ def test_a_lost_manifest_never_makes_a_collected_name_come_back(tmp_path: Path, 
         manifest.unlink()
     else:
         manifest.write_bytes(b"".join(manifest.read_bytes().splitlines(True)[:2]))
+    before = sorted(p.name for p in (session_dir / "tool-results").iterdir())
 
     fresh = ToolResultExternalizer(session_dir)
-    nxt = fresh.externalize("after the loss\n", "bash").artifact
+    # A capture on a lost manifest would fork its chain: refused, the output still returned.
+    with pytest.raises(ArtifactWriteError, match="restore it from a backup") as refused:
+        fresh.externalize("after the loss\n" * 5000, "bash")
 
-    assert nxt.filename == "tool_result_004.txt"
+    assert "after the loss" in refused.value.preview
+    assert sorted(p.name for p in (session_dir / "tool-results").iterdir()) == before
     with pytest.raises(ArtifactNotFoundError, match="its record may be lost"):
         fresh.read_artifact(collected_id)
     kinds = {f.kind for f in verify_session(fresh.session)}
     assert FindingKind.MANIFEST_BEHIND in kinds
     with pytest.raises(CleanupError, match="restore it from a backup"):
         plan_cleanup(fresh.session, [], policy=GC_ALL)
+
+
+def test_a_name_the_lease_journal_holds_is_never_handed_out_again_when_manifest_and_head_are_lost(
+    tmp_path: Path,
+) -> None:
+    from toolswap.retention import SqliteMemoryOwner, open_retention
+
+    session_dir = tmp_path / "s1"
+    ext = ToolResultExternalizer(session_dir)
+    art = ext.externalize("leased output\n" * 5000, "bash").artifact
+    retention = open_retention(ext.session, create=True)
+    owner = retention.owner
+    assert isinstance(owner, SqliteMemoryOwner)
+    retention.journal.publish_reference(
+        ArtifactRetentionClaim.from_memory_reference(art.for_memory()),
+        lambda: owner.publish("tx-1", art.for_memory()),
+        transaction_id="tx-1",
+    )
+    (session_dir / "manifest.jsonl").unlink()
+    (session_dir / "manifest.head").unlink()
+    art.path.unlink()
+
+    fresh = ToolResultExternalizer(session_dir)
+    with pytest.raises(ArtifactWriteError, match=r"tool_result_001\.txt"):
+        fresh.externalize("another output\n" * 5000, "bash")
+
+    assert not art.path.exists()  # the leased name was not handed out again
+    behind = [f for f in verify_session(fresh.session) if f.kind is FindingKind.MANIFEST_BEHIND]
+    assert behind and "retention-leases.jsonl" in behind[0].detail
 
 
 def test_a_corrupt_head_file_refuses_every_capture_and_writes_nothing(tmp_path: Path) -> None:

@@ -126,7 +126,14 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             ArtifactAccessError: the tool-results directory cannot be opened.
         """
         self.manifest.sync()  # a store that cannot be read refuses now, before the tool runs
-        self.manifest.high_water()  # the manifest and its head file both verify
+        # The manifest and its head file both verify, and the manifest reaches every name
+        # ever handed out: on a deleted or rolled-back one a new record would fork the chain.
+        behind = self.manifest.behind_head()
+        if behind is not None:
+            raise ChainLogError(
+                f"{behind}; restore it from a backup. Until then nothing new is recorded in "
+                "this session (a name it hands out may already be taken)"
+            )
         durable.current().close(open_dir_nofollow(self.session.tool_results_dir))
 
     def process(

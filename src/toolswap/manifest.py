@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from .artifact import ArtifactReference, parse_artifact_filename
 from .chainlog import GENESIS_HASH, ChainLog
 from .crashpoints import crash_point
 from .errors import ArtifactStoreError, ChainLogError
-from .layout import MANIFEST_HEAD_NAME
+from .layout import JOURNAL_NAME, MANIFEST_HEAD_NAME
 from .records import (
     ArtifactRecord,
     CollectedRecord,
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 _HEAD_SIZE = 512
+_NAME_IN_RECORD = re.compile(rb"tool_result_(\d{3,18})\.txt")
 SNAPSHOT_EVERY = 1000
 """A replica that appends a multiple of this many records keeps the chain as one object."""
 _APPEND_STALLS = 12
@@ -99,6 +101,7 @@ class Manifest:
         self._pulled_at = -float("inf")
         self._dir = session.tool_results_dir
         self._head_path = session.manifest_head_path
+        self._journal_path = session.journal_path
         self._lock_path = session.lock_path
         self._artifacts: dict[str, ArtifactRecord] = {}
         self._collected: dict[str, CollectedRecord] = {}
@@ -241,7 +244,10 @@ class Manifest:
         """
         self.refresh()
         head = self.read_head()
-        return max(self._high_water, head.high_water if head else 0)
+        if head is None:
+            # No head file: the journal's claims are evidence of names too.
+            return max(self._high_water, self._journal_high_water())
+        return max(self._high_water, head.high_water)
 
     def append(self, record: ManifestRecord, *, expect: Expectation | None = None) -> None:
         """Append a record durably, under the session lock (re-entrant: a capture holds it).
@@ -363,9 +369,60 @@ class Manifest:
         )
 
     def behind_head(self) -> str | None:
-        """Why the manifest is behind its head file (deleted, cut or rolled back), or None."""
+        """Why the manifest is behind its head file (deleted, cut or rolled back), or behind
+        the names the lease journal holds when the head file is gone too; None if neither.
+
+        An appender may move the head between the refresh and the head file's read: what
+        looks behind is looked at again under the session lock, where nothing moves."""
+        why = self._behind_now()
+        if why is not None:
+            with session_lock(self._lock_path):
+                why = self._behind_now()
+        return why
+
+    def _behind_now(self) -> str | None:
         self.refresh()
-        return self._behind(self.read_head())
+        head = self.read_head()
+        if head is None:
+            return self._behind_journal()
+        return self._behind(head)
+
+    def _behind_journal(self) -> str | None:
+        """Without a head file, the lease journal's claims are the evidence left of the
+        names handed out: a claim on a name the manifest never recorded means records (and
+        the head file) were lost."""
+        named = self._journal_high_water()
+        if named <= self._high_water:
+            return None
+        return (
+            f"{self._log.path.name} and {MANIFEST_HEAD_NAME} know names up to "
+            f"{self._high_water} but the lease journal ({JOURNAL_NAME}) claims "
+            f"tool_result_{named:03d}.txt: they were deleted or restored from an older copy"
+        )
+
+    def _journal_high_water(self) -> int:
+        """The highest artifact number the local lease journal's records name (0: none)."""
+        try:
+            fd, _ = durable.open_trusted(self._journal_path, what=JOURNAL_NAME)
+        except FileNotFoundError:
+            return 0
+        except Exception as exc:  # an unreadable journal is the journal's own error to raise
+            raise ChainLogError(f"{JOURNAL_NAME} cannot be read to check names: {exc}") from exc
+        highest = 0
+        tail = b""
+        try:
+            offset = 0
+            while block := durable.current().pread(fd, 1 << 20, offset):
+                offset += len(block)
+                data = tail + block
+                for match in _NAME_IN_RECORD.finditer(data):
+                    highest = max(highest, int(match.group(1)))
+                tail = data[-64:]
+        except OSError as exc:
+            raise ChainLogError(f"{JOURNAL_NAME} cannot be read ({exc.strerror})") from exc
+        finally:
+            durable.current().close(fd)
+        return highest
 
     def _behind(self, head: ManifestHead | None) -> str | None:
         """Why the folded manifest does not reach ``head``, or None."""

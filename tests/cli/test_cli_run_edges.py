@@ -237,3 +237,21 @@ def test_run_prints_the_preview_and_the_status_when_the_session_lock_fails(
     assert "line 299999 of the build" in out
     (line,) = proc.stderr.decode().splitlines()
     assert "No locks available" in line
+
+
+def test_a_deleted_manifest_is_refused_before_the_command_runs(tmp_path: Path) -> None:
+    session = tmp_path / "s1"
+    ToolResultExternalizer(session).externalize("first\n" * 10_000, "bash")
+    (session / "manifest.jsonl").unlink()  # its head file still says one record was there
+    marker = tmp_path / "side-effect"
+
+    proc = subprocess.run(
+        [*TOOLSWAP, "run", "--session-dir", str(session), "--", "touch", str(marker)],
+        capture_output=True,
+        check=False,
+    )
+
+    assert proc.returncode == 1
+    assert not marker.exists()  # before, it ran and started a forked chain
+    (line,) = proc.stderr.decode().splitlines()
+    assert "restore it from a backup" in line
