@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolswap import ArtifactAccessError, Session, SourceIdError
+from toolswap import ArtifactAccessError, ConfigurationError, Session, SourceIdError
+from toolswap.session import toolswap_home
 
 
 def test_session_directories_are_private(tmp_path: Path) -> None:
@@ -45,3 +46,14 @@ def test_the_session_lock_is_reentrant_in_one_thread(tmp_path: Path) -> None:
     with session.lock(), session.lock():
         assert session.lock_path.exists()
     assert stat.S_IMODE(os.stat(session.lock_path).st_mode) == 0o600
+
+
+def test_a_home_that_is_a_symlink_loop_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    monkeypatch.setenv("TOOLSWAP_HOME", str(tmp_path / "a"))
+
+    with pytest.raises(ConfigurationError, match="TOOLSWAP_HOME"):
+        toolswap_home()

@@ -54,9 +54,15 @@ def toolswap_home() -> Path:
     """
     value = os.environ.get("TOOLSWAP_HOME", "").strip()
     home = Path(value).expanduser() if value else Path.home() / ".toolswap"
-    home = home.absolute().resolve()
-    if home.exists() and not home.is_dir():
-        origin = f"TOOLSWAP_HOME={value}" if value else str(home)
+    origin = f"TOOLSWAP_HOME={value}" if value else str(home)
+    try:
+        home = home.absolute().resolve()
+        is_file = home.exists() and not home.is_dir()
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a component that is a file
+        raise ConfigurationError(
+            f"{origin} cannot be used ({exc}); point TOOLSWAP_HOME at a directory (or unset it)"
+        ) from None
+    if is_file:
         raise ConfigurationError(
             f"{origin} is not a directory; point TOOLSWAP_HOME at a directory (or unset it)"
         )
