@@ -22,6 +22,7 @@ Nothing else in toolswap calls ``os.open``/``os.write``/``os.fsync``/``os.link``
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -179,7 +180,7 @@ def open_trusted(
     except FileNotFoundError:
         raise
     except OSError as exc:
-        why = "it is a symlink" if exc.errno == 40 else exc.strerror  # ELOOP
+        why = "it is a symlink" if exc.errno == errno.ELOOP else exc.strerror
         raise error(f"{name}: cannot open ({why})") from exc
     try:
         st = os.fstat(fd)
