@@ -684,7 +684,10 @@ def test_a_symlinked_session_lock_is_refused(
     target = tmp_path / "lock-target"
     externalizer.session.lock_path.symlink_to(target)
 
-    with pytest.raises(ArtifactAccessError, match="session lock"):
+    # Refused once the output is read: the caller gets the preview, never a bare error.
+    with pytest.raises(ArtifactWriteError, match="session lock") as refused:
         externalizer.externalize(BIG, "bash")
 
+    assert isinstance(refused.value.__cause__, ArtifactAccessError)
+    assert refused.value.preview
     assert not target.exists()

@@ -255,6 +255,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         s = self.settings
         try:
             self.check_ready()  # before the rest of the output is consumed
+            dir_fd = open_dir_nofollow(self.session.tool_results_dir)
         except (ChainLogError, ArtifactAccessError) as exc:
             # Whatever was already read (process() buffers up to the threshold) and the
             # rest still reach the caller as a bounded preview, never a bare error.
@@ -263,7 +264,6 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 memory.write(chunk)
             memory.discard()
             raise self._unsaved(memory, tool_name, exit_code, str(exc)) from exc
-        dir_fd = open_dir_nofollow(self.session.tool_results_dir)
         capture: StreamCapture | None = None
         try:
             capture = StreamCapture(
@@ -312,10 +312,13 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                     interrupted=stopped or None,
                 )
 
-            with self.session.lock():
-                record = self._publish(
-                    capture, record_for, tool_name=tool_name, exit_code=code, stats=stats
-                )
+            try:
+                with self.session.lock():
+                    record = self._publish(
+                        capture, record_for, tool_name=tool_name, exit_code=code, stats=stats
+                    )
+            except ArtifactAccessError as exc:  # the lock (a full disk, EMFILE, EINTR...)
+                raise self._unsaved(capture, tool_name, code, str(exc)) from exc
         finally:
             if capture is not None:
                 capture.discard()

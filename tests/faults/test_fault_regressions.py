@@ -1,0 +1,76 @@
+"""The states in which the fault explorer found toolswap breaking an invariant, kept.
+
+Each test breaks one durable call by name (:attr:`FaultIO.fail_on`) or crashes after it,
+checks what the caller saw, then restarts on the state left behind and checks every
+invariant (``explorer.recover``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from toolswap import (
+    ArtifactWriteError,
+)
+from toolswap.testing import substituted
+
+from .explorer import recover
+from .faultfs import Fault, FaultIO
+from .scenarios import Templates, World, text_output
+
+OUTPUT = text_output(7, 900)
+"""About 38 KB: more than the bash threshold, and its first line is easy to look for."""
+
+
+@pytest.fixture
+def templates(scratch: Path) -> Templates:
+    return Templates(scratch / "templates")
+
+
+def _world(templates: Templates, scratch: Path, template: str = "busy") -> World:
+    return templates.world(template, scratch / "state" / "home")
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _capture_fails(world: World, fio: FaultIO) -> ArtifactWriteError:
+    """Capture ``OUTPUT`` under ``fio``; the caller must get its preview, and no descriptor
+    may stay open."""
+    ext = world.externalizer()
+    before = _open_descriptors()
+    with substituted(fio), pytest.raises(ArtifactWriteError) as failed:
+        ext.externalize(OUTPUT, "bash")
+    assert fio.injected, "the call to break never came"
+    assert OUTPUT.splitlines()[0] in failed.value.preview
+    assert _open_descriptors() == before
+    return failed.value
+
+
+def _restarts_cleanly(world: World) -> None:
+    assert list(recover(world)) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "fault"),
+    [
+        (("open", "tool-results", 2), Fault.EMFILE),  # opened for the capture, after the check
+        (("open+create", ".lock"), Fault.ENOSPC),
+        (("open+create", ".lock"), Fault.EIO),
+        (("flock", ".lock"), Fault.EINTR),
+    ],
+)
+def test_a_capture_that_cannot_open_its_directory_or_take_the_lock_still_hands_back_the_preview(
+    templates: Templates, scratch: Path, call: tuple[str, str, int], fault: Fault
+) -> None:
+    world = _world(templates, scratch)
+
+    _capture_fails(world, FaultIO(fail_on=call, fault=fault))
+
+    ours = f".tmp-{os.getpid()}-"
+    assert not [n for n in os.listdir(world.session_dir / "tool-results") if ours in n]
+    _restarts_cleanly(world)
