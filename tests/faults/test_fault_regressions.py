@@ -74,3 +74,23 @@ def test_a_capture_that_cannot_open_its_directory_or_take_the_lock_still_hands_b
     ours = f".tmp-{os.getpid()}-"
     assert not [n for n in os.listdir(world.session_dir / "tool-results") if ours in n]
     _restarts_cleanly(world)
+
+
+def test_a_close_error_on_the_finished_capture_is_reported_once_with_the_preview(
+    templates: Templates, scratch: Path
+) -> None:
+    world = _world(templates, scratch)
+
+    _capture_fails(world, FaultIO(fail_on=("close+written", ".partial"), fault=Fault.EIO))
+
+    _restarts_cleanly(world)
+
+
+def test_a_capture_on_a_device_that_died_still_hands_back_the_preview(
+    templates: Templates, scratch: Path
+) -> None:
+    world = _world(templates, scratch)
+
+    _capture_fails(world, FaultIO(fail_on=("write", ".partial"), fault=Fault.DEAD_DISK))
+
+    _restarts_cleanly(world)  # the temporary file it could not remove is garbage-collected
