@@ -13,13 +13,16 @@ from pathlib import Path
 import pytest
 
 from toolswap import (
+    ArtifactLeaseJournalError,
+    ArtifactRetentionJournal,
     ArtifactWriteError,
 )
+from toolswap.cleanup import apply_cleanup_from_journal, plan_cleanup_from_journal
 from toolswap.testing import substituted
 
 from .explorer import recover
 from .faultfs import Fault, FaultIO
-from .scenarios import Templates, World, text_output
+from .scenarios import DELETE_ORPHANS, Templates, World, clock, later, text_output
 
 OUTPUT = text_output(7, 900)
 """About 38 KB: more than the bash threshold, and its first line is easy to look for."""
@@ -94,3 +97,64 @@ def test_a_capture_on_a_device_that_died_still_hands_back_the_preview(
     _capture_fails(world, FaultIO(fail_on=("write", ".partial"), fault=Fault.DEAD_DISK))
 
     _restarts_cleanly(world)  # the temporary file it could not remove is garbage-collected
+
+
+def test_a_journal_append_whose_close_reports_an_error_after_its_fsync_is_kept(
+    templates: Templates, scratch: Path
+) -> None:
+    world = _world(templates, scratch)
+    journal, claim = world.journal(), world.claim(3)
+    fio = FaultIO(fail_on=("close+written", "retention-leases.jsonl"), fault=Fault.EIO)
+
+    with substituted(fio):
+        lease = journal.prepare(claim, transaction_id="tx-new")
+
+    assert fio.injected
+    assert lease.phase.value == "PREPARED"
+    world.leases["tx-new"] = "PREPARED"
+    fresh = ArtifactRetentionJournal(world.session_dir, now=clock)
+    assert "tx-new" in fresh.recover().pending_transaction_ids
+    _restarts_cleanly(world)
+
+
+@pytest.mark.parametrize(
+    ("call", "fault"),
+    [
+        (("pread", "retention-leases.jsonl", 3), Fault.EIO),  # reading the torn bytes
+        (("open+create", "retention-leases.jsonl.torn-"), Fault.ENOSPC),
+        (("ftruncate", "retention-leases.jsonl"), Fault.EIO),
+        (("fsync", "retention-leases.jsonl", 2), Fault.ENOSPC),  # the cut (1: the copy)
+    ],
+)
+def test_a_torn_journal_tail_that_cannot_be_cut_off_is_a_typed_journal_error(
+    templates: Templates, scratch: Path, call: tuple[str, str, int], fault: Fault
+) -> None:
+    world = _world(templates, scratch, "torn")
+    journal, claim = world.journal(), world.claim(3)
+    fio = FaultIO(fail_on=call, fault=fault)
+
+    with substituted(fio), pytest.raises(ArtifactLeaseJournalError, match="torn"):
+        journal.prepare(claim, transaction_id="tx-new")
+
+    assert fio.injected
+    _restarts_cleanly(world)
+
+
+def _collect(world: World, fio: FaultIO) -> dict[str, str]:
+    plan = plan_cleanup_from_journal(world.journal(), policy=DELETE_ORPHANS, now=later())
+    journal = world.journal()
+    with substituted(fio):
+        report = apply_cleanup_from_journal(plan, journal, policy=DELETE_ORPHANS, now=later())
+    assert fio.injected
+    return {e.name: e.status.value for e in report.entries}
+
+
+def test_gc_whose_head_file_close_fails_still_reports_what_it_deleted(
+    templates: Templates, scratch: Path
+) -> None:
+    world = _world(templates, scratch)
+
+    statuses = _collect(world, FaultIO(fail_on=("close+written", "manifest.head"), fault=Fault.EIO))
+
+    assert statuses["tool_result_004.txt"] == "deleted"
+    _restarts_cleanly(world)
