@@ -16,6 +16,7 @@ from toolswap import (
     ArtifactLeaseJournalError,
     ArtifactRetentionJournal,
     ArtifactWriteError,
+    CleanupError,
 )
 from toolswap.cleanup import apply_cleanup_from_journal, plan_cleanup_from_journal
 from toolswap.testing import substituted
@@ -149,6 +150,20 @@ def _collect(world: World, fio: FaultIO) -> dict[str, str]:
     return {e.name: e.status.value for e in report.entries}
 
 
+def test_gc_keeps_a_file_it_cannot_unlink_and_the_next_gc_removes_it(
+    templates: Templates, scratch: Path
+) -> None:
+    world = _world(templates, scratch)
+
+    statuses = _collect(world, FaultIO(fail_on=("unlink", "tool_result_004"), fault=Fault.EIO))
+
+    assert statuses["tool_result_004.txt"] == "retained_unknown"
+    assert statuses["tool_result_005.txt"] == "deleted"
+    assert (world.session_dir / "tool-results" / "tool_result_004.txt").exists()
+    _restarts_cleanly(world)  # which collects it
+    assert not (world.session_dir / "tool-results" / "tool_result_004.txt").exists()
+
+
 def test_gc_whose_head_file_close_fails_still_reports_what_it_deleted(
     templates: Templates, scratch: Path
 ) -> None:
@@ -157,4 +172,19 @@ def test_gc_whose_head_file_close_fails_still_reports_what_it_deleted(
     statuses = _collect(world, FaultIO(fail_on=("close+written", "manifest.head"), fault=Fault.EIO))
 
     assert statuses["tool_result_004.txt"] == "deleted"
+    _restarts_cleanly(world)
+
+
+def test_gc_that_cannot_sync_its_deletions_says_so_with_a_typed_error(
+    templates: Templates, scratch: Path
+) -> None:
+    world = _world(templates, scratch)
+    plan = plan_cleanup_from_journal(world.journal(), policy=DELETE_ORPHANS, now=later())
+    journal = world.journal()
+    fio = FaultIO(fail_on=("fsync", "tool-results"), fault=Fault.ENOSPC)
+
+    with substituted(fio), pytest.raises(CleanupError, match="cannot sync"):
+        apply_cleanup_from_journal(plan, journal, policy=DELETE_ORPHANS, now=later())
+
+    assert fio.injected
     _restarts_cleanly(world)
