@@ -14,11 +14,13 @@ import pytest
 
 from toolswap import (
     ArtifactLeaseJournalError,
+    ArtifactRetentionError,
     ArtifactRetentionJournal,
     ArtifactWriteError,
     CleanupError,
 )
 from toolswap.cleanup import apply_cleanup_from_journal, plan_cleanup_from_journal
+from toolswap.retention.checkpoint import checkpoint_path
 from toolswap.testing import substituted
 
 from .explorer import recover
@@ -136,6 +138,37 @@ def test_a_torn_journal_tail_that_cannot_be_cut_off_is_a_typed_journal_error(
 
     with substituted(fio), pytest.raises(ArtifactLeaseJournalError, match="torn"):
         journal.prepare(claim, transaction_id="tx-new")
+
+    assert fio.injected
+    _restarts_cleanly(world)
+
+
+def test_a_checkpoint_that_cannot_be_written_is_a_typed_error_and_leaves_none_behind(
+    templates: Templates, scratch: Path
+) -> None:
+    world = _world(templates, scratch)
+    journal = world.journal()
+    fio = FaultIO(fail_on=("write", "retention-leases.checkpoint.tmp"), fault=Fault.ENOSPC)
+
+    with substituted(fio), pytest.raises(ArtifactRetentionError, match="checkpoint"):
+        journal.checkpoint()
+
+    checkpoint = checkpoint_path(world.session_dir / "retention-leases.jsonl")
+    assert not checkpoint.exists()
+    assert not checkpoint.with_name(checkpoint.name + ".tmp").exists()
+    _restarts_cleanly(world)
+
+
+@pytest.mark.parametrize("call", [("open", "retention-leases.jsonl", 2), ("pread", "leases", 2)])
+def test_a_checkpoint_that_cannot_read_the_journal_is_a_typed_error(
+    templates: Templates, scratch: Path, call: tuple[str, str, int]
+) -> None:
+    world = _world(templates, scratch)
+    journal = world.journal()
+    fio = FaultIO(fail_on=call, fault=Fault.EIO)
+
+    with substituted(fio), pytest.raises(ArtifactRetentionError, match="checkpoint"):
+        journal.checkpoint()
 
     assert fio.injected
     _restarts_cleanly(world)
