@@ -18,14 +18,15 @@ from toolswap import (
     ArtifactRetentionJournal,
     ArtifactWriteError,
     CleanupError,
+    SqliteMemoryOwner,
 )
 from toolswap.cleanup import apply_cleanup_from_journal, plan_cleanup_from_journal
 from toolswap.retention.checkpoint import checkpoint_path
 from toolswap.testing import substituted
 
 from .explorer import recover
-from .faultfs import Fault, FaultIO
-from .scenarios import DELETE_ORPHANS, Templates, World, clock, later, text_output
+from .faultfs import Fault, FaultIO, Survival
+from .scenarios import DELETE_ORPHANS, OWNER_DB, Templates, World, clock, later, text_output
 
 OUTPUT = text_output(7, 900)
 """About 38 KB: more than the bash threshold, and its first line is easy to look for."""
@@ -221,3 +222,21 @@ def test_gc_that_cannot_sync_its_deletions_says_so_with_a_typed_error(
 
     assert fio.injected
     _restarts_cleanly(world)
+
+
+def test_a_crash_while_the_owner_database_is_created_never_leaves_an_empty_one(
+    templates: Templates, scratch: Path
+) -> None:
+    world = _world(templates, scratch, "plain")
+    path = world.session_dir / OWNER_DB
+    fio = FaultIO(power_at=1, keep_dir=world.keep_dir)  # after toolswap creates the file
+
+    with substituted(fio), pytest.raises(BaseException, match="power lost"):
+        SqliteMemoryOwner(path, now=clock)
+    fio.close_leftovers()
+    fio.lose_power(Survival.PROCESS)  # the process died; the page cache kept everything
+
+    assert not path.exists() or path.stat().st_size > 0
+    _restarts_cleanly(world)
+    owner = SqliteMemoryOwner(path, now=clock)  # and the next one creates it whole
+    assert ArtifactRetentionJournal(world.session_dir, owner=owner).recover().claims == {}
