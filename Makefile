@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench faults clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: lint typecheck pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# The bigger fault exploration (every operation, call, error kind and crash, six seeds).
+faults: $(STAMP)
+	TOOLSWAP_FAULTS=full $(BIN)/python -m pytest -q tests/faults
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -118,7 +118,14 @@ def apply(
                 outcomes[i] = outcome
             results = [outcomes[i] for i in range(len(plan.entries))]
             if deleted_any:
-                durable.current().fsync(dir_fd)
+                try:
+                    durable.current().fsync(dir_fd)
+                except OSError as exc:
+                    raise CleanupError(
+                        f"deleted files but cannot sync {session.tool_results_dir} "
+                        f"({exc.strerror}): after a power loss some may come back; run "
+                        "cleanup again"
+                    ) from exc
                 crash_point("cleanup.dir_fsynced")
         finally:
             durable.current().close(dir_fd)
@@ -232,7 +239,13 @@ def _apply_one(
                 )
             )
             crash_point("cleanup.collect_recorded")
-        io.unlink(name, dir_fd=dir_fd)
+        try:
+            io.unlink(name, dir_fd=dir_fd)
+        except OSError as exc:
+            # Kept, as after a crash before the unlink: the next cleanup removes it.
+            return replace(
+                entry, status=S.RETAINED_UNKNOWN, reason=f"cannot unlink: {exc.strerror}"
+            )
         crash_point("cleanup.unlinked")
     finally:
         io.close(fd)

@@ -369,8 +369,10 @@ class StreamCapture:
             durable.current().fsync(self._fd)
         if self._error is not None:
             raise self._error
-        durable.current().close(self._fd)
+        # Closed once, even when close reports an error (the descriptor is gone anyway, and
+        # a second close could close another file that reused its number).
         self._closed = True
+        durable.current().close(self._fd)
         crash_point("capture.tmp_fsynced")
         scanner, counter = self._scanner, self._counter
         tail = bytes(self._tail[-self._tail_keep :]) if self._tail_keep else b""
@@ -430,7 +432,12 @@ class StreamCapture:
         return True
 
     def discard(self) -> None:
-        """Remove the temporary name (the final name, if linked, stays)."""
+        """Remove the temporary name (the final name, if linked, stays).
+
+        It runs while another error may propagate, so an I/O error here (a dead disk) is
+        not raised: a temporary file left behind is reported by ``verify`` and removed by
+        cleanup.
+        """
         if not self._closed:
             if self._worker is not None:
                 self._queue.put(None)
@@ -439,9 +446,11 @@ class StreamCapture:
             if self._grep is not None:
                 self._grep.kill()
                 self._grep = None
-            durable.current().close(self._fd)
             self._closed = True
-        self._unlink_tmp()
+            with contextlib.suppress(OSError):
+                durable.current().close(self._fd)
+        with contextlib.suppress(OSError):
+            self._unlink_tmp()
 
     def _unlink_tmp(self) -> None:
         if self._tmp_unlinked:

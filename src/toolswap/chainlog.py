@@ -371,7 +371,13 @@ class ChainLog:
             if stat.S_IMODE(st.st_mode) & 0o077:
                 os.fchmod(fd, 0o600)  # a log created by an older tool or a umask
             if self._torn is not None:
-                self._cut_torn_tail(fd)
+                try:
+                    self._cut_torn_tail(fd)
+                except OSError as exc:
+                    raise self._fail(
+                        f"cannot cut off the torn final record ({exc.strerror}); nothing was "
+                        "appended. Free disk space and retry"
+                    ) from exc
             try:
                 write_all(fd, data)
                 crash_point(f"{crash_prefix}.appended")
@@ -383,7 +389,10 @@ class ChainLog:
                 self._take_back(fd, exc)
             crash_point(f"{crash_prefix}.fsynced")
         finally:
-            durable.current().close(fd)
+            # The records are fsynced (or the append failed and says so): a deferred write
+            # error that close reports (NFS) concerns no byte of them.
+            with contextlib.suppress(OSError):
+                durable.current().close(fd)
         self._identity = (st.st_dev, st.st_ino)
 
     def _take_back(self, fd: int, exc: OSError) -> None:

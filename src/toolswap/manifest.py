@@ -31,7 +31,7 @@ import re
 import stat
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 
 from . import durable
@@ -492,7 +492,8 @@ class Manifest:
         except OSError:
             pass
         finally:
-            io.close(fd)
+            with suppress(OSError):  # best effort, as the write itself
+                io.close(fd)
         crash_point("manifest.head_written")
 
     def record_for(self, filename: str) -> ArtifactRecord | None:

@@ -262,11 +262,20 @@ class LeaseProtocol(JournalCore):
 
         Raises:
             ArtifactLeaseJournalError: the journal cannot be trusted.
-            OSError: the checkpoint could not be written (the previous one stays).
+            ArtifactRetentionError: the checkpoint could not be written (the previous one
+                stays).
         """
         with self._store.lock():
             self._sync()
-            if not self._write_checkpoint():
+            try:
+                written = self._write_checkpoint()
+            except OSError as exc:
+                raise ArtifactRetentionError(
+                    f"cannot write the checkpoint of {self._store.name} "
+                    f"({exc.strerror or exc}); the journal and the previous checkpoint are "
+                    "intact: free disk space and retry"
+                ) from exc
+            if not written:
                 return None
             self._checkpoint_seq = self._log.head[0]
             return self.head

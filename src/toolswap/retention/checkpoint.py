@@ -358,16 +358,19 @@ def write_checkpoint(
     Raises:
         OSError: the checkpoint could not be written (the previous one stays).
     """
-    fd = _open_regular(journal_path)
-    if fd is None:
-        return False
     try:
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != identity or st.st_size < offset:
+        fd = _open_regular(journal_path)
+        if fd is None:
             return False
-        prefix = _prefix_sha256(fd, offset)
-    finally:
-        durable.current().close(fd)
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != identity or st.st_size < offset:
+                return False
+            prefix = _prefix_sha256(fd, offset)
+        finally:
+            durable.current().close(fd)
+    except _Ignored as exc:
+        raise OSError(f"cannot read the journal to checkpoint it: {exc}") from exc
     data = encode_checkpoint(
         session,
         seq=seq,

@@ -48,7 +48,7 @@ import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -180,10 +180,7 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
                     "(--owner-db) or create it by publishing through it"
                 ) from None
             try:
-                io = durable.current()
-                io.close(io.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW))
-            except FileExistsError:
-                pass
+                self._create_file()
             except OSError as exc:
                 raise ArtifactReferenceOwnerError(
                     f"cannot create the memory owner database {self.path}: {exc.strerror}"
@@ -204,9 +201,32 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
                 "replaced; restore it from a backup"
             )
 
-    def _connect(self) -> sqlite3.Connection:
+    def _create_file(self) -> None:
+        """Create the database whole: SQLite writes its schema under a temporary name,
+        which is then linked to the real name, so a crash never leaves an empty file there
+        (``create=False`` refuses one: it looks like a truncated database). A database
+        another process created meanwhile is kept."""
+        io = durable.current()
+        tmp = self.path.with_name(durable.temporary_name(self.path.name))
+        io.close(io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW))
+        try:
+            self._init_schema(tmp)
+            dir_fd = io.open(self.path.parent, durable.DIR_FLAGS)
+            try:
+                durable.link_new(tmp.name, self.path.name, dir_fd=dir_fd)
+                durable.unlink_synced(tmp.name, dir_fd=dir_fd)
+            finally:
+                io.close(dir_fd)
+        finally:
+            with suppress(FileNotFoundError):
+                io.unlink(tmp)
+
+    def _connect(self, path: Path | None = None) -> sqlite3.Connection:
         conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            path or self.path,
+            timeout=self.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
@@ -217,9 +237,9 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
         return conn
 
     @contextmanager
-    def _connection(self, action: str) -> Iterator[sqlite3.Connection]:
+    def _connection(self, action: str, path: Path | None = None) -> Iterator[sqlite3.Connection]:
         try:
-            conn = self._connect()
+            conn = self._connect(path)
         except sqlite3.Error as exc:
             raise _owner_error(action, exc) from exc
         try:
@@ -234,8 +254,8 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
                 pass
             conn.close()
 
-    def _init_schema(self) -> None:
-        with self._connection("opening the database") as conn:
+    def _init_schema(self, path: Path | None = None) -> None:
+        with self._connection("opening the database", path) as conn:
             mode = self._wal(conn)
             if not mode or str(mode[0]).lower() != "wal":
                 raise ArtifactReferenceOwnerError(
