@@ -214,3 +214,11 @@ def test_artifact_reference_dict_is_json_serializable() -> None:
     assert data["argv"] == ["pytest", "-v"]
     assert data["exit_code"] == 1
     assert data["source"]["source_id"] == "artifact:s1:tool_result_001.txt:abcdef012345"
+
+
+def test_a_source_id_with_a_five_thousand_digit_number_is_a_source_id_error() -> None:
+    # int() of so many digits raised a bare ValueError (Python's 4300-digit limit).
+    huge = "artifact:s1:tool_result_" + "1" * 5000 + ".txt:0123456789ab"
+
+    with pytest.raises(SourceIdError, match="not an artifact file name"):
+        parse_artifact_source_id(huge)
