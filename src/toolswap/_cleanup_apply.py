@@ -13,16 +13,16 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
 from . import durable
 from ._cleanup_model import (
+    ApplyContext,
     ArtifactCleanupPlan,
     ArtifactCleanupPolicy,
     ArtifactCleanupReport,
-    ClaimIndex,
     CleanupClaim,
     CleanupEntry,
     Limits,
@@ -92,6 +92,7 @@ def apply(
             # What the session occupies, as planning counts it: the versions held beyond
             # this directory and the files here that are not copies of them.
             limits = Limits(rules, sum(o.size for o in objects) + _current_total(dir_fd, stored))
+            context = ApplyContext(session, dir_fd, index, manifest, now, rules, records)
             # Oldest first, as planning ranks them, so the limits keep the newest.
             order = sorted(
                 range(len(plan.entries)),
@@ -108,9 +109,7 @@ def apply(
                 kept = limits.check(entry)
                 # A version held beyond this directory (a stored object), or a file here.
                 apply_one = apply_object if entry.version is not None else _apply_one
-                outcome = kept or apply_one(
-                    session, dir_fd, entry, index, manifest, now, rules, records
-                )
+                outcome = kept or apply_one(entry, context)
                 if outcome.status is S.DELETED:
                     deleted_any = True
                     freed += entry.size or 0
@@ -155,22 +154,14 @@ def _current_total(dir_fd: int, skip: set[str]) -> int:
     return total
 
 
-def _apply_one(
-    session: Session,
-    dir_fd: int,
-    entry: CleanupEntry,
-    index: ClaimIndex,
-    manifest: Manifest,
-    now: datetime,
-    policy: ArtifactCleanupPolicy,
-    records: Mapping[str, str],
-) -> CleanupEntry:
+def _apply_one(entry: CleanupEntry, context: ApplyContext) -> CleanupEntry:
+    records, dir_fd = context.records, context.dir_fd
     if entry.source_id is None and entry.name in records:
         # Planned as a leftover without a record, recorded since (a capture on this host
         # whose bytes went to a store): it now goes with its record, never on its own.
         return replace(entry, status=S.RACE_DETECTED, reason="recorded since planning; kept")
     name = entry.name
-    kept = claimed_since(entry, index, owned_name(name))
+    kept = claimed_since(entry, context.index, owned_name(name))
     if kept is not None:
         return kept
     if parse_temporary_filename(name) is not None and capture_alive(name):
@@ -204,8 +195,8 @@ def _apply_one(
             )
         kept = recheck_at_apply(
             entry,
-            now=now,
-            policy=policy,
+            now=context.now,
+            policy=context.policy,
             mtime_ns=st.st_mtime_ns,
             recorded=records.get(name),
             held=entry.sha256,
@@ -229,12 +220,12 @@ def _apply_one(
             # Recorded first, so a crash before the unlink leaves a file the manifest calls
             # collected (a later plan collects it as unrecorded), never an artifact that
             # vanished without a word.
-            manifest.append(
+            context.manifest.append(
                 CollectedRecord(
                     filename=name,
                     source_id=entry.source_id,
                     sha256=entry.sha256,
-                    collected_at=now.astimezone(UTC).isoformat(),
+                    collected_at=context.now.astimezone(UTC).isoformat(),
                     reason=entry.reason,
                 )
             )

@@ -25,11 +25,13 @@ from .artifact import (
     validate_session_id,
 )
 from .errors import CleanupError
+from .manifest import Manifest
 from .records import ArtifactRecord
 from .session import Session
 from .settings import require_aware
 
 __all__ = [
+    "ApplyContext",
     "ArtifactCleanupPlan",
     "ArtifactCleanupPolicy",
     "ArtifactCleanupReport",
@@ -40,6 +42,7 @@ __all__ = [
     "CleanupEntry",
     "JournalLike",
     "Limits",
+    "PlanContext",
     "S",
     "capture_alive",
     "claimed_since",
@@ -381,17 +384,39 @@ def claims_of(
     return list(cast("Iterable[CleanupClaim]", view_or_claims))
 
 
-def verdict(
-    base: CleanupEntry,
-    is_tmp: bool,
-    index: ClaimIndex,
-    record: ArtifactRecord | None,
-    collected: set[str],
-    now_ns: int,
-    ttl_ns: int,
-) -> CleanupEntry:
+@dataclass(frozen=True, slots=True)
+class PlanContext:
+    """What planning judges every file and stored object of a session against."""
+
+    index: ClaimIndex
+    records: Mapping[str, ArtifactRecord]
+    """The manifest's records, by file name."""
+    collected: set[str]
+    """The file names the manifest records as collected."""
+    now_ns: int
+    ttl_ns: int
+    """The orphan TTL."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyContext:
+    """What apply checks every planned delete against again (under the session lock)."""
+
+    session: Session
+    dir_fd: int
+    """The session's ``tool-results/`` directory, open."""
+    index: ClaimIndex
+    manifest: Manifest
+    now: datetime
+    policy: ArtifactCleanupPolicy
+    records: Mapping[str, str]
+    """The manifest's SHA-256 of each recorded file name, read under the lock."""
+
+
+def verdict(base: CleanupEntry, is_tmp: bool, plan: PlanContext) -> CleanupEntry:
     """The status of one file or object, from its snapshot (``base``) and the claims."""
     name, digest, source_id = base.name, base.sha256, base.source_id
+    index, record = plan.index, plan.records.get(name)
     claims = index.by_name.get(name, [])
     if claims:
         wrong = [c for c in claims if c.content_sha256 != digest]
@@ -418,8 +443,8 @@ def verdict(
         return replace(
             base, status=S.RETAINED_RECENT, reason="a capture in progress (its process is alive)"
         )
-    age_ns = now_ns - (base.mtime_ns or 0)
-    if age_ns < ttl_ns:
+    age_ns = plan.now_ns - (base.mtime_ns or 0)
+    if age_ns < plan.ttl_ns:
         expired = index.expired.get(name)
         why = (
             f"claim expired at {expired.isoformat()} but the file is younger than the orphan TTL"
@@ -429,7 +454,7 @@ def verdict(
         return replace(base, status=S.RETAINED_RECENT, reason=why)
     if is_tmp:
         why = "temporary file left by a crashed capture, older than the TTL"
-    elif record is None and name in collected:
+    elif record is None and name in plan.collected:
         why = "recorded as collected by a cleanup interrupted before the unlink"
     elif record is None:
         why = "no manifest record (a capture crashed before recording it), older than the TTL"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -19,9 +19,9 @@ from . import durable
 from ._cleanup_model import (
     ArtifactCleanupPlan,
     ArtifactCleanupPolicy,
-    ClaimIndex,
     CleanupClaim,
     CleanupEntry,
+    PlanContext,
     S,
     index_claims,
     verdict,
@@ -31,7 +31,6 @@ from .artifact import parse_artifact_filename, parse_temporary_filename
 from .durable import open_dir_nofollow
 from .errors import ArtifactStoreError, ChainLogError, CleanupError
 from .manifest import Manifest
-from .records import ArtifactRecord
 from .session import Session
 
 __all__ = ["check_manifest", "plan"]
@@ -47,15 +46,18 @@ def plan(
     index = index_claims(session, claims, now)
     manifest = Manifest.of(session)
     check_manifest(manifest)
-    records = {r.filename: r for r in manifest.records()}
-    collected = {c.filename for c in manifest.collected_records()}
-    ttl_ns = int(policy.orphan_ttl_seconds * 1_000_000_000)
-    now_ns = int(now.timestamp() * 1_000_000_000)
+    context = PlanContext(
+        index=index,
+        records={r.filename: r for r in manifest.records()},
+        collected={c.filename for c in manifest.collected_records()},
+        now_ns=int(now.timestamp() * 1_000_000_000),
+        ttl_ns=int(policy.orphan_ttl_seconds * 1_000_000_000),
+    )
     entries: list[CleanupEntry] = []
     candidates: list[CleanupEntry] = []
     total = 0
     seen: set[str] = set()
-    for entry in _planned_entries(session, index, records, collected, now_ns, ttl_ns, progress):
+    for entry in _planned_entries(session, context, progress):
         seen.add(entry.name)
         if entry.size is not None and entry.status is not S.DENIED:
             total += entry.size
@@ -108,13 +110,7 @@ def plan(
 
 
 def _planned_entries(
-    session: Session,
-    index: ClaimIndex,
-    records: Mapping[str, ArtifactRecord],
-    collected: set[str],
-    now_ns: int,
-    ttl_ns: int,
-    progress: Callable[[int, int], None] | None,
+    session: Session, context: PlanContext, progress: Callable[[int, int], None] | None
 ) -> Iterator[CleanupEntry]:
     """One entry per version the session's backend holds beyond this directory (the
     objects of a store), then one per file of ``tool-results/``."""
@@ -123,9 +119,7 @@ def _planned_entries(
         objects = backend.objects()
     except ArtifactStoreError as exc:
         raise CleanupError(f"cannot list {backend.location}: {exc}; nothing was changed") from exc
-    yield from store_entries(
-        objects, index, records, collected, now_ns, ttl_ns, progress, backend.stat_object
-    )
+    yield from store_entries(objects, context, progress, backend.stat_object)
     stored = {o.filename for o in objects}
     dir_fd = open_dir_nofollow(session.tool_results_dir)
     try:
@@ -135,7 +129,7 @@ def _planned_entries(
                 progress(done, len(names))
             if name in stored:
                 continue  # this host's copy of a stored object: it goes with the object
-            if backend.copies_only and name in records:
+            if backend.copies_only and name in context.records:
                 yield CleanupEntry(
                     name=name,
                     status=S.RETAINED_UNKNOWN,
@@ -144,7 +138,7 @@ def _planned_entries(
                 )
                 continue
             # An artifact here, or a leftover of a capture or collection cut short.
-            yield _plan_file(dir_fd, name, index, records, collected, now_ns, ttl_ns)
+            yield _plan_file(dir_fd, name, context)
     finally:
         durable.current().close(dir_fd)
 
@@ -170,15 +164,7 @@ def _budget_cut(candidates: list[CleanupEntry], total: int, max_bytes: int) -> i
     return count
 
 
-def _plan_file(
-    dir_fd: int,
-    name: str,
-    index: ClaimIndex,
-    records: Mapping[str, ArtifactRecord],
-    collected: set[str],
-    now_ns: int,
-    ttl_ns: int,
-) -> CleanupEntry:
+def _plan_file(dir_fd: int, name: str, context: PlanContext) -> CleanupEntry:
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -230,7 +216,7 @@ def _plan_file(
         return CleanupEntry(
             name=name, status=S.RACE_DETECTED, reason="changed while planning", **snap
         )
-    record = records.get(name)
+    record = context.records.get(name)
     source_id = record.source_id if record and record.sha256 == digest else None
     base = CleanupEntry(
         name=name,
@@ -240,7 +226,7 @@ def _plan_file(
         sha256=digest,
         **snap,
     )
-    return verdict(base, is_tmp, index, record, collected, now_ns, ttl_ns)
+    return verdict(base, is_tmp, context)
 
 
 def check_manifest(manifest: Manifest) -> None:

@@ -13,15 +13,15 @@ object is never deleted) and drops this host's replica copy.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC
 
 from . import durable
 from ._cleanup_model import (
-    ArtifactCleanupPolicy,
-    ClaimIndex,
+    ApplyContext,
     CleanupEntry,
+    PlanContext,
     S,
     claimed_since,
     content_changed,
@@ -32,20 +32,15 @@ from .artifact import parse_artifact_filename
 from .backends.store import StoreObject
 from .crashpoints import crash_point
 from .errors import ArtifactStoreError
-from .manifest import Manifest, ManifestConflict
+from .manifest import ManifestConflict
 from .records import ArtifactRecord, CollectedRecord
-from .session import Session
 
 __all__ = ["apply_object", "store_entries"]
 
 
 def store_entries(
     objects: list[StoreObject],
-    index: ClaimIndex,
-    records: Mapping[str, ArtifactRecord],
-    collected: set[str],
-    now_ns: int,
-    ttl_ns: int,
+    context: PlanContext,
     progress: Callable[[int, int], None] | None,
     stat: Callable[[str], StoreObject | None],
 ) -> Iterator[CleanupEntry]:
@@ -53,7 +48,7 @@ def store_entries(
     for done, obj in enumerate(objects, 1):
         if progress:
             progress(done, len(objects))
-        record = records.get(obj.filename)
+        record = context.records.get(obj.filename)
         base = CleanupEntry(
             name=obj.filename,
             status=S.PLANNED_DELETE,
@@ -64,7 +59,7 @@ def store_entries(
             mtime_ns=obj.mtime_ns,
             version=obj.version,
         )
-        entry = verdict(base, False, index, record, collected, now_ns, ttl_ns)
+        entry = verdict(base, False, context)
         if entry.status is S.PLANNED_DELETE and record is not None:
             # The listing has no digest: judge what apply will check, the stored SHA-256
             # of the current version (one HEAD, only for an object the plan would delete).
@@ -81,25 +76,16 @@ def store_entries(
                         version=head.version,
                         sha256=head.sha256,
                     )
-                    entry = verdict(current, False, index, record, collected, now_ns, ttl_ns)
+                    entry = verdict(current, False, context)
         yield entry
 
 
-def apply_object(
-    session: Session,
-    dir_fd: int,
-    entry: CleanupEntry,
-    index: ClaimIndex,
-    manifest: Manifest,
-    now: datetime,
-    policy: ArtifactCleanupPolicy,
-    records: Mapping[str, str],
-) -> CleanupEntry:
+def apply_object(entry: CleanupEntry, context: ApplyContext) -> CleanupEntry:
     """Delete one version the session's backend holds beyond this directory (an object of
     a store), if every check still holds."""
-    backend = session.backend
-    name = entry.name
-    kept = claimed_since(entry, index, parse_artifact_filename(name) is not None)
+    backend = context.session.backend
+    name, now = entry.name, context.now
+    kept = claimed_since(entry, context.index, parse_artifact_filename(name) is not None)
     if kept is not None:
         return kept
     if entry.version is None or entry.size is None:
@@ -116,11 +102,11 @@ def apply_object(
         return replace(
             entry, status=S.RACE_DETECTED, reason="the object was replaced since planning"
         )
-    recorded = records.get(name)
+    recorded = context.records.get(name)
     kept = recheck_at_apply(
         entry,
         now=now,
-        policy=policy,
+        policy=context.policy,
         mtime_ns=obj.mtime_ns,
         recorded=recorded,
         held=obj.sha256,
@@ -140,7 +126,7 @@ def apply_object(
     # chain where the name's record is still the one checked: a capture on another host
     # that records this object meanwhile keeps it.
     try:
-        manifest.append(
+        context.manifest.append(
             CollectedRecord(
                 filename=name,
                 source_id=entry.source_id,
@@ -165,6 +151,6 @@ def apply_object(
         )
     crash_point("store.deleted")
     with contextlib.suppress(FileNotFoundError):
-        durable.current().unlink(name, dir_fd=dir_fd)  # this host's copy
+        durable.current().unlink(name, dir_fd=context.dir_fd)  # this host's copy
     crash_point("cleanup.unlinked")
     return replace(entry, status=S.DELETED, reason=entry.reason)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import durable
+from ._lines import iter_lines
 from .crashpoints import crash_point
 from .durable import fsync_dir, write_all
 from .errors import ChainLogError
@@ -192,30 +193,21 @@ class ChainLog:
     def _read_from(self, fd: int, size: int) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
         offset = self._offset
-        pending = b""
-        pos = offset
         self._torn = None
-        while pos < size:
+
+        def pread(length: int, at: int) -> bytes:
             try:
-                block = durable.current().pread(fd, min(_READ_BLOCK, size - pos), pos)
+                return durable.current().pread(fd, length, at)
             except OSError as exc:
                 raise self._fail(f"cannot be read ({exc.strerror}); nothing was trusted") from exc
-            if not block:
+
+        for start, line, complete in iter_lines(pread, offset, size, block=_READ_BLOCK):
+            if not complete:
+                if line:
+                    self._torn = (start, len(line))
                 break
-            pos += len(block)
-            data = pending + block if pending else block
-            start = 0
-            while True:
-                end = data.find(b"\n", start)
-                if end < 0:
-                    break
-                line = data[start : end + 1]
-                records.append(self._verify(line, offset))
-                offset += len(line)
-                start = end + 1
-            pending = data[start:]
-        if pending:
-            self._torn = (offset, len(pending))
+            records.append(self._verify(line + b"\n", start))
+            offset = start + len(line) + 1
         self._offset = offset
         return records
 

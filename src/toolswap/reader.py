@@ -17,10 +17,10 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from . import durable
+from ._lines import iter_lines
 from ._threads import start_helper_thread
 from ._window import CONTINUATION_MARKER, clip_line
 from .artifact import ArtifactReference, parse_artifact_source_id
@@ -49,6 +49,7 @@ __all__ = [
 _BLOCK = 1 << 20
 _CHECKPOINT = 1 << 18
 _MAX_PAGE_BYTES = 256 * 1024
+_GIANT_LINE = 4 * _MAX_PAGE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,7 +435,9 @@ class ArtifactReader:
             used = 0
             index = offset
             continue_byte: int | None = None
-            for line_start, raw, complete in self._iter_lines(art, pos):
+            # A giant line stops the walk: nobody reads it whole through the line reader.
+            walk = iter_lines(art.pread, pos, art.info.size, block=_BLOCK, longest=_GIANT_LINE)
+            for line_start, raw, complete in walk:
                 text = raw.decode("utf-8", "replace")
                 pieces = clip_line(text, width)
                 cost = sum(len(p.encode()) + 1 for p in pieces)
@@ -474,32 +477,6 @@ class ArtifactReader:
             )
         finally:
             durable.current().close(art.fd)
-
-    def _iter_lines(self, art: _OpenArtifact, pos: int) -> Iterator[tuple[int, bytes, bool]]:
-        """Yield (start, line without newline, ended with newline) from ``pos`` on."""
-        pending = b""
-        pending_start = pos
-        size = art.info.size
-        while pos < size:
-            block = art.pread(_BLOCK, pos)
-            if not block:
-                break
-            pos += len(block)
-            data = pending + block if pending else block
-            start = 0
-            while True:
-                end = data.find(b"\n", start)
-                if end < 0:
-                    break
-                yield pending_start + start, data[start:end], True
-                start = end + 1
-            pending_start += start
-            pending = data[start:]
-            if len(pending) > 4 * _MAX_PAGE_BYTES:
-                # A giant line: nobody reads it whole through the line reader.
-                yield pending_start, pending, True
-                return
-        yield pending_start, pending, False
 
     def read_artifact(
         self, source: str | ArtifactReference, offset: int = 0, limit: int = 2000

@@ -163,10 +163,22 @@ class _Refused(Exception):
 
 def _field(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
     value = body.get(name)
-    # bool is an int: a count or a sequence number must not be true or false.
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+    if not _is(value, kind):
         raise _Refused(f"field {name!r} is missing or not {_name(kind)}")
     return value
+
+
+def _optional(body: Mapping[str, Any], name: str, kind: type) -> Any:
+    """The field's value, or None when it is absent or null."""
+    value = body.get(name)
+    if value is not None and not _is(value, kind):
+        raise _Refused(f"field {name!r} is not {_name(kind)}")
+    return value
+
+
+def _is(value: object, kind: type | tuple[type, ...]) -> bool:
+    # bool is an int: a count or a sequence number must not be true or false.
+    return isinstance(value, kind) and not (isinstance(value, bool) and bool not in _kinds(kind))
 
 
 def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
@@ -249,12 +261,8 @@ def _decode_artifact(body: Mapping[str, Any], session: str) -> ArtifactRecord:
         not isinstance(argv, list) or not all(isinstance(a, str) for a in argv)
     ):
         raise _Refused("field 'argv' is not a list of strings")
-    exit_code = body.get("exit_code")
-    if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):
-        raise _Refused("field 'exit_code' is not an integer")
-    interrupted = body.get("interrupted")
-    if interrupted is not None and not isinstance(interrupted, str):
-        raise _Refused("field 'interrupted' is not a string")
+    exit_code: int | None = _optional(body, "exit_code", int)
+    interrupted: str | None = _optional(body, "interrupted", str)
     return ArtifactRecord(
         filename=filename,
         source_id=source_id,
@@ -284,9 +292,7 @@ def _decode_collected(body: Mapping[str, Any], session: str) -> CollectedRecord:
             raise _Refused(str(exc)) from None
         if (parsed.session, parsed.filename) != (session, filename):
             raise _Refused("its source ID names another file or session")
-    sha256 = body.get("sha256")
-    if sha256 is not None and not isinstance(sha256, str):
-        raise _Refused("field 'sha256' is not a string")
+    sha256: str | None = _optional(body, "sha256", str)
     return CollectedRecord(
         filename=filename,
         source_id=source_id,

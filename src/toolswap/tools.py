@@ -138,6 +138,18 @@ def _text_page(
     )
 
 
+def _text_reference(reader: ArtifactReader, source_id: str, tool: str) -> ArtifactReference:
+    """The reference of a text artifact; a binary one is refused with the call that reads it."""
+    ref = reader.reference(source_id)
+    if ref.binary:
+        raise ArtifactReadError(
+            f"{ref.source_id} is binary ({ref.media_type}, {human_size(ref.byte_size)}); "
+            f'{tool} reads text artifacts: read it with read_artifact_bytes(source_id="'
+            f'{ref.source_id}", start=0, length=65536)'
+        )
+    return ref
+
+
 def _hint(exc: ToolswapError) -> ToolswapError:
     """The same error, with what a model should do next appended."""
     if isinstance(exc, ArtifactCollectedError):
@@ -218,13 +230,7 @@ class ArtifactTools:
             limit = MAX_LIMIT
 
         def run(reader: ArtifactReader, sid: str) -> str:
-            ref = reader.reference(sid)
-            if ref.binary:
-                raise ArtifactReadError(
-                    f"{ref.source_id} is binary ({ref.media_type}, {human_size(ref.byte_size)}); "
-                    f'read it with read_artifact_bytes(source_id="{ref.source_id}", start=0, '
-                    "length=65536)"
-                )
+            ref = _text_reference(reader, sid, "read_artifact")
             page = reader.read_lines(ref, offset, limit, max_bytes=self.max_output_bytes - 1024)
             lines = list(page.lines)
             if (
@@ -354,12 +360,7 @@ class ArtifactTools:
             timeout = MAX_GREP_TIMEOUT
 
         def run(reader: ArtifactReader, sid: str) -> str:
-            ref = reader.reference(sid)
-            if ref.binary:
-                raise ArtifactReadError(
-                    f"{ref.source_id} is binary ({ref.media_type}); grep reads text artifacts. "
-                    "Use read_artifact_bytes to read it."
-                )
+            ref = _text_reference(reader, sid, "grep_artifact")
             result = reader.grep(
                 ref,
                 pattern,

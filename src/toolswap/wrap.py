@@ -135,10 +135,11 @@ def _as_text(value: Any) -> tuple[str | bytes, str | None] | None:
         return str(value), None
 
 
-def _oversized(
-    value: Any, tool: str, resolve: Callable[[], ToolResultExternalizer]
-) -> tuple[ToolResultExternalizer, str | bytes, str | None] | None:
-    """The externalizer, text and media type of a value over the tool's threshold."""
+def _writer(
+    value: Any, tool: str, resolve: Callable[[], ToolResultExternalizer], summary: str | None
+) -> Callable[[], str] | None:
+    """What saves a value over the tool's threshold and returns its pointer; None for a
+    value that stays inline."""
     rendered = _as_text(value)
     if rendered is None:
         return None
@@ -146,30 +147,26 @@ def _oversized(
     ext = resolve()
     if not ext.should_externalize(text, tool):
         return None
-    return ext, text, media_type
+
+    def write() -> str:
+        return ext.externalize(text, tool, summary=summary, media_type=media_type).context_text
+
+    return write
 
 
 def _shrink_sync(
     value: Any, tool: str, resolve: Callable[[], ToolResultExternalizer], summary: str | None
 ) -> Any:
-    big = _oversized(value, tool, resolve)
-    if big is None:
-        return value
-    ext, text, media_type = big
-    return ext.externalize(text, tool, summary=summary, media_type=media_type).context_text
+    write = _writer(value, tool, resolve, summary)
+    return value if write is None else write()
 
 
 async def _shrink_async(
     value: Any, tool: str, resolve: Callable[[], ToolResultExternalizer], summary: str | None
 ) -> Any:
-    big = _oversized(value, tool, resolve)
-    if big is None:
+    write = _writer(value, tool, resolve, summary)
+    if write is None:
         return value
-    ext, text, media_type = big
-
-    def write() -> str:
-        return ext.externalize(text, tool, summary=summary, media_type=media_type).context_text
-
     try:
         asyncio.get_running_loop()
     except RuntimeError:  # another event loop (trio): write inline

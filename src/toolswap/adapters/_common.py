@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Any
 
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..tools import TOOL_NAMES, artifact_tools
 from ..wrap import default_externalizer
 
-__all__ = ["TOOL_NAMES", "error_text", "read_functions", "resolve"]
+__all__ = ["TOOL_NAMES", "error_text", "raising", "read_functions", "resolve"]
 
 
 def resolve(externalizer: ToolResultExternalizer | None) -> ToolResultExternalizer:
@@ -20,6 +22,20 @@ def resolve(externalizer: ToolResultExternalizer | None) -> ToolResultExternaliz
 def read_functions(ext: ToolResultExternalizer) -> list[Callable[..., str]]:
     """``read_artifact``, ``read_artifact_bytes``, ``grep_artifact``, ``list_artifacts``."""
     return artifact_tools(ext)
+
+
+def raising(error: Callable[[str], Exception], func: Callable[..., str]) -> Callable[..., str]:
+    """``func``, raising a toolswap error as the framework's ``error``, whose message is
+    what the model sees."""
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> str:
+        try:
+            return func(*args, **kwargs)
+        except ToolswapError as exc:
+            raise error(f"{type(exc).__name__}: {exc}") from exc
+
+    return call
 
 
 def error_text(error: BaseException) -> str | None:

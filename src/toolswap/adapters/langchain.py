@@ -19,7 +19,6 @@ back as the tool's answer (status ``error``), not as an exception that ends the 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,24 +28,19 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.types import Command
 
-from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..wrap import externalize_result
-from ._common import TOOL_NAMES, read_functions, resolve
+from ._common import TOOL_NAMES, raising, read_functions, resolve
 
 __all__ = ["ToolswapMiddleware", "artifact_langchain_tools"]
 
 
 def _langchain_tool(func: Callable[..., str]) -> BaseTool:
-    @functools.wraps(func)
-    def call(*args: Any, **kwargs: Any) -> str:
-        try:
-            return func(*args, **kwargs)
-        except ToolswapError as exc:
-            raise ToolException(f"{type(exc).__name__}: {exc}") from exc
-
     return StructuredTool.from_function(
-        call, name=func.__name__, parse_docstring=True, handle_tool_error=True
+        raising(ToolException, func),
+        name=func.__name__,
+        parse_docstring=True,
+        handle_tool_error=True,
     )
 
 

@@ -19,8 +19,6 @@ wrong and can call again.
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +26,9 @@ from pydantic_ai import ModelRetry, RunContext
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..wrap import externalize_result
-from ._common import TOOL_NAMES, read_functions, resolve
+from ._common import TOOL_NAMES, raising, read_functions, resolve
 
 __all__ = ["ToolswapToolset", "artifact_toolset"]
 
@@ -65,17 +62,6 @@ class ToolswapToolset(WrapperToolset[Any]):
         return await asyncio.to_thread(externalize_result, result, name, ext)
 
 
-def _retrying(func: Callable[..., str]) -> Callable[..., str]:
-    @functools.wraps(func)
-    def call(*args: Any, **kwargs: Any) -> str:
-        try:
-            return func(*args, **kwargs)
-        except ToolswapError as exc:
-            raise ModelRetry(f"{type(exc).__name__}: {exc}") from exc
-
-    return call
-
-
 def artifact_toolset(
     externalizer: ToolResultExternalizer | None = None,
 ) -> AbstractToolset[Any]:
@@ -84,5 +70,5 @@ def artifact_toolset(
     Args:
         externalizer: the session to read (default: the one ``externalize_tool`` uses).
     """
-    functions = [_retrying(f) for f in read_functions(resolve(externalizer))]
+    functions = [raising(ModelRetry, f) for f in read_functions(resolve(externalizer))]
     return FunctionToolset(functions, max_retries=_READ_RETRIES, docstring_format="google")

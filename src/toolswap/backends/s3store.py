@@ -357,14 +357,23 @@ class S3ArtifactStore:
                         newest = (int(match.group(1)), item["Key"])
         return newest
 
-    def _get_snapshot(self, key: str) -> bytes | None:
+    def _unless_absent(self, request: Callable[..., Any], key: str) -> Any:
+        """The reply to ``request`` (a GET or a HEAD) for ``key``, or None when there is no
+        such object."""
         with _store_errors(f"reading {key}"):
             try:
-                body = self._bodies.get_object(Bucket=self.bucket, Key=key)["Body"]
+                return request(Bucket=self.bucket, Key=key)
             except ClientError as exc:
                 if _absent(exc):
                     return None
                 raise
+
+    def _get_snapshot(self, key: str) -> bytes | None:
+        reply = self._unless_absent(self._bodies.get_object, key)
+        if reply is None:
+            return None
+        with _store_errors(f"reading {key}"):
+            body = reply["Body"]
             data: bytes = body.read(SNAPSHOT_MAX + 1)
             body.close()
         if len(data) > SNAPSHOT_MAX:
@@ -443,15 +452,10 @@ class S3ArtifactStore:
             ArtifactNotFoundError: no such object.
         """
         key = self.key(workspace, session, filename)
+        reply = self._unless_absent(self._bodies.get_object, key)
+        if reply is None:
+            raise ArtifactNotFoundError(f"{filename} is not in {self.url} (session {session!r})")
         with _store_errors(f"reading {key}"):
-            try:
-                reply = self._bodies.get_object(Bucket=self.bucket, Key=key)
-            except ClientError as exc:
-                if _absent(exc):
-                    raise ArtifactNotFoundError(
-                        f"{filename} is not in {self.url} (session {session!r})"
-                    ) from None
-                raise
             body = reply["Body"]
             try:
                 for block in iter(lambda: body.read(1 << 20), b""):
@@ -479,15 +483,10 @@ class S3ArtifactStore:
 
     def stat_artifact(self, workspace: str, session: str, filename: str) -> StoreObject | None:
         """The current version of ``filename`` with its stored SHA-256 (None: absent)."""
-        key = self.key(workspace, session, filename)
-        with _store_errors(f"reading {key}"):
-            try:
-                reply = self._control.head_object(Bucket=self.bucket, Key=key)
-            except ClientError as exc:
-                if _absent(exc):
-                    return None
-                raise
-        return _object(filename, reply)
+        reply = self._unless_absent(
+            self._control.head_object, self.key(workspace, session, filename)
+        )
+        return None if reply is None else _object(filename, reply)
 
     def delete_artifact(self, workspace: str, session: str, obj: StoreObject) -> bool:
         """Delete exactly the version ``obj`` names (If-Match: its ETag)."""

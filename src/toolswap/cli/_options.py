@@ -6,6 +6,7 @@ Each is declared once here; a command takes them with one decorator.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,61 +15,129 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from ..externalizer import ToolResultExternalizer
 from ..retention import DEFAULT_OWNER_FILENAME, SessionRetention, open_retention
 from ..retention.session_retention import DATABASE_SCHEMA_ENV, DATABASE_URL_ENV, DEFAULT_SCHEMA
 from ..session import Session
+from ._common import open_externalizer, resolve_session, session_for_source
 
 F = TypeVar("F", bound=Callable[..., Any])
+Command = Callable[..., None]
+Decorator = Callable[[Command], Command]
 
 __all__ = [
     "BackendOptions",
+    "SessionOptions",
+    "SourceOptions",
     "backend_options",
+    "bundled",
     "json_option",
     "session_options",
     "source_options",
 ]
 
 
-def session_options(func: F) -> F:
-    """``--session``, ``--workspace`` and ``--session-dir``."""
-    func = click.option(
-        "--session-dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help="Use this session directory directly (overrides --session/--workspace).",
-    )(func)
-    func = click.option(
-        "--workspace",
-        envvar="TOOLSWAP_WORKSPACE",
-        default=None,
-        help="Workspace name under $TOOLSWAP_HOME/projects (default: derived from the cwd).",
-    )(func)
-    func = click.option(
+def bundled(name: str, build: Callable[..., object], *options: Decorator) -> Decorator:
+    """Click options whose values reach the command as one value, ``name=build(...)``.
+
+    Args:
+        name: the command's parameter that receives the value.
+        build: makes the value; its parameters are the options' names.
+        options: the options, in the order ``--help`` lists them.
+    """
+    keys = tuple(inspect.signature(build).parameters)
+
+    def decorate(func: Command) -> Command:
+        @functools.wraps(func)
+        def command(*args: Any, **kwargs: Any) -> None:
+            values = {key: kwargs.pop(key) for key in keys}
+            func(*args, **{name: build(**values)}, **kwargs)
+
+        decorated: Command = command
+        for option in reversed(options):
+            decorated = option(decorated)
+        return decorated
+
+    return decorate
+
+
+def _place_options(*, workspace: str, session_dir: str) -> tuple[Decorator, Decorator]:
+    """``--workspace`` and ``--session-dir``, with the help each command family gives them."""
+    return (
+        click.option("--workspace", envvar="TOOLSWAP_WORKSPACE", default=None, help=workspace),
+        click.option(
+            "--session-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help=session_dir,
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    """``--session``, ``--workspace`` and ``--session-dir`` as one value."""
+
+    session_id: str
+    workspace: str | None = None
+    session_dir: Path | None = None
+    """Overrides the session ID and the workspace."""
+
+    def session(self, *, create: bool = False) -> Session:
+        """The session they name."""
+        return resolve_session(self.session_id, self.workspace, self.session_dir, create=create)
+
+    def externalizer(
+        self, *, create: bool = True, read_hint: str = "cli"
+    ) -> ToolResultExternalizer:
+        """An externalizer of the session they name (created unless ``create=False``)."""
+        return open_externalizer(
+            self.session_id, self.workspace, self.session_dir, create=create, read_hint=read_hint
+        )
+
+
+session_options = bundled(
+    "where",
+    SessionOptions,
+    click.option(
         "--session",
         "session_id",
         envvar="TOOLSWAP_SESSION",
         default="default",
         show_default=True,
         help="Session ID ($TOOLSWAP_SESSION).",
-    )(func)
-    return func
+    ),
+    *_place_options(
+        workspace="Workspace name under $TOOLSWAP_HOME/projects (default: derived from the cwd).",
+        session_dir="Use this session directory directly (overrides --session/--workspace).",
+    ),
+)
+"""``--session``, ``--workspace`` and ``--session-dir``, passed as ``where``
+(:class:`SessionOptions`)."""
 
 
-def source_options(func: F) -> F:
-    """``--workspace`` and ``--session-dir`` for commands that take a source ID."""
-    func = click.option(
-        "--session-dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help="Session directory (default: found from the source ID).",
-    )(func)
-    func = click.option(
-        "--workspace",
-        envvar="TOOLSWAP_WORKSPACE",
-        default=None,
-        help="Workspace of the session.",
-    )(func)
-    return func
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """``--workspace`` and ``--session-dir`` of a command that takes a source ID."""
+
+    workspace: str | None = None
+    session_dir: Path | None = None
+
+    def session(self, source_id: str) -> Session:
+        """The session that holds ``source_id`` (see :func:`session_for_source`)."""
+        return session_for_source(source_id, self.workspace, self.session_dir)
+
+
+source_options = bundled(
+    "where",
+    SourceOptions,
+    *_place_options(
+        workspace="Workspace of the session.",
+        session_dir="Session directory (default: found from the source ID).",
+    ),
+)
+"""``--workspace`` and ``--session-dir`` for commands that take a source ID, passed as
+``where`` (:class:`SourceOptions`)."""
 
 
 def json_option(help: str = "Print a JSON object.") -> Callable[[F], F]:
@@ -116,36 +185,31 @@ class BackendOptions:
         )
 
 
-def backend_options(func: Callable[..., None]) -> Callable[..., None]:
-    """``--owner-db``, ``--database-url`` and ``--database-schema``, passed to the command
-    as one ``backend`` (:class:`BackendOptions`)."""
+def _backend(
+    owner_db: Path | None, database_url: str | None, database_schema: str
+) -> BackendOptions:
+    source = click.get_current_context().get_parameter_source("database_schema")
+    given = source is not None and source is not ParameterSource.DEFAULT
+    return BackendOptions(owner_db, database_url, database_schema if given else None)
 
-    @functools.wraps(func)
-    def command(
-        *args: Any,
-        owner_db: Path | None,
-        database_url: str | None,
-        database_schema: str,
-        **kwargs: Any,
-    ) -> None:
-        source = click.get_current_context().get_parameter_source("database_schema")
-        given = source is not None and source is not ParameterSource.DEFAULT
-        backend = BackendOptions(owner_db, database_url, database_schema if given else None)
-        func(*args, backend=backend, **kwargs)
 
-    decorated: Callable[..., None] = click.option(
+backend_options = bundled(
+    "backend",
+    _backend,
+    click.option(
+        "--owner-db",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=_OWNER_HELP,
+    ),
+    click.option("--database-url", envvar=DATABASE_URL_ENV, default=None, help=_DATABASE_HELP),
+    click.option(
         "--database-schema",
         envvar=DATABASE_SCHEMA_ENV,
         default=DEFAULT_SCHEMA,
         show_default=True,
         help=f"Schema of the PostgreSQL tables (env {DATABASE_SCHEMA_ENV}).",
-    )(command)
-    decorated = click.option(
-        "--database-url", envvar=DATABASE_URL_ENV, default=None, help=_DATABASE_HELP
-    )(decorated)
-    return click.option(
-        "--owner-db",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help=_OWNER_HELP,
-    )(decorated)
+    ),
+)
+"""``--owner-db``, ``--database-url`` and ``--database-schema``, passed to the command as
+one ``backend`` (:class:`BackendOptions`)."""

@@ -16,16 +16,9 @@ from ..grep import DEFAULT_TIMEOUT
 from ..pointer import human_size, validate_summary
 from ..reader import CONTINUATION_MARKER, ArtifactReader
 from ..verify import verify_session
-from ._common import (
-    echo_json,
-    handle_errors,
-    is_tty,
-    open_externalizer,
-    resolve_session,
-    session_for_source,
-)
+from ._common import echo_json, handle_errors, is_tty
 from ._group import main
-from ._options import json_option, session_options, source_options
+from ._options import SessionOptions, SourceOptions, json_option, session_options, source_options
 from ._signals import forward_signals, pipe_chunks
 
 __all__: list[str] = []
@@ -91,9 +84,7 @@ def _emit_result(
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
 def run(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
+    where: SessionOptions,
     tool: str,
     summary: str | None,
     as_json: bool,
@@ -106,7 +97,7 @@ def run(
 
     Example: toolswap run -- pytest -v
     """
-    ext = open_externalizer(session_id, workspace, session_dir)
+    ext = where.externalizer()
     # What can be checked before the command runs (and has side effects) is checked now.
     ext.check_ready()
     with forward_signals() as received:
@@ -196,9 +187,7 @@ def _emit_unsaved(exc: ArtifactWriteError, exit_code: int, as_json: bool) -> Non
 @json_option("Print a JSON object instead of text.")
 @handle_errors
 def wrap(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
+    where: SessionOptions,
     tool: str,
     summary: str | None,
     exit_code: int | None,
@@ -208,13 +197,9 @@ def wrap(
 
     Example: some-tool | toolswap wrap --tool some-tool
     """
-    ext = open_externalizer(session_id, workspace, session_dir)
+    ext = where.externalizer()
     result = ext.process(sys.stdin.buffer, tool, summary=summary, exit_code=exit_code)
     _emit_result(result, exit_code, as_json)
-
-
-def _reader_for(source_id: str, workspace: str | None, session_dir: Path | None) -> ArtifactReader:
-    return ArtifactReader(session_for_source(source_id, workspace, session_dir))
 
 
 @main.command()
@@ -238,8 +223,7 @@ def read(
     byte_start: int | None,
     byte_length: int,
     numbers: bool,
-    workspace: str | None,
-    session_dir: Path | None,
+    where: SourceOptions,
     as_json: bool,
 ) -> None:
     """Read lines (or bytes) of an artifact, verified against its SHA-256.
@@ -248,7 +232,7 @@ def read(
     stderr give 1-based line numbers. A line longer than --width is split into pieces; a
     line longer than a page ends with the --byte-start that reads on from there.
     """
-    reader = _reader_for(source_id, workspace, session_dir)
+    reader = ArtifactReader(where.session(source_id))
     if byte_start is not None:
         chunk = reader.read_bytes(source_id, byte_start, byte_length)
         ref = reader.reference(source_id)
@@ -321,8 +305,7 @@ def grep(
     fixed_strings: bool,
     timeout: float,
     width: int,
-    workspace: str | None,
-    session_dir: Path | None,
+    where: SourceOptions,
     as_json: bool,
 ) -> None:
     """Search an artifact for PATTERN; print matching lines with their 1-based numbers.
@@ -332,7 +315,7 @@ def grep(
     window around the match that starts at the byte given by ⟨from byte N⟩ (read more
     with `toolswap read ID --byte-start N`).
     """
-    reader = _reader_for(source_id, workspace, session_dir)
+    reader = ArtifactReader(where.session(source_id))
     result = reader.grep(
         source_id,
         pattern,
@@ -358,9 +341,9 @@ def grep(
 @session_options
 @json_option("Print a JSON array.")
 @handle_errors
-def ls_(session_id: str, workspace: str | None, session_dir: Path | None, as_json: bool) -> None:
+def ls_(where: SessionOptions, as_json: bool) -> None:
     """List the session's artifacts."""
-    ext = open_externalizer(session_id, workspace, session_dir, create=False)
+    ext = where.externalizer(create=False)
     artifacts = ext.list_artifacts()
     if as_json:
         echo_json([a.to_dict() for a in artifacts])
@@ -393,9 +376,9 @@ def ls_(session_id: str, workspace: str | None, session_dir: Path | None, as_jso
 @source_options
 @json_option()
 @handle_errors
-def show(source_id: str, workspace: str | None, session_dir: Path | None, as_json: bool) -> None:
+def show(source_id: str, where: SourceOptions, as_json: bool) -> None:
     """Show an artifact's record and its memory reference (no body)."""
-    reader = _reader_for(source_id, workspace, session_dir)
+    reader = ArtifactReader(where.session(source_id))
     ref = reader.reference(source_id)
     data = {"artifact": ref.to_dict(), "memory_reference": ref.for_memory().to_dict()}
     if as_json:
@@ -410,15 +393,9 @@ def show(source_id: str, workspace: str | None, session_dir: Path | None, as_jso
 @json_option("Print a JSON array of findings.")
 @click.option("--all", "show_all", is_flag=True, help="Also list artifacts that are fine.")
 @handle_errors
-def verify(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
-    as_json: bool,
-    show_all: bool,
-) -> None:
+def verify(where: SessionOptions, as_json: bool, show_all: bool) -> None:
     """Check every artifact against its manifest record; exit 1 on any problem."""
-    session = resolve_session(session_id, workspace, session_dir, create=False)
+    session = where.session()
     progress = None
     bar = None
     if is_tty() and not as_json:

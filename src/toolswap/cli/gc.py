@@ -10,7 +10,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,16 @@ from ..pointer import human_size
 from ..session import Session, toolswap_home, workspace_slug
 from ..settings import parse_duration, parse_size
 from ..workspaces import session_dirs
-from ._common import echo_json, handle_errors, is_tty, resolve_session
+from ._common import echo_json, handle_errors, is_tty
 from ._group import main
-from ._options import BackendOptions, backend_options, json_option, session_options
+from ._options import (
+    BackendOptions,
+    SessionOptions,
+    backend_options,
+    bundled,
+    json_option,
+    session_options,
+)
 
 __all__: list[str] = []
 
@@ -141,33 +148,62 @@ def _print_plan(workspace: str, plan: ArtifactCleanupPlan, verbose: bool) -> Non
             click.echo(f"  {entry.status.value:<20} {entry.name}  {entry.reason}")
 
 
-def _policy(ttl: str, max_deletions: int | None, max_bytes: str | None) -> ArtifactCleanupPolicy:
-    try:
-        ttl_seconds = parse_duration(ttl)
-    except ConfigurationError as exc:
-        raise click.BadParameter(str(exc), param_hint="--ttl") from None
-    try:
-        budget = parse_size(max_bytes) if max_bytes else None
-    except ConfigurationError as exc:
-        raise click.BadParameter(str(exc), param_hint="--max-bytes") from None
-    return ArtifactCleanupPolicy(
-        orphan_ttl_seconds=ttl_seconds,
-        max_deletions=max_deletions,
-        dry_run=True,
-        max_bytes=budget,
-    )
+@dataclass(frozen=True, slots=True)
+class _PlanOptions:
+    """``--ttl``, ``--max-deletions``, ``--max-bytes`` and ``--all-sessions`` as one value."""
+
+    ttl: str
+    max_deletions: int | None
+    max_bytes: str | None
+    all_sessions: bool
+
+    def policy(self) -> ArtifactCleanupPolicy:
+        """The dry-run policy they ask for (bad values are usage errors)."""
+        try:
+            ttl_seconds = parse_duration(self.ttl)
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint="--ttl") from None
+        try:
+            budget = parse_size(self.max_bytes) if self.max_bytes else None
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint="--max-bytes") from None
+        return ArtifactCleanupPolicy(
+            orphan_ttl_seconds=ttl_seconds,
+            max_deletions=self.max_deletions,
+            dry_run=True,
+            max_bytes=budget,
+        )
+
+
+def _plan_options(func: Callable[..., None]) -> Callable[..., None]:
+    """The retention backend and what to plan, passed as ``backend`` and ``scope``."""
+    scoped = bundled(
+        "scope",
+        _PlanOptions,
+        click.option(
+            "--ttl", default="24h", show_default=True, help="Orphan TTL (90s, 30m, 24h, 7d)."
+        ),
+        click.option("--max-deletions", type=int, default=None, help="Delete at most N files."),
+        click.option(
+            "--max-bytes", default=None, help="Size budget (500M, 2G): delete only to get under it."
+        ),
+        click.option(
+            "--all-sessions",
+            is_flag=True,
+            help="Every session under $TOOLSWAP_HOME (budget shared).",
+        ),
+    )(func)
+    return backend_options(scoped)
 
 
 def _make_plans(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
-    all_sessions: bool,
+    where: SessionOptions,
+    scope: _PlanOptions,
     policy: ArtifactCleanupPolicy,
     show_progress: bool,
     backend: BackendOptions,
 ) -> list[tuple[str, ArtifactCleanupPlan]]:
-    if all_sessions:
+    if scope.all_sessions:
         unlimited = replace(policy, max_deletions=None, max_bytes=None)
         planned: list[tuple[str, ArtifactCleanupPlan]] = []
         with _progress("planning", show_progress) as progress:
@@ -178,28 +214,12 @@ def _make_plans(
                     _skip(f"{ws}/{session.session_id}", exc)
         limited = limit_plans([plan for _, plan in planned], policy)
         return [(ws, plan) for (ws, _), plan in zip(planned, limited, strict=True)]
-    session = resolve_session(session_id, workspace, session_dir, create=False)
-    ws = workspace or (session_dir.parent.name if session_dir else workspace_slug())
+    session = where.session()
+    ws = where.workspace or (
+        where.session_dir.parent.name if where.session_dir else workspace_slug()
+    )
     with _progress("planning", show_progress) as progress:
         return [(ws, _plan_session(session, policy, progress, backend))]
-
-
-_PLAN_OPTIONS = [
-    click.option("--ttl", default="24h", show_default=True, help="Orphan TTL (90s, 30m, 24h, 7d)."),
-    click.option("--max-deletions", type=int, default=None, help="Delete at most N files."),
-    click.option(
-        "--max-bytes", default=None, help="Size budget (500M, 2G): delete only to get under it."
-    ),
-    click.option(
-        "--all-sessions", is_flag=True, help="Every session under $TOOLSWAP_HOME (budget shared)."
-    ),
-]
-
-
-def _plan_options(func: Any) -> Any:
-    for option in reversed(_PLAN_OPTIONS):
-        func = option(func)
-    return backend_options(func)
 
 
 @main.group()
@@ -221,29 +241,16 @@ def gc() -> None:
 @handle_errors
 @_fails_if_skipped
 def gc_plan(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
-    ttl: str,
-    max_deletions: int | None,
-    max_bytes: str | None,
-    all_sessions: bool,
+    where: SessionOptions,
+    scope: _PlanOptions,
     backend: BackendOptions,
     save: Path | None,
     verbose: bool,
     as_json: bool,
 ) -> None:
     """Show what cleanup would delete and why (reads only; hashes every candidate)."""
-    policy = _policy(ttl, max_deletions, max_bytes)
-    plans = _make_plans(
-        session_id,
-        workspace,
-        session_dir,
-        all_sessions,
-        policy,
-        not as_json,
-        backend,
-    )
+    policy = scope.policy()
+    plans = _make_plans(where, scope, policy, not as_json, backend)
     document = {
         "kind": "toolswap.cleanup_plans",
         "plans": [{"workspace": ws, "plan": plan.to_dict()} for ws, plan in plans],
@@ -319,13 +326,8 @@ def _load_plans(path: Path) -> list[tuple[str, ArtifactCleanupPlan]]:
 @handle_errors
 @_fails_if_skipped
 def gc_apply(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
-    ttl: str,
-    max_deletions: int | None,
-    max_bytes: str | None,
-    all_sessions: bool,
+    where: SessionOptions,
+    scope: _PlanOptions,
     backend: BackendOptions,
     plan_file: Path | None,
     yes: bool,
@@ -339,19 +341,11 @@ def gc_apply(
     saved plan's policy and this command's --ttl/--max-deletions/--max-bytes.
     """
     # The policy in force now: a saved plan's entries and policy only narrow it.
-    policy = replace(_policy(ttl, max_deletions, max_bytes), dry_run=False)
+    policy = replace(scope.policy(), dry_run=False)
     if plan_file is not None:
         plans = _load_plans(plan_file)
     else:
-        plans = _make_plans(
-            session_id,
-            workspace,
-            session_dir,
-            all_sessions,
-            policy,
-            not as_json,
-            backend,
-        )
+        plans = _make_plans(where, scope, policy, not as_json, backend)
         if not as_json:
             for ws, plan in plans:
                 _print_plan(ws, plan, False)
@@ -376,10 +370,10 @@ def gc_apply(
     # and the remaining count only.
     left = policy.max_deletions
     for ws, plan in plans:
-        if session_dir is not None:
+        if where.session_dir is not None:
             if len(plans) != 1:
                 raise CleanupError("--session-dir applies to a plan of one session only")
-            session = Session.at(session_dir, create=False)
+            session = Session.at(where.session_dir, create=False)
         else:
             session = Session.open(plan.session_id, workspace=ws, create=False)
         own = replace(plan.policy, dry_run=False)

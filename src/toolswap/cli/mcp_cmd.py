@@ -6,15 +6,14 @@ The SDK is imported inside the commands, so the rest of the CLI works without it
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import click
 
 from ..settings import ToolThreshold, parse_threshold
-from ._common import handle_errors, open_externalizer
+from ._common import handle_errors
 from ._group import main
-from ._options import session_options
+from ._options import SessionOptions, session_options
 
 __all__: list[str] = []
 
@@ -59,7 +58,7 @@ def mcp_group() -> None:
 @mcp_group.command()
 @session_options
 @handle_errors
-def serve(session_id: str, workspace: str | None, session_dir: Path | None) -> None:
+def serve(where: SessionOptions) -> None:
     """Run an MCP server (stdio) with the artifact read and grep tools.
 
     Example MCP host entry: {"command": "toolswap", "args": ["mcp", "serve"]}
@@ -67,7 +66,7 @@ def serve(session_id: str, workspace: str | None, session_dir: Path | None) -> N
     toolswap_mcp = _import_mcp()
     import anyio
 
-    ext = open_externalizer(session_id, workspace, session_dir, read_hint="mcp")
+    ext = where.externalizer(read_hint="mcp")
     anyio.run(toolswap_mcp.run_server, ext)
 
 
@@ -99,9 +98,7 @@ def serve(session_id: str, workspace: str | None, session_dir: Path | None) -> N
 @click.argument("upstream", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
 def proxy(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
+    where: SessionOptions,
     threshold: ToolThreshold | None,
     resource_threshold: ToolThreshold | None,
     upstream: tuple[str, ...],
@@ -119,7 +116,7 @@ def proxy(
     toolswap_mcp = _import_mcp()
     import anyio
 
-    ext = open_externalizer(session_id, workspace, session_dir, read_hint="mcp")
+    ext = where.externalizer(read_hint="mcp")
     status = anyio.run(
         lambda: toolswap_mcp.run_proxy(
             list(upstream), ext, threshold=threshold, resource_threshold=resource_threshold

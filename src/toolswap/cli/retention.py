@@ -9,14 +9,19 @@ own, as the session recorded.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from ..retention import ArtifactReconcileStatus
-from ._common import echo_json, handle_errors, resolve_session
+from ._common import echo_json, handle_errors
 from ._group import main
-from ._options import BackendOptions, backend_options, json_option, session_options
+from ._options import (
+    BackendOptions,
+    SessionOptions,
+    backend_options,
+    json_option,
+    session_options,
+)
 
 __all__: list[str] = []
 
@@ -32,9 +37,7 @@ def _deadline(value: object) -> str:
 @json_option()
 @handle_errors
 def leases(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
+    where: SessionOptions,
     backend: BackendOptions,
     show_all: bool,
     as_json: bool,
@@ -46,7 +49,7 @@ def leases(
     A pending (PREPARED) transaction protects its artifact with no deadline until
     `toolswap reconcile` settles it. Exits 1 if the journal cannot be trusted.
     """
-    session = resolve_session(session_id, workspace, session_dir, create=False)
+    session = where.session()
     journal = backend.open(session).journal
     view = journal.recover()
     transactions = journal.transactions() if show_all else []
@@ -79,9 +82,7 @@ def leases(
 @json_option("Print a JSON array of reports.")
 @handle_errors
 def reconcile(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
+    where: SessionOptions,
     backend: BackendOptions,
     as_json: bool,
 ) -> None:
@@ -94,7 +95,7 @@ def reconcile(
     protecting its artifact. Reports carry the transaction ID, status, reason and
     generation only. Exits 0 when every lease settled, 3 when some stay pending.
     """
-    session = resolve_session(session_id, workspace, session_dir, create=False)
+    session = where.session()
     retention = backend.open(session, require_owner=True)
     assert retention.owner is not None
     reports = retention.journal.reconcile_pending(retention.owner)
@@ -130,9 +131,7 @@ def journal() -> None:
 @json_option()
 @handle_errors
 def journal_verify(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
+    where: SessionOptions,
     backend: BackendOptions,
     as_json: bool,
 ) -> None:
@@ -142,7 +141,7 @@ def journal_verify(
     without its newline (a torn append) is reported and ignored; any other defect, or a
     journal behind the head the memory owner acknowledged, exits 1.
     """
-    session = resolve_session(session_id, workspace, session_dir, create=False)
+    session = where.session()
     journal = backend.open(session).journal
     summary = journal.verify()
     if as_json:
@@ -165,9 +164,7 @@ def journal_verify(
 @json_option()
 @handle_errors
 def journal_checkpoint(
-    session_id: str,
-    workspace: str | None,
-    session_dir: Path | None,
+    where: SessionOptions,
     backend: BackendOptions,
     as_json: bool,
 ) -> None:
@@ -177,7 +174,7 @@ def journal_checkpoint(
     also writes one every 10,000 records). A damaged or foreign checkpoint is ignored; one
     that names records the journal lost makes every command fail closed.
     """
-    session = resolve_session(session_id, workspace, session_dir, create=False)
+    session = where.session()
     journal = backend.open(session).journal
     head = journal.checkpoint()
     if as_json:

@@ -70,11 +70,11 @@ from .rewrite import ResultRewriter
 from .server import create_server
 from .transport import (
     READ_CHUNK,
-    LineSplitter,
     StdFd,
     describe_exit,
     dumps_frame,
     loads_frame,
+    pump_frames,
     say,
     start_upstream,
     stop_upstream,
@@ -232,17 +232,8 @@ class McpProxy:
 
     async def _pump_client(self, stdin: StdFd) -> None:
         """Host -> upstream, until the host closes our stdin."""
-        splitter = LineSplitter()
         try:
-            while True:
-                chunk = await stdin.read()
-                if not chunk:
-                    break
-                for line in splitter.feed(chunk):
-                    await self._from_client(line)
-            rest = splitter.rest()
-            if rest.strip():
-                await self._from_client(rest + b"\n")
+            await pump_frames(stdin.read, self._from_client)
         except OSError as exc:
             say(f"reading from the MCP host failed: {exc}")
         self._client_closed = True
@@ -254,18 +245,16 @@ class McpProxy:
         """Upstream -> host, until the upstream closes its stdout."""
         proc = self._proc
         assert proc is not None and proc.stdout is not None
-        splitter = LineSplitter()
+        stdout = proc.stdout
+
+        async def receive() -> bytes:
+            try:
+                return await stdout.receive(READ_CHUNK)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return b""
+
         try:
-            while True:
-                try:
-                    chunk = await proc.stdout.receive(READ_CHUNK)
-                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    break
-                for line in splitter.feed(chunk):
-                    await self._from_upstream(line)
-            rest = splitter.rest()
-            if rest.strip():
-                await self._from_upstream(rest + b"\n")
+            await pump_frames(receive, self._from_upstream)
         finally:
             self._upstream_done = True
 

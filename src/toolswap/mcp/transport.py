@@ -11,7 +11,7 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -27,6 +27,7 @@ __all__ = [
     "dumps_frame",
     "host_environment",
     "loads_frame",
+    "pump_frames",
     "say",
     "start_upstream",
     "stop_upstream",
@@ -113,6 +114,20 @@ class LineSplitter:
         rest = b"".join(self._parts)
         self._parts = []
         return rest
+
+
+async def pump_frames(
+    read: Callable[[], Awaitable[bytes]], handle: Callable[[bytes], Awaitable[None]]
+) -> None:
+    """Hand each frame of what ``read`` gives to ``handle`` until ``read`` gives nothing;
+    an unterminated last frame gets its newline (one of white space only is dropped)."""
+    splitter = LineSplitter()
+    while chunk := await read():
+        for line in splitter.feed(chunk):
+            await handle(line)
+    rest = splitter.rest()
+    if rest.strip():
+        await handle(rest + b"\n")
 
 
 class StdFd:

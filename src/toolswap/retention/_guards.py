@@ -53,16 +53,31 @@ class LossGuard:
         """Refuse a journal ending at ``seq`` that lacks the head its owner acknowledged."""
         if head is None or head.seq <= 0:
             return
-        if head.seq > seq:
+        self._check_witness(
+            seq,
+            head,
+            held="the memory owner acknowledged",
+            behind=(
+                f"is behind its memory owner: the owner acknowledged record {head.seq} but "
+                f"the journal ends at record {seq}, so records were lost (truncated, or "
+                "restored from an older copy)"
+            ),
+        )
+
+    def _check_witness(
+        self, seq: int, witness: JournalHead | JournalAnchor, *, held: str, behind: str
+    ) -> None:
+        """Refuse a journal ending at ``seq`` without the record a witness holds.
+
+        Args:
+            held: how the witness came to hold its record, for the message.
+            behind: what the journal is when it ends before the witness's record.
+        """
+        if witness.seq > seq:
+            raise self._fail(behind)
+        if self._fold.hash_at(witness.seq) != witness.hash:
             raise self._fail(
-                f"is behind its memory owner: the owner acknowledged record {head.seq} but the "
-                f"journal ends at record {seq}, so records were lost (truncated, or restored "
-                "from an older copy)"
-            )
-        if self._fold.hash_at(head.seq) != head.hash:
-            raise self._fail(
-                f"record {head.seq} is not the record the memory owner acknowledged (the "
-                "journal was rewritten)"
+                f"record {witness.seq} is not the record {held} (the journal was rewritten)"
             )
 
     def read_anchor(self) -> JournalAnchor | None:
@@ -92,16 +107,15 @@ class LossGuard:
             )
         if anchor is None:
             return
-        if seq < anchor.seq:
-            raise self._fail(
+        self._check_witness(
+            seq,
+            anchor,
+            held="the session manifest anchored",
+            behind=(
                 f"ends at record {seq} but the session manifest anchored record {anchor.seq}: "
                 "the journal was deleted, emptied or restored from an older copy"
-            )
-        if self._fold.hash_at(anchor.seq) != anchor.hash:
-            raise self._fail(
-                f"record {anchor.seq} is not the record the session manifest anchored (the "
-                "journal was rewritten)"
-            )
+            ),
+        )
         if seen is not None and seen.owner_seq > (head.seq if head is not None else 0):
             known = "no memory owner is bound" if head is None else f"it knows {head.seq}"
             raise self._fail(

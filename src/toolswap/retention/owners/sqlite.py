@@ -49,38 +49,21 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ... import durable
-from ...artifact import ArtifactMemoryReference
 from ...crashpoints import crash_point
 from ...errors import (
     ArtifactFenceStaleError,
-    ArtifactPublicationConflictError,
     ArtifactReferenceOwnerError,
     ArtifactReferenceTombstonedError,
     InvalidArgumentError,
 )
 from ...layout import OWNER_DB_NAME
-from ..lease import ArtifactLeaseTransaction, validate_transaction_id
-from ..owner import (
-    ArtifactObservationState,
-    ArtifactReferenceFence,
-    ArtifactReferenceObservation,
-    ArtifactReferenceOwner,
-    JournalHead,
-)
-from ._shared import (
-    StoredMemoryReference,
-    check_journal_head,
-    check_publication,
-    observe_row,
-    stamp,
-    stored_reference,
-    tombstoned_message,
-)
+from ._shared import StoredMemoryReference, stored_reference, tombstoned_message
+from ._sql import FenceMode, SqlFence, SqlOwner
 
 __all__ = ["DEFAULT_OWNER_FILENAME", "SqliteMemoryOwner", "StoredMemoryReference"]
 
@@ -129,7 +112,7 @@ def _owner_error(action: str, exc: sqlite3.Error) -> ArtifactReferenceOwnerError
     )
 
 
-class SqliteMemoryOwner(ArtifactReferenceOwner):
+class SqliteMemoryOwner(SqlOwner):
     """A memory store of artifact references in SQLite, and the owner side of reconciliation.
 
     Args:
@@ -151,17 +134,14 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
         *,
         create: bool = True,
         busy_timeout: float = 30.0,
-        fence: Literal["immediate", "optimistic"] = "immediate",
+        fence: FenceMode = "immediate",
         now: Callable[[], datetime] | None = None,
     ) -> None:
-        if fence not in ("immediate", "optimistic"):
-            raise InvalidArgumentError("fence must be 'immediate' or 'optimistic'")
+        super().__init__(fence=fence, now=now)
         if not busy_timeout >= 0:
             raise InvalidArgumentError("busy_timeout must be a non-negative number of seconds")
         self.path = Path(path).expanduser().absolute()
         self.busy_timeout = float(busy_timeout)
-        self.fence_mode: Literal["immediate", "optimistic"] = fence
-        self._now = now or (lambda: datetime.now(UTC))
         self._check_file(create)
         self._init_schema()
 
@@ -254,6 +234,13 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
                 pass
             conn.close()
 
+    @contextmanager
+    def _write(self, action: str) -> Iterator[sqlite3.Connection]:
+        with self._connection(action) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            conn.execute("COMMIT")
+
     def _init_schema(self, path: Path | None = None) -> None:
         with self._connection("opening the database", path) as conn:
             mode = self._wal(conn)
@@ -299,8 +286,17 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
                     raise
             time.sleep(0.005)
 
-    def _stamp(self) -> str:
-        return stamp(self._now).isoformat()
+    # -- what SQLite does its own way (see toolswap.retention.owners._sql) ---------------
+
+    def _db_time(self, when: datetime) -> str:
+        return when.isoformat()
+
+    def _py_time(self, value: Any) -> datetime:
+        return datetime.fromisoformat(value)
+
+    def _hold(self, conn: sqlite3.Connection, transaction_id: str) -> int:
+        # BEGIN IMMEDIATE already holds the whole database: reading is enough.
+        return self._generation(conn, transaction_id)
 
     @staticmethod
     def _generation(conn: sqlite3.Connection, transaction_id: str) -> int:
@@ -309,9 +305,7 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
         ).fetchone()
         return int(row[0]) if row else 0
 
-    @staticmethod
-    def _advance(conn: sqlite3.Connection, transaction_id: str, expected: int) -> int:
-        """Compare-and-swap the generation from ``expected`` to ``expected + 1``."""
+    def _advance(self, conn: sqlite3.Connection, transaction_id: str, expected: int) -> int:
         if expected == 0:
             cur = conn.execute(
                 "INSERT OR IGNORE INTO generations (transaction_id, generation) VALUES (?, 1)",
@@ -328,96 +322,21 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
             )
         return expected + 1
 
-    @staticmethod
-    def _tombstoned(conn: sqlite3.Connection, transaction_id: str) -> bool:
-        row = conn.execute(
-            "SELECT 1 FROM tombstones WHERE transaction_id = ?", (transaction_id,)
-        ).fetchone()
-        return row is not None
+    @contextmanager
+    def _refusing_tombstoned(self, conn: sqlite3.Connection, transaction_id: str) -> Iterator[None]:
+        if self._tombstoned(conn, transaction_id):
+            raise ArtifactReferenceTombstonedError(tombstoned_message(transaction_id))
+        yield
 
-    # -- memory operations -----------------------------------------------------------
-
-    def publish(
-        self, transaction_id: str, memory_reference: ArtifactMemoryReference
-    ) -> StoredMemoryReference:
-        """Store ``memory_reference`` under ``transaction_id`` (durable when this returns).
-
-        Publishing the same reference again under the same ID returns the stored record.
-
-        Raises:
-            ArtifactPublicationRejected: the ID or the reference is malformed; checked
-                before any write, so nothing was or will be written.
-            ArtifactReferenceTombstonedError: the ID is sealed; nothing was written.
-            ArtifactPublicationConflictError: the ID holds a different reference.
-            ArtifactReferenceOwnerError: the database failed; the write may or may not have
-                committed (reconcile to find out).
-        """
-        publication = check_publication(transaction_id, memory_reference)
-        checked, session, body = publication.reference, publication.session, publication.body
-        with self._connection("publish") as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            if self._tombstoned(conn, transaction_id):
-                raise ArtifactReferenceTombstonedError(tombstoned_message(transaction_id))
-            row = conn.execute(
-                "SELECT reference, published_at FROM memory_references WHERE transaction_id = ?",
-                (transaction_id,),
-            ).fetchone()
-            generation = self._generation(conn, transaction_id)
-            if row is not None:
-                if row[0] != body:
-                    raise ArtifactPublicationConflictError(
-                        f"publication ID {transaction_id!r} already holds a different reference"
-                    )
-                conn.execute("COMMIT")
-                return StoredMemoryReference(
-                    transaction_id, checked, datetime.fromisoformat(row[1]), generation
-                )
-            generation = self._advance(conn, transaction_id, generation)
-            published_at = self._stamp()
-            conn.execute(
-                "INSERT INTO memory_references (transaction_id, session, source_id, "
-                "content_sha256, reference, published_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    transaction_id,
-                    session,
-                    checked.source.source_id,
-                    checked.content_sha256,
-                    body,
-                    published_at,
-                ),
-            )
-            crash_point("owner.publishing")
+    @contextmanager
+    def _fence(self, conn: sqlite3.Connection, transaction_id: str) -> Iterator[SqlFence]:
+        conn.execute("BEGIN IMMEDIATE" if self.fence_mode == "immediate" else "BEGIN")
+        observation = self._observe(conn, transaction_id, self._hold(conn, transaction_id))
+        if self.fence_mode == "optimistic":
             conn.execute("COMMIT")
-        crash_point("owner.published")
-        return StoredMemoryReference(
-            transaction_id, checked, datetime.fromisoformat(published_at), generation
-        )
+        yield _SqliteFence(self, conn, transaction_id, observation)
 
-    def remove(self, transaction_id: str) -> bool:
-        """Delete the reference and tombstone its ID (idempotent; durable on return).
-
-        Returns:
-            True if a reference was deleted, False if there was none.
-        """
-        validate_transaction_id(transaction_id)
-        with self._connection("remove") as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            deleted = conn.execute(
-                "DELETE FROM memory_references WHERE transaction_id = ?", (transaction_id,)
-            ).rowcount
-            if deleted == 0 and self._tombstoned(conn, transaction_id):
-                conn.execute("ROLLBACK")
-                return False
-            generation = self._advance(conn, transaction_id, self._generation(conn, transaction_id))
-            conn.execute(
-                "INSERT OR IGNORE INTO tombstones (transaction_id, generation, reason, sealed_at) "
-                "VALUES (?, ?, 'removed', ?)",
-                (transaction_id, generation, self._stamp()),
-            )
-            crash_point("owner.removing")
-            conn.execute("COMMIT")
-        crash_point("owner.removed")
-        return deleted > 0
+    # -- reads -----------------------------------------------------------------------
 
     def get(self, transaction_id: str) -> StoredMemoryReference | None:
         """The reference stored under ``transaction_id``, or None."""
@@ -430,7 +349,7 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
             generation = self._generation(conn, transaction_id)
         if row is None:
             return None
-        return self._stored(transaction_id, row[0], row[1], generation)
+        return stored_reference(transaction_id, row[0], self._py_time(row[1]), generation)
 
     def list_references(
         self, *, session: str | None = None, source_id: str | None = None
@@ -453,113 +372,16 @@ class SqliteMemoryOwner(ArtifactReferenceOwner):
         query += " ORDER BY m.published_at, m.transaction_id"
         with self._connection("list") as conn:
             rows = conn.execute(query, args).fetchall()
-        return [self._stored(r[0], r[1], r[2], int(r[3])) for r in rows]
-
-    def is_tombstoned(self, transaction_id: str) -> bool:
-        """True when publishing under ``transaction_id`` is refused forever."""
-        with self._connection("read") as conn:
-            return self._tombstoned(conn, transaction_id)
-
-    def _stored(
-        self, transaction_id: str, body: str, published_at: str, generation: int
-    ) -> StoredMemoryReference:
-        return stored_reference(
-            transaction_id, body, datetime.fromisoformat(published_at), generation
-        )
-
-    # -- reconciliation --------------------------------------------------------------
-
-    @staticmethod
-    def _observe(conn: sqlite3.Connection, transaction_id: str) -> ArtifactReferenceObservation:
-        generation = SqliteMemoryOwner._generation(conn, transaction_id)
-        row = conn.execute(
-            "SELECT source_id, content_sha256, reference FROM memory_references "
-            "WHERE transaction_id = ?",
-            (transaction_id,),
-        ).fetchone()
-        sealed = SqliteMemoryOwner._tombstoned(conn, transaction_id)
-        return observe_row(generation, row, sealed)
-
-    @contextmanager
-    def inspect_fenced(
-        self, transaction: ArtifactLeaseTransaction
-    ) -> Iterator[ArtifactReferenceFence]:
-        """Observe ``transaction.transaction_id`` inside a fence (see the module docstring).
-
-        Raises:
-            ArtifactReferenceOwnerError: the fence could not be taken within the busy
-                timeout, or the database failed.
-        """
-        tx = validate_transaction_id(transaction.transaction_id)
-        with self._connection("fence") as conn:
-            conn.execute("BEGIN IMMEDIATE" if self.fence_mode == "immediate" else "BEGIN")
-            observation = self._observe(conn, tx)
-            if self.fence_mode == "optimistic":
-                conn.execute("COMMIT")
-            yield _SqliteFence(self, conn, tx, observation)
-
-    # -- journal heads ---------------------------------------------------------------
-
-    def journal_head(self, journal_key: str) -> JournalHead | None:
-        with self._connection("read journal head") as conn:
-            row = conn.execute(
-                "SELECT seq, hash FROM journal_heads WHERE journal_key = ?", (journal_key,)
-            ).fetchone()
-        return JournalHead(int(row[0]), str(row[1])) if row else None
-
-    def acknowledge_journal_head(self, journal_key: str, head: JournalHead) -> None:
-        check_journal_head(head)
-        with self._connection("acknowledge journal head") as conn:
-            conn.execute(
-                "INSERT INTO journal_heads (journal_key, seq, hash, acknowledged_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (journal_key) DO UPDATE SET "
-                "seq = excluded.seq, hash = excluded.hash, "
-                "acknowledged_at = excluded.acknowledged_at "
-                "WHERE excluded.seq > journal_heads.seq",
-                (journal_key, head.seq, head.hash, self._stamp()),
-            )
+        return [stored_reference(r[0], r[1], self._py_time(r[2]), int(r[3])) for r in rows]
 
 
-class _SqliteFence(ArtifactReferenceFence):
-    def __init__(
-        self,
-        owner: SqliteMemoryOwner,
-        conn: sqlite3.Connection,
-        transaction_id: str,
-        observation: ArtifactReferenceObservation,
-    ) -> None:
-        self._owner = owner
-        self._conn = conn
-        self._tx = transaction_id
-        self._observation = observation
-        self._sealed: ArtifactReferenceObservation | None = None
-
-    @property
-    def observation(self) -> ArtifactReferenceObservation:
-        return self._observation
-
-    def seal_absent(self) -> ArtifactReferenceObservation:
-        obs = self._observation
-        if self._sealed is not None:
-            return self._sealed
-        if obs.state is not ArtifactObservationState.ABSENT or obs.sealed:
-            raise ArtifactReferenceOwnerError("only an unsealed absence can be sealed")
-        conn, tx = self._conn, self._tx
-        expected = obs.generation or 0
+class _SqliteFence(SqlFence):
+    def _seal(self) -> int:
+        conn = self._conn
         try:
             if not conn.in_transaction:
                 conn.execute("BEGIN IMMEDIATE")  # optimistic fence: the CAS decides
-            published = conn.execute(
-                "SELECT 1 FROM memory_references WHERE transaction_id = ?", (tx,)
-            ).fetchone()
-            if published is not None or SqliteMemoryOwner._tombstoned(conn, tx):
-                raise ArtifactFenceStaleError(f"{tx!r} changed since it was observed")
-            generation = SqliteMemoryOwner._advance(conn, tx, expected)
-            conn.execute(
-                "INSERT INTO tombstones (transaction_id, generation, reason, sealed_at) "
-                "VALUES (?, ?, 'absent', ?)",
-                (tx, generation, self._owner._stamp()),
-            )
+            generation = self._tombstone(conn)
             crash_point("owner.tombstoning")
             conn.execute("COMMIT")
         except ArtifactFenceStaleError:
@@ -568,8 +390,4 @@ class _SqliteFence(ArtifactReferenceFence):
             raise
         except sqlite3.Error as exc:
             raise _owner_error("seal", exc) from exc
-        crash_point("owner.tombstoned")
-        self._sealed = ArtifactReferenceObservation(
-            ArtifactObservationState.ABSENT, generation, sealed=True
-        )
-        return self._sealed
+        return generation
