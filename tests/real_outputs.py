@@ -462,3 +462,4 @@ REAL_CASES: tuple[RealCase, ...] = (
         ("ERROR: layer 41 digest mismatch",),
     ),
 )
+HELD_OUT_CASES: tuple[RealCase, ...] = ()

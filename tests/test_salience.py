@@ -165,10 +165,12 @@ def test_timestamps_are_kept_but_not_counted_against_the_line_budget(
     assert len(row) == len("10001: ") + len(stamp) + 240
 
 
-def test_an_output_just_over_the_threshold_is_shown_whole_without_read_more(
+def test_a_failing_output_just_over_the_threshold_is_shown_whole_without_read_more(
     externalizer: ToolResultExternalizer,
 ) -> None:
-    output = "".join(f"line {i:05d} of a build log\n" for i in range(1_200))  # 31,200 bytes
+    lines = [f"line {i:05d} of a build log\n" for i in range(1_200)]
+    lines[600] = "error: line 00600 failed\n"
+    output = "".join(lines)  # 31,200 bytes
     assert len(output) > 30_000
 
     result = externalizer.process(output, "bash")
@@ -177,6 +179,20 @@ def test_an_output_just_over_the_threshold_is_shown_whole_without_read_more(
     assert f"--- full output (1,200 lines) ---\n{output}" in result.context_text
     assert "Read more" not in result.context_text
     assert len(result.context_text.encode()) <= POINTER_MAX
+
+
+def test_an_output_with_nothing_like_a_failure_gets_a_pointer_that_shows_its_shape(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    output = "".join(f"{i}\n" for i in range(1, 100_001))  # seq 1 100000
+
+    text = externalizer.process(output, "bash").context_text
+
+    assert "no line in this output looks like a failure" in text
+    assert "--- head: lines 1-10 ---\n1\n2\n" in text
+    assert "--- tail: lines 99981-100000 ---\n99981\n" in text
+    assert "Size: 575.1 KiB, 100,000 lines." in text
+    assert len(text.encode()) < 2048
 
 
 @pytest.mark.parametrize("size", [30_001, 31_500, 33_000, 40_000, 64_000])

@@ -5,12 +5,13 @@ takes). Lines that share a template are listed once, with how many others are li
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .candidates import Entry
-from .display import SALIENT_LINE_CHARS, WINDOW_BEFORE, display_line
-from .vocabulary import ASCII_LOWER, FIND_WORDS, OVERLAP
+from .display import ANSI_BYTES, SALIENT_LINE_CHARS, TIMESTAMP_BYTES, WINDOW_BEFORE, display_line
+from .vocabulary import ASCII_LOWER, FIND_WORDS, OVERLAP, STEP_MARKER
 
 __all__ = ["Pread", "SalientLine", "resolve"]
 
@@ -18,6 +19,10 @@ _CONTEXT_READ = 4096
 _LONG_LINE_READ = 1 << 20
 _LONG_LINE_MAX = 8 << 20
 _TRACEBACK_READ = 64 << 10
+_OPENER_READ = 8192
+_OPENER_LINES = 40
+# A marker that closes a step: what lies above it belongs to another block.
+_END_MARKER = re.compile(rb"##\[endgroup\]|::endgroup::|travis_fold:end|section_end:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +40,13 @@ class SalientLine:
     """When ``text`` is a window inside a long line: the artifact byte it starts at."""
     similar: int = 0
     """How many other lines share this line's template (they are not listed)."""
+    score: float = 0.0
+    """How strongly the failure line of this line's group reads as the reason of a failure
+    (``vocabulary.score_line``: 4 or more says something failed, under 3 is a warning or a
+    name)."""
+    detail: int = 0
+    """What a short pointer drops first: 0 the failure line, 1 the opening line of its
+    block (or a traceback's last line), 2 the line just before or after it."""
 
 
 Pread = Callable[[int, int], bytes]
@@ -117,12 +129,86 @@ def _traceback_start(pread: Pread, line_offset: int, line_no: int) -> tuple[int,
     return None
 
 
-def resolve(
-    entries: Iterable[Entry], pread: Pread, size: int, *, limit: int = 64
-) -> tuple[SalientLine, ...]:
-    """Read the best ``limit`` candidates back with their context lines.
+def _plain(raw: bytes) -> bytes:
+    """A line as its shape is judged: no ANSI escapes, no leading timestamp, no CR."""
+    if b"\x1b" in raw:
+        raw = ANSI_BYTES.sub(b"", raw)
+    raw = TIMESTAMP_BYTES.sub(b"", raw)
+    if b"\r" in raw:
+        raw = raw.rstrip(b"\r")
+        raw = raw[raw.rfind(b"\r") + 1 :]
+    return raw
 
-    Returns every line once, in line order; ``rank`` says how telling each one is.
+
+def _indent(line: bytes) -> int:
+    return len(line) - len(line.lstrip(b" \t"))
+
+
+_LEVEL_KEY = re.compile(rb"^(?:\[[^\]\s]{1,24}\]|[A-Z]{1,8}[!:]?(?=\s)|[\w-]{1,16}(?:!|:(?=\s)))")
+
+
+def _level_key(line: bytes) -> bytes | None:
+    """The word a runner starts each line of a report with (``[error]``, ``npm ERR!``,
+    ``E``, ``FAIL``, ``error:``), or None."""
+    match = _LEVEL_KEY.match(line)
+    return match.group(0).lower() if match else None
+
+
+def _block_opener(
+    pread: Pread, line_offset: int, line_no: int, line: bytes
+) -> tuple[int, bytes] | None:
+    """The opening line of the block the line at ``line_offset`` belongs to, when it is
+    another line: the nearest less indented line above an indented one; for a line that is
+    not indented, the first of the adjacent lines that start with the same report word
+    (``[error]``, ``npm ERR!``, ``E``), or the line that introduces them (``In file included
+    from x.h:3:``, ``a.c: In function 'f':``). Never past a step marker or a blank line
+    (except inside an indented block)."""
+    if line_offset <= 0:
+        return None
+    start = max(line_offset - _OPENER_READ, 0)
+    before = pread(line_offset - start, start).split(b"\n")[:-1]
+    if start > 0:
+        before = before[1:]  # its first line may have begun further back
+    before = before[-_OPENER_LINES:]
+    me = _plain(line)
+    found: int | None = None
+    depth = _indent(me)
+    if depth and me.strip():
+        for back, raw in enumerate(reversed(before), 1):
+            text = _plain(raw)
+            if not text.strip():
+                continue
+            if _END_MARKER.match(text.lstrip()):
+                break
+            if _indent(text) < depth:
+                found = back
+                break
+    else:
+        key = _level_key(me)
+        first = 0
+        for back, raw in enumerate(reversed(before), 1):
+            text = _plain(raw)
+            if key is None or not text.strip() or _indent(text) or _level_key(text) != key:
+                break
+            first = back
+        ahead = len(before) - first - 1
+        if ahead >= 0:
+            text = _plain(before[ahead]).rstrip()
+            if text.endswith(b":") and not _indent(text) and not STEP_MARKER.match(text):
+                first += 1
+        found = first or None
+    if found is None:
+        return None
+    return line_no - found, before[len(before) - found]
+
+
+def resolve(
+    entries: Iterable[tuple[int, Entry]], pread: Pread, size: int
+) -> tuple[SalientLine, ...]:
+    """Read candidates (each with its rank, 0 the most telling) back with their context
+    lines.
+
+    Returns every line once, in line order.
     """
     rows: dict[int, SalientLine] = {}
 
@@ -131,9 +217,18 @@ def resolve(
         if old is None or (old.context and not line.context) or old.rank > line.rank:
             rows[line.line_no] = line
 
-    for rank, entry in enumerate(entries):
-        if rank >= limit:
-            break
+    for rank, entry in entries:
+        score = entry.score
+
+        def context(
+            line_no: int, raw: bytes, detail: int, rank: int = rank, score: float = score
+        ) -> None:
+            put(
+                SalientLine(
+                    line_no, display_line(raw), rank=rank, context=True, score=score, detail=detail
+                )
+            )
+
         line, line_end, goes_on = _line_at(pread, entry.line_offset, size)
         match_offset = entry.match_offset
         if match_offset is None and (goes_on or len(line) > SALIENT_LINE_CHARS * 2):
@@ -150,27 +245,40 @@ def resolve(
                     rank=rank,
                     byte_offset=match_offset,
                     similar=entry.count - 1,
+                    score=score,
                 )
             )
             if goes_on:
                 line_end = _skip_line(pread, entry.line_offset, size)
         else:
-            put(SalientLine(entry.line_no, display_line(line), rank=rank, similar=entry.count - 1))
+            put(
+                SalientLine(
+                    entry.line_no,
+                    display_line(line),
+                    rank=rank,
+                    similar=entry.count - 1,
+                    score=score,
+                )
+            )
         before = _previous_line(pread, entry.line_offset)
         if before is not None and before.strip():
-            put(SalientLine(entry.line_no - 1, display_line(before), rank=rank, context=True))
+            context(entry.line_no - 1, before, 2)
         if line_end < size:
             after, _, _ = _line_at(pread, line_end, size)
             if after.strip():
-                put(SalientLine(entry.line_no + 1, display_line(after), rank=rank, context=True))
+                context(entry.line_no + 1, after, 2)
         if _is_traceback_start(line) and line_end < size:
             end = _traceback_end(pread, line_end, entry.line_no)
             if end is not None:
-                put(SalientLine(end[0], display_line(end[1]), rank=rank, context=True))
-        elif before is not None and before[:1].isspace():
+                context(end[0], end[1], 1)
+            continue
+        start = None
+        if before is not None and before[:1].isspace():
             start = _traceback_start(pread, entry.line_offset, entry.line_no)
-            if start is not None:
-                put(SalientLine(start[0], display_line(start[1]), rank=rank, context=True))
+        if start is None and match_offset is None:
+            start = _block_opener(pread, entry.line_offset, entry.line_no, line)
+        if start is not None:
+            context(start[0], start[1], 1)
     return tuple(rows[number] for number in sorted(rows))
 
 

@@ -16,12 +16,14 @@ from .display import ANSI_BYTES, TIMESTAMP_BYTES
 __all__ = [
     "ASCII_LOWER",
     "BROAD_GREP_PATTERN",
+    "FAILURE_SCORE",
     "FIND_WORDS",
     "GREP_PATTERN",
     "GREP_WORDS",
     "LINE_PATTERNS",
     "LINE_SHAPES",
     "OVERLAP",
+    "STEP_MARKER",
     "VOCABULARY",
     "score_line",
     "template",
@@ -84,6 +86,9 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"deprecat", 1),
     (b"warn", 1),
 )
+FAILURE_SCORE = 2.0
+"""A line scored at least this (``score_line``) looks like a failure; below it, a warning,
+a deprecation or only a name."""
 # Line shapes of test-runner summaries, valid both as Python ``re`` and as POSIX ERE
 # (grep -E): ``  1) test name`` (mocha, RSpec, PHPUnit, ExUnit), pytest's
 # ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers.
@@ -157,6 +162,13 @@ _MASK = re.compile(
     rb"0x[0-9a-f]+|\b[0-9a-f]{7,}\b|[\w.~-]*/[\w./~@+-]*|\d+(?:[.:,]\d+)*"
     rb"|'[^'\n]{1,80}'|\"[^\"\n]{1,80}\"|\xe2\x80\x98.{1,80}?\xe2\x80\x99"
 )
+STEP_MARKER = re.compile(
+    rb"##\[(?:end)?group\]|::(?:end)?group::|travis_fold:|section_(?:start|end):"
+    rb"|\$ \S|\+ \S|={3,} ?\S|-{3,} ?\S|\*{3,} ?\S|#{3,} ?\S|_{3,} ?\S"
+)
+"""The start of a line (its indentation, ANSI escapes and timestamp removed) that opens a
+CI step or a runner's section: GitHub Actions ``##[group]``/``::group::``, Travis folds,
+GitLab sections, a shell prompt or trace (``$ make``, ``+ make``), a ruled title."""
 _TEMPLATE_BYTES = 200
 OVERLAP = 32
 """Bytes carried from one searched piece to the next: longer than any word, so a word cut
