@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import toolswap.pointer as pointer
 from _floor import capture_floor
-from real_outputs import HELD_OUT_CASES, REAL_CASES, RealCase
+from real_outputs import REAL_CASES, RealCase
+from real_outputs_more import HELD_OUT_CASES, TUNING_CASES
 from toolswap import ArtifactReference, ExternalizerSettings, ToolResultExternalizer
 from toolswap.capture import CaptureStats
 
@@ -310,7 +311,8 @@ def main() -> int:
             print(f"LogChunks corpus: not found at {CORPUS}; skipped")
         for title, cases in (
             ("real programs run here (the original corpus)", REAL_CASES),
-            ("real programs run here, held out (never tuned on)", HELD_OUT_CASES),
+            ("more real programs run here (tuned on)", TUNING_CASES),
+            ("more real programs run here, held out (never tuned on)", HELD_OUT_CASES),
         ):
             hits, counted, sizes_by, missed, skipped = real_recall(root, cases)
             if not counted:

@@ -462,4 +462,3 @@ REAL_CASES: tuple[RealCase, ...] = (
         ("ERROR: layer 41 digest mismatch",),
     ),
 )
-HELD_OUT_CASES: tuple[RealCase, ...] = ()
