@@ -259,3 +259,60 @@ def test_a_pointer_for_the_default_settings_stays_within_32_kib_with_many_failur
 
     assert len(text.encode()) <= POINTER_MAX
     assert "more failure-like lines; grep the artifact to see them all" in text
+
+
+@pytest.mark.parametrize(
+    ("line", "reads_as_failure"),
+    [
+        (b"collect2: error: ld returned 1 exit status", True),
+        (b"ZeroDivisionError: division by zero", True),
+        (b'The command "make test" exited with 2.', True),
+        (b"inet_SUITE:t_gethostnative failed on line 696", True),
+        (b"Allow some information gathering to give useful error messages", False),
+        (b"added verror@1.10.0 and http-errors@1.7.3", False),
+        (b"Configure options: --with-timeout=15 --with-fail-on-warn", False),
+        (b"Dependency exceptions ==0.10.0: using exceptions-0.10.0", False),
+        (b"log_errors_max_len => 1024 => 1024", False),
+        (b"tests/test_a.py::test_raises[ERROR: bad input] PASSED", False),
+        (b"  \xe2\x9c\x93 triggers the error callback", False),
+        (b"$ grep -q 'error' build.log", False),
+        (b"Compiling ErrorRenderer and FailoverProxy", False),
+    ],
+)
+def test_a_line_reads_as_a_failure_by_its_shape_not_by_a_word_it_contains(
+    line: bytes, reads_as_failure: bool
+) -> None:
+    assert (score_line(line) >= 4) is reads_as_failure, score_line(line)
+
+
+def test_a_failure_line_is_shown_with_the_lines_that_open_its_block(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"step {i} ok" for i in range(20_000)]
+    lines[5_000:5_003] = [
+        "In file included from vis-lua.h:14:0,",
+        "                 from main.c:15:",
+        "vis-subprocess.h:21:29: error: unknown type name 'fd_set'",
+    ]
+    lines[9_000:9_006] = [
+        "____________________ test_readme ____________________",
+        "",
+        "    def test_readme():",
+        ">       assert render() == expected",
+        "E       AssertionError: assert 'a' == 'b'",
+        "tests/test_readme.py:12: AssertionError",
+    ]
+    lines[14_000:14_004] = [
+        "travis_time:start:0a1b2c3d$ flake8",
+        "./app/rules.py:8:9: E128 continuation line under-indented for visual indent",
+        "./app/rules.py:9:5: E124 closing bracket does not match visual indentation",
+        'The command "flake8" exited with 1.',
+    ]
+
+    text = externalizer.externalize("\n".join(lines), "t").context_text
+
+    assert "5001- In file included from vis-lua.h:14:0," in text
+    assert "5003: vis-subprocess.h:21:29: error: unknown type name 'fd_set'" in text
+    assert re.search(r"^9001[:-] _+ test_readme _+$", text, re.M)
+    assert "14002- ./app/rules.py:8:9: E128 continuation line under-indented" in text
+    assert '14004: The command "flake8" exited with 1.' in text

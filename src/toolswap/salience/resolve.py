@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .candidates import Entry
 from .display import ANSI_BYTES, SALIENT_LINE_CHARS, TIMESTAMP_BYTES, WINDOW_BEFORE, display_line
-from .vocabulary import ASCII_LOWER, FIND_WORDS, OVERLAP, STEP_MARKER
+from .vocabulary import ASCII_LOWER, EXIT_FAILED, FIND_WORDS, OVERLAP, SECTION_TITLE, STEP_MARKER
 
 __all__ = ["Pread", "SalientLine", "resolve"]
 
@@ -21,6 +21,8 @@ _LONG_LINE_MAX = 8 << 20
 _TRACEBACK_READ = 64 << 10
 _OPENER_READ = 8192
 _OPENER_LINES = 40
+_INTRODUCERS = 4
+_EXIT_WINDOW = 3
 # A marker that closes a step: what lies above it belongs to another block.
 _END_MARKER = re.compile(rb"##\[endgroup\]|::endgroup::|travis_fold:end|section_end:")
 
@@ -154,24 +156,25 @@ def _level_key(line: bytes) -> bytes | None:
     return match.group(0).lower() if match else None
 
 
-def _block_opener(
-    pread: Pread, line_offset: int, line_no: int, line: bytes
-) -> tuple[int, bytes] | None:
-    """The opening line of the block the line at ``line_offset`` belongs to, when it is
-    another line: the nearest less indented line above an indented one; for a line that is
-    not indented, the first of the adjacent lines that start with the same report word
-    (``[error]``, ``npm ERR!``, ``E``), or the line that introduces them (``In file included
-    from x.h:3:``, ``a.c: In function 'f':``). Never past a step marker or a blank line
-    (except inside an indented block)."""
+def _lines_before(pread: Pread, line_offset: int) -> list[bytes]:
+    """Up to ``_OPENER_LINES`` whole lines that end just before ``line_offset``."""
     if line_offset <= 0:
-        return None
+        return []
     start = max(line_offset - _OPENER_READ, 0)
     before = pread(line_offset - start, start).split(b"\n")[:-1]
     if start > 0:
         before = before[1:]  # its first line may have begun further back
-    before = before[-_OPENER_LINES:]
+    return before[-_OPENER_LINES:]
+
+
+def _block_opener(before: list[bytes], line: bytes) -> int | None:
+    """How many lines above ``line`` its block opens (``before`` holds the lines above it),
+    when that is another line: the nearest less indented line above an indented one; for a
+    line that is not indented, the first of the adjacent lines that start with the same
+    report word (``[error]``, ``npm ERR!``, ``E``), then the lines that introduce them
+    (``In file included from x.h:3:,``, ``a.c: In function 'f':``). Never past a step
+    marker or a blank line (except inside an indented block)."""
     me = _plain(line)
-    found: int | None = None
     depth = _indent(me)
     if depth and me.strip():
         for back, raw in enumerate(reversed(before), 1):
@@ -179,27 +182,57 @@ def _block_opener(
             if not text.strip():
                 continue
             if _END_MARKER.match(text.lstrip()):
-                break
+                return None
             if _indent(text) < depth:
-                found = back
-                break
-    else:
-        key = _level_key(me)
-        first = 0
-        for back, raw in enumerate(reversed(before), 1):
-            text = _plain(raw)
-            if key is None or not text.strip() or _indent(text) or _level_key(text) != key:
-                break
-            first = back
-        ahead = len(before) - first - 1
-        if ahead >= 0:
-            text = _plain(before[ahead]).rstrip()
-            if text.endswith(b":") and not _indent(text) and not STEP_MARKER.match(text):
-                first += 1
-        found = first or None
-    if found is None:
+                return back
         return None
-    return line_no - found, before[len(before) - found]
+    key = _level_key(me)
+    first = 0
+    for back, raw in enumerate(reversed(before), 1):
+        text = _plain(raw)
+        if key is None or not text.strip() or _indent(text) or _level_key(text) != key:
+            break
+        first = back
+    # Lines that introduce the block end with ':' or ',' (a wrapped list of them).
+    for _ in range(_INTRODUCERS):
+        ahead = len(before) - first - 1
+        if ahead < 0:
+            break
+        text = _plain(before[ahead]).rstrip()
+        if not text.endswith((b":", b",")) or STEP_MARKER.match(text.lstrip()):
+            break
+        first += 1
+    return first or None
+
+
+def _section_title(before: list[bytes]) -> int | None:
+    """How many lines above lies the title of the runner's section or the CI step a line
+    belongs to (``____ test_x ____``, ``---- name stdout ----``, ``##[group]Run make``),
+    within the lines ``before`` it; None when there is none."""
+    for back, raw in enumerate(reversed(before), 1):
+        text = _plain(raw).strip()
+        if _END_MARKER.match(text):
+            return None
+        if SECTION_TITLE.match(text):
+            return back
+    return None
+
+
+def _exit_window(before: list[bytes]) -> list[int]:
+    """For a line that says a command failed (``exited with 1``): how many lines above
+    lie the last ``_EXIT_WINDOW`` non-blank lines of its output (the failure is usually
+    there)."""
+    found: list[int] = []
+    for back, raw in enumerate(reversed(before), 1):
+        text = _plain(raw).strip()
+        if not text:
+            continue
+        if STEP_MARKER.match(text) or _END_MARKER.match(text):
+            break
+        found.append(back)
+        if len(found) >= _EXIT_WINDOW:
+            break
+    return found
 
 
 def resolve(
@@ -275,10 +308,23 @@ def resolve(
         start = None
         if before is not None and before[:1].isspace():
             start = _traceback_start(pread, entry.line_offset, entry.line_no)
-        if start is None and match_offset is None:
-            start = _block_opener(pread, entry.line_offset, entry.line_no, line)
         if start is not None:
             context(start[0], start[1], 1)
+        if match_offset is not None:
+            continue
+        above = _lines_before(pread, entry.line_offset)
+        backs: list[int] = []
+        if start is None:
+            opener = _block_opener(above, line)
+            if opener is not None:
+                backs.append(opener)
+        title = _section_title(above)
+        if title is not None:
+            backs.append(title)
+        if EXIT_FAILED.search(_plain(line)):
+            backs.extend(_exit_window(above))
+        for back in backs:
+            context(entry.line_no - back, above[len(above) - back], 1)
     return tuple(rows[number] for number in sorted(rows))
 
 
