@@ -146,14 +146,86 @@ def _indent(line: bytes) -> int:
     return len(line) - len(line.lstrip(b" \t"))
 
 
-_LEVEL_KEY = re.compile(rb"^(?:\[[^\]\s]{1,24}\]|[A-Z]{1,8}[!:]?(?=\s)|[\w-]{1,16}(?:!|:(?=\s)))")
+_SHAPE_KEY = re.compile(
+    rb"^(?:\[[^\]\s]{1,24}\]|[A-Z]{1,8}[!:]?(?=\s)|[\w-]{1,16}(?:!|:(?=\s))"
+    rb"|\d{1,4}[.)](?=\s)|[-*+](?=\s)|\xe2\x80\xa2(?=\s)|\xe2\x9c[\x97\x98](?=\s))"
+)
 
 
-def _level_key(line: bytes) -> bytes | None:
-    """The word a runner starts each line of a report with (``[error]``, ``npm ERR!``,
-    ``E``, ``FAIL``, ``error:``), or None."""
-    match = _LEVEL_KEY.match(line)
-    return match.group(0).lower() if match else None
+def _shape_key(line: bytes) -> bytes | None:
+    """What a runner starts each line of a report or a list with, once the indentation is
+    removed (``[error]``, ``npm ERR!``, ``E``, ``error:``, ``12.``, ``-``, ``✗``), or None."""
+    match = _SHAPE_KEY.match(line.lstrip(b" \t"))
+    if match is None:
+        return None
+    key = match.group(0).lower()
+    return b"N." if key[:1].isdigit() else key
+
+
+def _run_start(rows: list[bytes], end: int, depth: int, key: bytes | None) -> int:
+    """The first of the lines that, going up from ``rows[end]``, share its indentation
+    ``depth`` and its shape ``key`` (more indented lines between them continue them).
+
+    Returns:
+        Its index in ``rows``.
+    """
+    first = end
+    if key is None:
+        return first
+    for i in range(end - 1, max(end - _OPENER_LINES, -1), -1):
+        text = _plain(rows[i])
+        if not text.strip():
+            if depth == 0:
+                break
+            continue
+        indent = _indent(text)
+        if indent > depth:
+            continue
+        if indent < depth or _shape_key(text) != key:
+            break
+        first = i
+    return first
+
+
+def _block_openers(before: list[bytes], line: bytes) -> list[int]:
+    """How many lines above ``line`` the lines that open its block lie (``before`` holds
+    the lines above it): the first of the lines shaped like it (``[error]``, ``npm ERR!``,
+    ``E``, list items ``12.``), then the line that heads them: the nearest less indented
+    line, or for lines that are not indented, those that introduce them with a ':' or ','
+    (``In file included from x.h:3:,``, ``a.c: In function 'f':``), extended to the first
+    of its own kind. Never past a step marker's end, nor a blank line unless indented."""
+    me = _plain(line)
+    if not me.strip():
+        return []
+    depth = _indent(me)
+    rows = [*before, line]
+    mine = len(rows) - 1
+    first = _run_start(rows, mine, depth, _shape_key(me))
+    found = [first] if first != mine else []
+    head: int | None = None
+    if depth:
+        for i in range(first - 1, -1, -1):
+            text = _plain(rows[i])
+            if not text.strip():
+                continue
+            if _END_MARKER.match(text.lstrip()):
+                break
+            if _indent(text) < depth:
+                head = i
+                break
+    else:
+        # Lines that introduce the block end with ':' or ',' (a wrapped list of them).
+        i = first
+        while i > 0 and first - i < _INTRODUCERS:
+            text = _plain(rows[i - 1]).rstrip()
+            if not text.endswith((b":", b",")) or STEP_MARKER.match(text.lstrip()):
+                break
+            i -= 1
+        head = i if i < first else None
+    if head is not None:
+        text = _plain(rows[head])
+        found.append(_run_start(rows, head, _indent(text), _shape_key(text)))
+    return sorted({mine - i for i in found if i < mine})
 
 
 def _lines_before(pread: Pread, line_offset: int) -> list[bytes]:
@@ -165,44 +237,6 @@ def _lines_before(pread: Pread, line_offset: int) -> list[bytes]:
     if start > 0:
         before = before[1:]  # its first line may have begun further back
     return before[-_OPENER_LINES:]
-
-
-def _block_opener(before: list[bytes], line: bytes) -> int | None:
-    """How many lines above ``line`` its block opens (``before`` holds the lines above it),
-    when that is another line: the nearest less indented line above an indented one; for a
-    line that is not indented, the first of the adjacent lines that start with the same
-    report word (``[error]``, ``npm ERR!``, ``E``), then the lines that introduce them
-    (``In file included from x.h:3:,``, ``a.c: In function 'f':``). Never past a step
-    marker or a blank line (except inside an indented block)."""
-    me = _plain(line)
-    depth = _indent(me)
-    if depth and me.strip():
-        for back, raw in enumerate(reversed(before), 1):
-            text = _plain(raw)
-            if not text.strip():
-                continue
-            if _END_MARKER.match(text.lstrip()):
-                return None
-            if _indent(text) < depth:
-                return back
-        return None
-    key = _level_key(me)
-    first = 0
-    for back, raw in enumerate(reversed(before), 1):
-        text = _plain(raw)
-        if key is None or not text.strip() or _indent(text) or _level_key(text) != key:
-            break
-        first = back
-    # Lines that introduce the block end with ':' or ',' (a wrapped list of them).
-    for _ in range(_INTRODUCERS):
-        ahead = len(before) - first - 1
-        if ahead < 0:
-            break
-        text = _plain(before[ahead]).rstrip()
-        if not text.endswith((b":", b",")) or STEP_MARKER.match(text.lstrip()):
-            break
-        first += 1
-    return first or None
 
 
 def _section_title(before: list[bytes]) -> int | None:
@@ -268,9 +302,10 @@ def resolve(
             found = _locate(pread, entry.line_offset, size)
             if found is not None and found - entry.line_offset > SALIENT_LINE_CHARS // 2:
                 match_offset = max(found - WINDOW_BEFORE, entry.line_offset)
+        window = b""
         if match_offset is not None:
-            window = pread(SALIENT_LINE_CHARS * 4, match_offset)
-            text = window.split(b"\n", 1)[0].decode("utf-8", "ignore")
+            window = pread(SALIENT_LINE_CHARS * 4, match_offset).split(b"\n", 1)[0]
+            text = window.decode("utf-8", "ignore")
             put(
                 SalientLine(
                     entry.line_no,
@@ -310,18 +345,15 @@ def resolve(
             start = _traceback_start(pread, entry.line_offset, entry.line_no)
         if start is not None:
             context(start[0], start[1], 1)
-        if match_offset is not None:
-            continue
         above = _lines_before(pread, entry.line_offset)
         backs: list[int] = []
-        if start is None:
-            opener = _block_opener(above, line)
-            if opener is not None:
-                backs.append(opener)
-        title = _section_title(above)
-        if title is not None:
-            backs.append(title)
-        if EXIT_FAILED.search(_plain(line)):
+        if match_offset is None:
+            if start is None:
+                backs.extend(_block_openers(above, line))
+            title = _section_title(above)
+            if title is not None:
+                backs.append(title)
+        if EXIT_FAILED.search(_plain(line if match_offset is None else window)):
             backs.extend(_exit_window(above))
         for back in backs:
             context(entry.line_no - back, above[len(above) - back], 1)

@@ -93,11 +93,14 @@ FAILURE_SCORE = 2.0
 a deprecation or only a name."""
 # Line shapes of test-runner summaries, valid both as Python ``re`` and as POSIX ERE
 # (grep -E): ``  1) test name`` (mocha, RSpec, PHPUnit, ExUnit), pytest's
-# ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers.
+# ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers, and a
+# diagnostic's location (``lib/a.js:12:5: Extra semicolon``, ``./x.py:8:9: E128 ...``):
+# linters report without a failure word.
 LINE_PATTERNS: tuple[tuple[str, int], ...] = (
     (r"^[ \t]*[0-9]+\) [^ ]", 3),
     (r"^_{3,} .* _{3,}$", 3),
     (r"^-{4} .* -{4}$", 3),
+    (r"^[ \t]*[^ \t:]*\.[A-Za-z0-9]+:[0-9]+(:[0-9]+)?:? [^ ]", 3),
 )
 
 
@@ -162,6 +165,8 @@ _NOT_A_FAILURE = re.compile(
     rb"|\b" + _WORDS + rb"\s*(?:[=<>]=|[<>~^])\s*\d"
     rb"|\b\d+\s+assert\w*"
     rb"|[\w.-]+=" + _WORDS + rb"[\w.-]*"
+    # A success (``exited with 0``) and a setting (``timeout: 15 minutes``).
+    rb"|\bexit(?:ed with| code| status)(?: code)?:? \(?0\b|\btimeout\s*[:=]\s*\d"
 )
 # Shapes of a report: a location before ``error:``, a bracketed or upper-case level word,
 # a test framework's ``failed on line N``, a sanitizer's header.
