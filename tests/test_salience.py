@@ -277,6 +277,10 @@ def test_a_pointer_for_the_default_settings_stays_within_32_kib_with_many_failur
         (b"  \xe2\x9c\x93 triggers the error callback", False),
         (b"$ grep -q 'error' build.log", False),
         (b"Compiling ErrorRenderer and FailoverProxy", False),
+        (b"WARNING: Retrying (Retry(total=4)) after connection broken by 'ConnectionError'", False),
+        (b"2019-06-11 22:05:23 INFO  LoggerTest:162 - firstLine : ERROR", False),
+        (b"npm WARN optional dep failed, continuing fsevents@1.0.17", False),
+        (b"error: request failed after 3 retries", True),
     ],
 )
 def test_a_line_reads_as_a_failure_by_its_shape_not_by_a_word_it_contains(

@@ -189,6 +189,7 @@ class _Policy:
     """The tail keeps at least 1/tail_share of the room."""
     failure_share: float = 0.5
     """The failure lines take at most this part of the room before the tail grows."""
+    first_min_score: float = 0.0
     quiet_head_lines: int = 10
     quiet_tail_lines: int = 20
 
@@ -217,6 +218,7 @@ def _salient_section(
     *,
     room: int,
     unlisted: int = 0,
+    min_score: float = 0.0,
 ) -> str:
     """The failure lines between line numbers ``first`` and ``last`` (inclusive; windows
     inside long lines: between the head and the tail bytes), chosen by rank with their
@@ -231,7 +233,11 @@ def _salient_section(
             else first <= line.line_no <= last
         ):
             groups.setdefault(line.rank, []).append(line)
-    matched = [rank for rank, group in groups.items() if any(not x.context for x in group)]
+    matched = [
+        rank
+        for rank, group in groups.items()
+        if any(not x.context for x in group) and group[0].score >= min_score
+    ]
     if not matched:
         return ""
     used = len(SALIENT_HEADER) + 1 + _MORE_RESERVE
@@ -373,7 +379,7 @@ def make_pointer(
     def render(cut: _Cut, section: str) -> str:
         return _body(stats, cut, section, quiet=quiet)
 
-    def section_for(cut: _Cut, space: int) -> str:
+    def section_for(cut: _Cut, space: int, min_score: float = 0.0) -> str:
         if cut.tail_start <= cut.head_end or quiet:
             return ""
         tail_first = stats.newline_count - cut.tail.count(b"\n") + 1
@@ -386,6 +392,7 @@ def make_pointer(
             tail_first - 1,
             room=min(space, salient_bytes, omitted + len(SALIENT_HEADER) + _MORE_RESERVE),
             unlisted=stats.unlisted,
+            min_score=min_score,
         )
 
     markers = len(render(_cut(stats, 0, 0), "").encode()) + 64  # the section markers
@@ -399,7 +406,7 @@ def make_pointer(
         tail_floor = min(tail_bytes, space // policy.tail_share)
         cut = _cut(stats, head_floor, tail_floor)
         first_room = min(int(space * policy.failure_share), space - len(cut.head) - len(cut.tail))
-        first = section_for(cut, first_room)
+        first = section_for(cut, first_room, policy.first_min_score)
         used = len(first.encode()) + _MORE_RESERVE if first else 0
         # What the failure lines leave goes to the tail, then to the head.
         tail_budget = max(min(tail_bytes, space - len(cut.head) - used), 0)

@@ -188,6 +188,16 @@ _SUCCESS = re.compile(
     re.I,
 )
 _ECHO = re.compile(rb"^\s*(?:\$|\+{1,3}|>) \S")
+# A line logged at a level under error (``INFO``, ``[WARNING]``, ``npm WARN``, ``note:``)
+# reports no failure, whatever it quotes; nor does a retry that may yet succeed.
+_LEVEL = re.compile(
+    rb"^\W{0,3}(?:\d[\d:.,T-]*\s+){0,2}(?:\[[^\]]{0,40}\]\s*){0,3}(?:npm\s+)?\[?"
+    rb"(info|debug|trace|notice|verbose|warn(?:ing)?|deprecat\w*|note|hint)\b",
+    re.I,
+)
+_RETRY = re.compile(rb"\bretr(?:y|ying|ied)\b|\bwill retry\b|\battempt \d+ (?:of|/)", re.I)
+_GAVE_UP = re.compile(rb"gave up|giving up|after \d+ (?:retries|attempts)|exhausted", re.I)
+_WARN_CAP = 1.5
 # A failure noun between two words of a sentence (``give useful error messages``, ``License
 # Exception TSU``) describes; it does not report.
 _PROSE = re.compile(rb"[a-z]{2,} (?:error|exception|failure|fault)s? [a-z]")
@@ -228,7 +238,8 @@ def score_line(raw: bytes) -> float:
 
     A word counts where a word starts (``verror`` is none; ``TypeError`` is, and
     ``ErrorRenderer`` is a name); a report's shape adds one, a failure noun in a sentence
-    takes one and a half; a line that reports a success or echoes a command counts at most 1.
+    takes one and a half; a line that reports a success, echoes a command or is logged at
+    ``INFO`` counts at most 1, a warning or a retry at most 1.5.
     """
     text = raw if b"\x1b" not in raw else ANSI_BYTES.sub(b"", raw)
     if b"\r" in text:
@@ -254,6 +265,12 @@ def score_line(raw: bytes) -> float:
         value -= 1.5
     if _SUCCESS.search(text) or _ECHO.match(text):
         value = min(value, 1.0)
+    level = _LEVEL.match(text)
+    if level is not None:
+        below = level.group(1)[:1].lower() in b"idtv"  # info, debug, trace, verbose
+        value = min(value, 1.0 if below else _WARN_CAP)
+    elif _RETRY.search(text) and not _GAVE_UP.search(text):
+        value = min(value, _WARN_CAP)
     return value
 
 
