@@ -320,3 +320,22 @@ def test_a_failure_line_is_shown_with_the_lines_that_open_its_block(
     assert re.search(r"^9001[:-] _+ test_readme _+$", text, re.M)
     assert re.search(r"^14002[:-] \./app/rules\.py:8:9: E128 continuation line", text, re.M)
     assert '14004: The command "flake8" exited with 1.' in text
+
+
+def test_a_failure_line_that_heads_an_indented_block_comes_with_its_first_lines(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"  case {i}: OK (0.01s)" for i in range(20_000)]
+    lines[9_000:9_006] = [
+        "  tables:                                  FAIL (0.06s)",
+        "",
+        "    ----------------------------------------",
+        "    --- tables.custom",
+        "    +++ out/tables.custom",
+        "    -  29 </table",
+    ]
+
+    text = externalizer.externalize("\n".join(lines), "t").context_text
+
+    assert "9001: tables:" in " ".join(text.split())
+    assert "9004-     --- tables.custom" in text

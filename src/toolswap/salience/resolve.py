@@ -22,6 +22,7 @@ _TRACEBACK_READ = 64 << 10
 _OPENER_READ = 8192
 _OPENER_LINES = 40
 _INTRODUCERS = 4
+_BODY_LINES = 3
 _EXIT_WINDOW = 3
 # A marker that closes a step: what lies above it belongs to another block.
 _END_MARKER = re.compile(rb"##\[endgroup\]|::endgroup::|travis_fold:end|section_end:")
@@ -228,6 +229,34 @@ def _block_openers(before: list[bytes], line: bytes) -> list[int]:
     return sorted({mine - i for i in found if i < mine})
 
 
+def _body(pread: Pread, offset: int, size: int, line: bytes) -> list[tuple[int, bytes]]:
+    """The lines after a failure line (at ``offset``, where the next line starts) worth
+    showing with it, each with how many lines below it lies: the next one, or, when the
+    failure line heads a more indented block (``tables: FAIL`` above its diff, ``1) test``
+    above ``Failure/Error:``), its first ``_BODY_LINES`` non-blank lines."""
+    block = pread(_CONTEXT_READ, offset)
+    rows = block.split(b"\n")
+    if offset + len(block) < size or not block.endswith(b"\n"):
+        rows = rows[:-1]  # the last may go on past what was read
+    rows = rows[: _BODY_LINES * 3]
+    if not rows:
+        return []
+    depth = _indent(_plain(line))
+    found: list[tuple[int, bytes]] = []
+    for ahead, raw in enumerate(rows, 1):
+        text = _plain(raw)
+        if not text.strip():
+            continue
+        if _indent(text) <= depth:
+            break
+        found.append((ahead, raw))
+        if len(found) >= _BODY_LINES:
+            break
+    if not found and rows[0].strip():
+        found = [(1, rows[0])]
+    return found
+
+
 def _lines_before(pread: Pread, line_offset: int) -> list[bytes]:
     """Up to ``_OPENER_LINES`` whole lines that end just before ``line_offset``."""
     if line_offset <= 0:
@@ -332,9 +361,8 @@ def resolve(
         if before is not None and before.strip():
             context(entry.line_no - 1, before, 2)
         if line_end < size:
-            after, _, _ = _line_at(pread, line_end, size)
-            if after.strip():
-                context(entry.line_no + 1, after, 2)
+            for ahead, after in _body(pread, line_end, size, line):
+                context(entry.line_no + ahead, after, 2)
         if _is_traceback_start(line) and line_end < size:
             end = _traceback_end(pread, line_end, entry.line_no)
             if end is not None:
