@@ -123,7 +123,7 @@ DEFAULT_BUDGET = 32 * 1024
 # for each project, on the other projects' logs only. The first is the shipped default.
 GRID: tuple[pointer._Policy, ...] = tuple(
     dataclasses.replace(pointer.POLICY, failure_share=share, tail_share=tail)
-    for share, tail in itertools.product((0.5, 0.35, 0.65), (4, 3, 6))
+    for share, tail in itertools.product((0.8, 0.5, 0.65), (10, 4, 6))
 )
 assert GRID[0] == pointer.POLICY
 

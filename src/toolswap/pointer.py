@@ -180,16 +180,21 @@ QUIET_NOTE = "no line in this output looks like a failure (error, exception, fai
 
 @dataclass(frozen=True, slots=True)
 class _Policy:
-    """How a pointer shares its budget when the output holds failure lines. The defaults
-    are reasoned, not fitted; ``bench/bench_pointer.py`` measures them held out."""
+    """How a pointer shares its budget when the output holds failure lines.
+
+    ``failure_share`` and ``tail_share`` are the two numbers chosen from data: on the
+    development corpus, ``bench/bench_pointer.py`` scores a small grid of them and reports,
+    beside this choice's fit, the recall when each project's logs are scored with the
+    values chosen on the other projects only (leave one project out)."""
 
     head_share: int = 16
     """The head keeps at least 1/head_share of the room (256 bytes to 2 KiB)."""
-    tail_share: int = 4
+    tail_share: int = 10
     """The tail keeps at least 1/tail_share of the room."""
-    failure_share: float = 0.5
-    """The failure lines take at most this part of the room before the tail grows."""
-    first_min_score: float = 0.0
+    failure_share: float = 0.8
+    """The failure lines take at most this part of the room before the tail grows: the
+    lines chosen by evidence, with the lines around them, say more per byte than more
+    tail."""
     quiet_head_lines: int = 10
     quiet_tail_lines: int = 20
 
@@ -218,7 +223,6 @@ def _salient_section(
     *,
     room: int,
     unlisted: int = 0,
-    min_score: float = 0.0,
 ) -> str:
     """The failure lines between line numbers ``first`` and ``last`` (inclusive; windows
     inside long lines: between the head and the tail bytes), chosen by rank with their
@@ -233,11 +237,7 @@ def _salient_section(
             else first <= line.line_no <= last
         ):
             groups.setdefault(line.rank, []).append(line)
-    matched = [
-        rank
-        for rank, group in groups.items()
-        if any(not x.context for x in group) and group[0].score >= min_score
-    ]
+    matched = [rank for rank, group in groups.items() if any(not x.context for x in group)]
     if not matched:
         return ""
     used = len(SALIENT_HEADER) + 1 + _MORE_RESERVE
@@ -315,9 +315,10 @@ def make_pointer(
     """Render the context pointer for a captured output, at most ``budget`` bytes of UTF-8.
 
     Head, failure lines and tail share the budget by what the output holds: failure lines
-    first (up to half the room, with the head and the tail kept at their floors), then the
-    tail grows up to ``tail_bytes``, then the head up to ``head_bytes``. An output in which
-    no line looks like a failure gets a short head and tail and says so.
+    first (up to 80% of the room, with the head and the tail kept at their floors), then
+    the tail grows up to ``tail_bytes``, then the head up to ``head_bytes``, then lower
+    ranked lines fill what is left. An output in which no line looks like a failure gets a
+    short head and tail and says so.
 
     ``scope`` is appended to the source ID in CLI commands (for example
     ``" --session-dir /path"`` when the source ID alone does not find the session).
@@ -379,7 +380,7 @@ def make_pointer(
     def render(cut: _Cut, section: str) -> str:
         return _body(stats, cut, section, quiet=quiet)
 
-    def section_for(cut: _Cut, space: int, min_score: float = 0.0) -> str:
+    def section_for(cut: _Cut, space: int) -> str:
         if cut.tail_start <= cut.head_end or quiet:
             return ""
         tail_first = stats.newline_count - cut.tail.count(b"\n") + 1
@@ -392,7 +393,6 @@ def make_pointer(
             tail_first - 1,
             room=min(space, salient_bytes, omitted + len(SALIENT_HEADER) + _MORE_RESERVE),
             unlisted=stats.unlisted,
-            min_score=min_score,
         )
 
     markers = len(render(_cut(stats, 0, 0), "").encode()) + 64  # the section markers
@@ -406,7 +406,8 @@ def make_pointer(
         tail_floor = min(tail_bytes, space // policy.tail_share)
         cut = _cut(stats, head_floor, tail_floor)
         first_room = min(int(space * policy.failure_share), space - len(cut.head) - len(cut.tail))
-        first = section_for(cut, first_room, policy.first_min_score)
+        # Warnings and names take part too: a failure's context is often one of them.
+        first = section_for(cut, first_room)
         used = len(first.encode()) + _MORE_RESERVE if first else 0
         # What the failure lines leave goes to the tail, then to the head.
         tail_budget = max(min(tail_bytes, space - len(cut.head) - used), 0)
