@@ -281,6 +281,9 @@ def test_a_pointer_for_the_default_settings_stays_within_32_kib_with_many_failur
         (b"2019-06-11 22:05:23 INFO  LoggerTest:162 - firstLine : ERROR", False),
         (b"npm WARN optional dep failed, continuing fsevents@1.0.17", False),
         (b"error: request failed after 3 retries", True),
+        (b"An error occurred while loading ./spec/requests/users_spec.rb.", True),
+        (b"==== 1 failed, 199 passed in 0.50s ====", True),
+        (b"> Task :app:compileJava FAILED", True),
     ],
 )
 def test_a_line_reads_as_a_failure_by_its_shape_not_by_a_word_it_contains(

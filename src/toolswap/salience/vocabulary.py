@@ -180,14 +180,16 @@ _REPORT = re.compile(
     rb"|\bexit(?:ed with| code| status)(?: code)?:? \(?[1-9]",
     re.I,
 )
-# A line that reports a success (``PASSED``, ``... ok``, a check mark) or echoes a command
-# (``$ make``, ``+ make``, ``> npm test``) is no failure, whatever words it holds.
+# A line that reports a success (``PASSED``, ``... ok``, a check mark; not ``1 failed, 9
+# passed``) or echoes a command (``$ make``, ``+ make``) is no failure, whatever words it
+# holds.
 _SUCCESS = re.compile(
     rb"\bPASS(?:ED)?\b|\bSUCCESS\b|\[\s*OK\s*\]|^\s*OK\b|\.\.\.\s*ok\b|\bok\s*$"
     rb"|\xe2\x9c\x93|\xe2\x9c\x94",
     re.I,
 )
-_ECHO = re.compile(rb"^\s*(?:\$|\+{1,3}|>) \S")
+_COUNTED = re.compile(rb"\b[1-9]\d* (?:failed|failures?|errors?)\b|\bnot ok\b", re.I)
+_ECHO = re.compile(rb"^\s*(?:\$|\+{1,3}) \S")
 # A line logged at a level under error (``INFO``, ``[WARNING]``, ``npm WARN``, ``note:``)
 # reports no failure, whatever it quotes; nor does a retry that may yet succeed.
 _LEVEL = re.compile(
@@ -199,8 +201,11 @@ _RETRY = re.compile(rb"\bretr(?:y|ying|ied)\b|\bwill retry\b|\battempt \d+ (?:of
 _GAVE_UP = re.compile(rb"gave up|giving up|after \d+ (?:retries|attempts)|exhausted", re.I)
 _WARN_CAP = 1.5
 # A failure noun between two words of a sentence (``give useful error messages``, ``License
-# Exception TSU``) describes; it does not report.
-_PROSE = re.compile(rb"[a-z]{2,} (?:error|exception|failure|fault)s? [a-z]")
+# Exception TSU``) describes; it does not report (``an error occurred while`` does).
+_PROSE = re.compile(
+    rb"[a-z]{2,} (?:error|exception|failure|fault)s? "
+    rb"(?!occur|happen|while|during|in |at |on |was |has |when|raised|thrown|encounter)[a-z]"
+)
 _VERBS = tuple(w for w, s in VOCABULARY if s >= 4 and w not in (b"error", b"exception", b"assert"))
 _UPPER = re.compile(rb"\b(?:ERROR|FAILED|FAILURE|FAIL|FATAL|PANIC)\b")
 _MASK = re.compile(
@@ -263,7 +268,7 @@ def score_line(raw: bytes) -> float:
         value += 1.0
     elif _PROSE.search(kept) and not any(verb in kept for verb in _VERBS):
         value -= 1.5
-    if _SUCCESS.search(text) or _ECHO.match(text):
+    if (_SUCCESS.search(text) and not _COUNTED.search(text)) or _ECHO.match(text):
         value = min(value, 1.0)
     level = _LEVEL.match(text)
     if level is not None:
