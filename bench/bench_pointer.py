@@ -14,8 +14,8 @@ pointer sizes, capture speed.
 2. Recall on outputs of real programs run here, at the same budgets: the original corpus
    (tests/real_outputs.py: gcc/make/ld, python, pytest, node, git, tar, find, ls, sqlite3,
    bash -x, sha256sum, perl...), more of them used while tuning (tests/real_outputs_more.py
-   ``TUNING_CASES``) and a set kept out of all tuning (``HELD_OUT_CASES``), each with its
-   failure in the middle of a long output.
+   ``TUNING_CASES``) and two sets kept out of tuning (``HELD_OUT_CASES``,
+   ``HELD_OUT_LATE_CASES``), each with its failure in the middle of a long output.
 3. Mean and max pointer bytes, per budget, and the pointer of an output with nothing like
    a failure (``seq 1 100000``).
 4. Capture of 256 MiB of build-log-like text that contains failure words, against the
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import toolswap.pointer as pointer
 from _floor import capture_floor
 from real_outputs import REAL_CASES, RealCase
-from real_outputs_more import HELD_OUT_CASES, TUNING_CASES
+from real_outputs_more import HELD_OUT_CASES, HELD_OUT_LATE_CASES, TUNING_CASES
 from toolswap import ArtifactReference, ExternalizerSettings, ToolResultExternalizer
 from toolswap.capture import CaptureStats
 
@@ -322,7 +322,14 @@ def main() -> int:
         for title, cases in (
             ("real programs run here (the original corpus)", REAL_CASES),
             ("more real programs run here (tuned on)", TUNING_CASES),
-            ("more real programs run here, held out (never tuned on)", HELD_OUT_CASES),
+            (
+                "more real programs run here, held out (run once, two misses then looked at)",
+                HELD_OUT_CASES,
+            ),
+            (
+                "more real programs run here, held out late (written after every change)",
+                HELD_OUT_LATE_CASES,
+            ),
         ):
             hits, counted, sizes_by, missed, skipped = real_recall(root, cases)
             if not counted:

@@ -4,12 +4,20 @@ npm), sanitizers and debuggers (AddressSanitizer, UBSan, valgrind, gdb), shells,
 logs framed as GitHub Actions and Travis print them, each failure in the middle of a long
 output among noise that looks like failures (warnings, deprecations, retried downloads).
 
-Two sets, written before the pointer's ranking was changed:
+Three sets:
 
-- ``TUNING_CASES``: looked at while the ranking and the budget sharing were developed.
-- ``HELD_OUT_CASES``: never looked at while developing (only checked that the failure is
-  in the raw output); ``bench/bench_pointer.py`` reports them apart, as an estimate of how
-  the pointer does on outputs nobody tuned for.
+- ``TUNING_CASES``: written before the ranking was changed, looked at while the ranking and
+  the budget sharing were developed.
+- ``HELD_OUT_CASES``: written at the same time, never looked at while developing (only
+  checked that the failure is in the raw output), then run once: 15/17 found at 8 KiB,
+  16/17 at 32 KiB. Its two misses were then looked at (a shell error with no failure word,
+  called quiet; two failing tests whose lines share a template, listed once as ``+1
+  similar``), and the first led to two general rules (the shell's ``x.sh: line N:``
+  shape; a command that exited non-zero is never called quiet), so it is held out no
+  longer, strictly.
+- ``HELD_OUT_LATE_CASES``: written after every change, run once at the end.
+
+``bench/bench_pointer.py`` reports each set apart.
 
 ``wanted`` holds the first line of the failure reason as a person would mark it (and, for
 some, the line that names the error beside it).
@@ -23,7 +31,7 @@ from pathlib import Path
 
 from real_outputs import RealCase
 
-__all__ = ["HELD_OUT_CASES", "TUNING_CASES"]
+__all__ = ["HELD_OUT_CASES", "HELD_OUT_LATE_CASES", "TUNING_CASES"]
 
 # Noise of several kinds, shared by both sets, and two CI framings.
 PRELUDE = (Path(__file__).parent / "real_outputs_ci.sh").read_text(encoding="utf-8")
@@ -675,5 +683,245 @@ HELD_OUT_CASES: tuple[RealCase, ...] = (
         "pipnoise 300\npython3 -m pip install --no-index --disable-pip-version-check "
         "-r requirements.txt 2>&1\npipnoise 300",
         ("ERROR: Invalid requirement: 'requests=2.31'",),
+    ),
+)
+
+
+# -- the late held-out set ------------------------------------------------------------
+# Written after every change to the ranking and the sharing, and run once, at the end:
+# the first held-out set above was evaluated once before two of its misses were looked at
+# (a shell error without a failure word; two failing tests whose lines share a template).
+
+
+def _python_keyerror(work: Path) -> None:
+    _write(
+        work / "worker.py",
+        "import logging, sys\n"
+        "logging.basicConfig(stream=sys.stdout, level=logging.INFO,\n"
+        "                    format='%(asctime)s %(levelname)s %(name)s: %(message)s')\n"
+        "log = logging.getLogger('sync')\n"
+        "def region(job):\n    return job['region']\n"
+        "for i in range(600):\n"
+        "    log.info('synced shard %d (%d rows)', i, i * 17)\n"
+        "    if i % 97 == 0:\n"
+        "        log.warning('shard %d: connection reset, retrying in 2s (error 104)', i)\n"
+        "try:\n    region({'id': 7})\nexcept Exception:\n    log.exception('job 7 failed')\n"
+        "for i in range(600, 1200):\n    log.info('synced shard %d (%d rows)', i, i * 17)\n",
+    )
+
+
+def _gxx_no_member(work: Path) -> None:
+    for i in range(20):
+        _write(
+            work / f"mod{i}.cpp",
+            "#include <vector>\n"
+            f"int mod{i}() {{ std::vector<int> v; int unused; return (int)v.size(); }}\n",
+        )
+    _write(
+        work / "net.cpp",
+        "struct Config { int retries; };\n"
+        "int timeout_of(const Config& c) { return c.timeout_ms * 2; }\n",
+    )
+    objs = " ".join(f"mod{i}.o" for i in range(20))
+    _write(work / "Makefile", f"CXXFLAGS = -Wall\nall: {objs} net.o\n")
+
+
+def _node_spec(work: Path) -> None:
+    cases = "\n".join(
+        f"test('rounds {i}', () => assert.strictEqual(Math.round({i}.4), {i}));" for i in range(200)
+    )
+    _write(
+        work / "money.test.js",
+        "const test = require('node:test');\nconst assert = require('node:assert');\n"
+        f"{cases}\n"
+        "test('computes totals', () => {\n  assert.strictEqual(0.1 + 0.2, 0.3);\n});\n",
+    )
+
+
+def _prove_dates(work: Path) -> None:
+    oks = "".join(f"ok({i} > 0, 'case {i}');\n" for i in range(1, 200))
+    _write(
+        work / "t" / "dates.t",
+        "use strict; use warnings;\nuse Test::More tests => 200;\n"
+        f"{oks}is('2024-02-30', '2024-03-01', 'parses dates');\n",
+    )
+
+
+def _cmake_link(work: Path) -> None:
+    _write(
+        work / "CMakeLists.txt",
+        "cmake_minimum_required(VERSION 3.10)\nproject(app C)\nadd_executable(app main.c util.c)\n",
+    )
+    _write(work / "util.c", "int helper(void) { return 1; }\n")
+    _write(
+        work / "main.c",
+        'int compute_checksum(const char *s);\nint main(void) { return compute_checksum("x"); }\n',
+    )
+
+
+def _javac_types(work: Path) -> None:
+    for i in range(25):
+        _write(work / f"Part{i}.java", f"public class Part{i} {{ int id() {{ return {i}; }} }}\n")
+    _write(
+        work / "Main.java",
+        "public class Main {\n  public static void main(String[] a) {\n"
+        '    int port = System.getenv().getOrDefault("PORT", "8080");\n'
+        "    System.out.println(port);\n  }\n}\n",
+    )
+
+
+def _rust_unwrap(work: Path) -> None:
+    _write(
+        work / "Cargo.toml",
+        '[package]\nname = "srv"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\n',
+    )
+    _write(
+        work / "src" / "main.rs",
+        "fn main() {\n"
+        '    for i in 0..500 { println!("loaded route {i}"); }\n'
+        '    let port: u16 = "80a80".parse().unwrap();\n'
+        '    println!("{port}");\n}\n',
+    )
+
+
+def _git_push(work: Path) -> None:
+    pass
+
+
+def _tar_gzip(work: Path) -> None:
+    for i in range(500):
+        _write(work / "src" / f"f{i:03d}.txt", f"{i}\n")
+    _write(work / "release.tar.gz", "this is not a gzip file\n" * 10)
+
+
+def _missing_separator(work: Path) -> None:
+    _write(work / "Makefile", "all:\n        echo building\n")
+
+
+def _gha_pytest(work: Path) -> None:
+    _write(
+        work / "test_api.py",
+        "import pytest\n\n"
+        "@pytest.mark.parametrize('n', range(300))\ndef test_ok(n):\n    assert n >= 0\n\n"
+        "def test_pagination():\n    pages = [1, 2, 3]\n    assert len(pages) == 4\n",
+    )
+
+
+def _dash_unset(work: Path) -> None:
+    _write(
+        work / "publish.sh",
+        'set -u\nfor i in $(seq 1 300); do echo "copying page $i"; done\n'
+        'echo "publishing to $BUCKET_NAME"\n',
+    )
+
+
+def _valgrind_leak(work: Path) -> None:
+    _write(
+        work / "leak.c",
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+        "int main(void) {\n"
+        '  for (int i = 0; i < 300; i++) printf("parsed line %d\\n", i);\n'
+        '  char *buf = malloc(40);\n  strcpy(buf, "kept");\n  buf = NULL;\n  return 0;\n}\n',
+    )
+
+
+HELD_OUT_LATE_CASES: tuple[RealCase, ...] = (
+    _case(
+        "python-keyerror-in-worker-log",
+        ("python3",),
+        _python_keyerror,
+        "noise 300\npython3 worker.py 2>&1\nnoise 300",
+        ("Traceback (most recent call last):", "KeyError: 'region'"),
+    ),
+    _case(
+        "gxx-no-member",
+        ("g++", "make"),
+        _gxx_no_member,
+        "noise 500\nmake -k CXX=g++ 2>&1\nnoise 600",
+        ("error: ‘const struct Config’ has no member named ‘timeout_ms’",),
+    ),
+    _case(
+        "node-test-spec-reporter",
+        ("node",),
+        _node_spec,
+        "npmnoise 150\nnode --test --test-reporter=spec 2>&1\nnpmnoise 150",
+        ("✖ computes totals",),
+    ),
+    _case(
+        "prove-failed-subtest",
+        ("prove", "perl"),
+        _prove_dates,
+        "noise 500\nprove -v t/ 2>&1\nnoise 500",
+        ("#   Failed test 'parses dates'",),
+    ),
+    _case(
+        "cmake-build-link-error",
+        ("cmake", "make", "gcc"),
+        _cmake_link,
+        "noise 500\ncmake -S . -B build >/dev/null 2>&1 && cmake --build build 2>&1\nnoise 600",
+        ("undefined reference to `compute_checksum'",),
+    ),
+    _case(
+        "javac-incompatible-types",
+        ("javac",),
+        _javac_types,
+        "noise 500\njavac -d out *.java 2>&1\nnoise 600",
+        ("error: incompatible types: String cannot be converted to int",),
+    ),
+    _case(
+        "cargo-run-unwrap-panic",
+        ("cargo",),
+        _rust_unwrap,
+        _rust_env() + "pipnoise 200\ncargo run --offline --quiet 2>&1\npipnoise 250",
+        ("called `Result::unwrap()` on an `Err` value",),
+    ),
+    _case(
+        "git-push-rejected",
+        ("git",),
+        _git_push,
+        "git init -q --bare origin.git && git clone -q origin.git a 2>/dev/null && "
+        "git clone -q origin.git b 2>/dev/null && "
+        "(cd a && echo 1 > f && git add f && git commit -qm one && git push -q origin HEAD 2>&1) "
+        "&& (cd b && echo 2 > g && git add g && git commit -qm two)\n"
+        "noise 600\n(cd b && git push origin HEAD 2>&1)\nnoise 600",
+        ("error: failed to push some refs to",),
+    ),
+    _case(
+        "tar-not-gzip",
+        ("tar", "gzip"),
+        _tar_gzip,
+        "noise 300\ntar -cvf src.tar src 2>&1\ntar -xzf release.tar.gz 2>&1\nnoise 700",
+        ("gzip: stdin: not in gzip format",),
+    ),
+    _case(
+        "make-missing-separator",
+        ("make",),
+        _missing_separator,
+        "noise 700\nmake 2>&1\nnoise 700",
+        ("Makefile:2: *** missing separator",),
+    ),
+    _case(
+        "github-actions-pytest",
+        ("python3", "awk"),
+        _gha_pytest,
+        "{ gha_step 'pip install -e .' pipnoise 150 && "
+        "gha_step 'pytest -q' python3 -m pytest -q -p no:cacheprovider test_api.py; "
+        "gha_post 150; } | stamp",
+        ("FAILED test_api.py::test_pagination",),
+    ),
+    _case(
+        "dash-parameter-not-set",
+        ("dash",),
+        _dash_unset,
+        "noise 400\ndash publish.sh 2>&1\nnoise 600",
+        ("BUCKET_NAME: parameter not set",),
+    ),
+    _case(
+        "valgrind-definitely-lost",
+        ("gcc", "valgrind"),
+        _valgrind_leak,
+        "noise 400\ngcc -g -O0 -o leak leak.c && "
+        "valgrind --leak-check=full --error-exitcode=3 ./leak 2>&1\nnoise 600",
+        ("definitely lost: 40 bytes in 1 blocks",),
     ),
 )

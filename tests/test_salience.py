@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from real_outputs import REAL_CASES, RealCase
+from real_outputs_more import TUNING_CASES
 from toolswap import ExternalizerSettings, ToolResultExternalizer
 from toolswap.salience import Candidates, clean_for_display, score_line, template
 from toolswap.salience.middle_scan import GrepStream
@@ -22,7 +23,9 @@ def _normalise(text: str) -> str:
     return " ".join(_ANSI.sub("", text).replace("\r", "").split())
 
 
-@pytest.mark.parametrize("case", REAL_CASES, ids=[case.name for case in REAL_CASES])
+@pytest.mark.parametrize(
+    "case", REAL_CASES + TUNING_CASES, ids=[case.name for case in REAL_CASES + TUNING_CASES]
+)
 def test_the_pointer_shows_the_failure_of_a_real_program(
     case: RealCase, externalizer: ToolResultExternalizer, tmp_path: Path
 ) -> None:
@@ -342,3 +345,19 @@ def test_a_failure_line_that_heads_an_indented_block_comes_with_its_first_lines(
 
     assert "9001: tables:" in " ".join(text.split())
     assert "9004-     --- tables.custom" in text
+
+
+def test_an_output_of_a_failed_command_is_never_called_quiet(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    output = "".join(f"{i}\n" for i in range(1, 100_001))
+
+    text = externalizer.process(output, "bash", exit_code=2).context_text
+
+    assert "looks like a failure" not in text
+    assert "--- tail: lines " in text and "\n100000\n" in text
+    assert len(text.encode()) > 20_000  # head and tail share the budget
+
+
+def test_a_shell_error_without_a_failure_word_is_found() -> None:
+    assert score_line(b"deploy.sh: line 3: DEPLOY_TARGET: unbound variable") >= 3

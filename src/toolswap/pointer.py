@@ -317,8 +317,8 @@ def make_pointer(
     Head, failure lines and tail share the budget by what the output holds: failure lines
     first (up to 80% of the room, with the head and the tail kept at their floors), then
     the tail grows up to ``tail_bytes``, then the head up to ``head_bytes``, then lower
-    ranked lines fill what is left. An output in which no line looks like a failure gets a
-    short head and tail and says so.
+    ranked lines fill what is left. An output in which no line looks like a failure (of a
+    command not known to have failed) gets a short head and tail and says so.
 
     ``scope`` is appended to the source ID in CLI commands (for example
     ``" --session-dir /path"`` when the source ID alone does not find the session).
@@ -364,7 +364,8 @@ def make_pointer(
         text = template.format(**fields, size_text=size_text, body=body, read_more=read_more)
         return _fit(text, budget)
 
-    quiet = _quiet(stats)
+    # A command that failed or was interrupted is never called quiet, whatever it printed.
+    quiet = _quiet(stats) and not artifact.exit_code and not artifact.interrupted
     whole_cap = head_bytes + tail_bytes + min(salient_bytes, _WHOLE_EXTRA)
     whole = f"--- full output ({_lines(stats.line_count)}) ---\n"
     if quiet:

@@ -94,13 +94,15 @@ a deprecation or only a name."""
 # Line shapes of test-runner summaries, valid both as Python ``re`` and as POSIX ERE
 # (grep -E): ``  1) test name`` (mocha, RSpec, PHPUnit, ExUnit), pytest's
 # ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers, and a
-# diagnostic's location (``lib/a.js:12:5: Extra semicolon``, ``./x.py:8:9: E128 ...``):
-# linters report without a failure word.
+# diagnostic's location (``lib/a.js:12:5: Extra semicolon``, ``./x.py:8:9: E128 ...``,
+# the shell's ``deploy.sh: line 3: X: unbound variable``): linters and shells report
+# without a failure word.
 LINE_PATTERNS: tuple[tuple[str, int], ...] = (
     (r"^[ \t]*[0-9]+\) [^ ]", 3),
     (r"^_{3,} .* _{3,}$", 3),
     (r"^-{4} .* -{4}$", 3),
     (r"^[ \t]*[^ \t:]*\.[A-Za-z0-9]+:[0-9]+(:[0-9]+)?:? [^ ]", 3),
+    (r"^[^ \t:]+: line [0-9]+: [^ ]", 3),
 )
 
 
