@@ -9,14 +9,14 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
-from ..retention import DEFAULT_OWNER_FILENAME, SessionRetention, open_retention
-from ..retention.session_retention import DATABASE_SCHEMA_ENV, DATABASE_URL_ENV, DEFAULT_SCHEMA
-from ..session import Session
+if TYPE_CHECKING:
+    from ..retention import SessionRetention
+    from ..session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,14 +81,8 @@ def json_option(help: str = "Print a JSON object.") -> Callable[[F], F]:
 
 
 # -- the retention backend ---------------------------------------------------------------
-
-_OWNER_HELP = (
-    "The memory owner's SQLite database (default: <session>/" + DEFAULT_OWNER_FILENAME + ")."
-)
-_DATABASE_HELP = (
-    f"PostgreSQL URL of a shared session's memory owner and lease journal "
-    f"(env {DATABASE_URL_ENV}); replaces --owner-db."
-)
+# retention is imported when a command that takes these options is registered or run,
+# never by the capture commands.
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +101,8 @@ class BackendOptions:
         """The session's retention (see :func:`toolswap.retention.open_retention`)."""
         if self.owner_db is not None and self.database_url:
             raise click.UsageError("--owner-db and --database-url name two different owners")
+        from ..retention import open_retention
+
         return open_retention(
             session,
             database_url=self.database_url or None,
@@ -119,6 +115,12 @@ class BackendOptions:
 def backend_options(func: Callable[..., None]) -> Callable[..., None]:
     """``--owner-db``, ``--database-url`` and ``--database-schema``, passed to the command
     as one ``backend`` (:class:`BackendOptions`)."""
+    from ..retention import DEFAULT_OWNER_FILENAME
+    from ..retention.session_retention import (
+        DATABASE_SCHEMA_ENV,
+        DATABASE_URL_ENV,
+        DEFAULT_SCHEMA,
+    )
 
     @functools.wraps(func)
     def command(
@@ -141,11 +143,17 @@ def backend_options(func: Callable[..., None]) -> Callable[..., None]:
         help=f"Schema of the PostgreSQL tables (env {DATABASE_SCHEMA_ENV}).",
     )(command)
     decorated = click.option(
-        "--database-url", envvar=DATABASE_URL_ENV, default=None, help=_DATABASE_HELP
+        "--database-url",
+        envvar=DATABASE_URL_ENV,
+        default=None,
+        help=(
+            "PostgreSQL URL of a shared session's memory owner and lease journal "
+            f"(env {DATABASE_URL_ENV}); replaces --owner-db."
+        ),
     )(decorated)
     return click.option(
         "--owner-db",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help=_OWNER_HELP,
+        help=f"The memory owner's SQLite database (default: <session>/{DEFAULT_OWNER_FILENAME}).",
     )(decorated)
