@@ -2,32 +2,41 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
+# One venv, two installs: the demo needs only the CLI and the MCP SDK (click, rich, mcp);
+# tests, lint, type checks and benchmarks need the dev extra (every framework and tool).
+DEMO_STAMP := $(VENV)/.installed-demo
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test lint typecheck pytest bench clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e '.[mcp]'
+	touch $@
+
+$(DEV_STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e '.[dev]'
+	touch $@ $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/toolswap demo
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 
-typecheck: $(STAMP)
+typecheck: $(DEV_STAMP)
 	$(BIN)/mypy --strict src
 
-pytest: $(STAMP)
+pytest: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python bench/run.py
 
 clean:
