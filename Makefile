@@ -2,23 +2,28 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 # One venv, two installs: the demo needs only the CLI and the MCP SDK (click, rich, mcp);
 # tests, lint, type checks and benchmarks need the dev extra (every framework and tool).
 DEMO_STAMP := $(VENV)/.installed-demo
 DEV_STAMP := $(VENV)/.installed-dev
+# The venv is made without pip (seeding it takes longer than the demo's whole install), and
+# the interpreter's own pip installs into it; without a pip there, the venv gets one.
+PIP = $$(test -x $(BIN)/pip && echo $(BIN)/python -m pip || echo $(PYTHON) -m pip --python $(BIN)/python) \
+	install --quiet --disable-pip-version-check -c constraints.txt
 
 .PHONY: demo test lint typecheck pytest bench clean
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m pip --version >/dev/null 2>&1 \
+		&& $(PYTHON) -m venv --without-pip $(VENV) || $(PYTHON) -m venv $(VENV)
 
 $(DEMO_STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) -e '.[mcp]'
 	touch $@
 
+# The tests run pip (the documented install lines), so the dev venv has its own.
 $(DEV_STAMP): pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev]' pip
 	touch $@ $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
