@@ -1,13 +1,13 @@
 """MCP commands: ``toolswap mcp serve`` and ``toolswap mcp proxy`` (the ``toolswap[mcp]`` extra).
 
-The SDK is imported inside the commands, so the rest of the CLI works without it.
+Neither imports the MCP SDK (they speak JSON-RPC themselves, see :mod:`toolswap.mcp`); they
+need ``anyio``, which the extra installs.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import click
 
@@ -30,20 +30,17 @@ def _threshold_option(
         raise click.BadParameter(str(exc)) from None
 
 
-def _import_mcp() -> ModuleType:
-    """``toolswap.mcp``, or exit 1 telling the user how to install the extra."""
+def _require_anyio() -> None:
+    """Exit 1 telling the user how to install the extra, when ``anyio`` is missing."""
     try:
-        import mcp.server  # noqa: F401  (the SDK itself)
-
-        from .. import mcp as toolswap_mcp
+        import anyio  # noqa: F401
     except ImportError as exc:
         click.echo(
-            f"toolswap: the MCP commands need the MCP SDK ({exc}); install it with: "
+            f"toolswap: the MCP commands need the mcp extra ({exc}); install it with: "
             "pip install '.[mcp]' in the toolswap checkout (docs/configuration.md)",
             err=True,
         )
         sys.exit(1)
-    return toolswap_mcp
 
 
 @main.group(name="mcp")
@@ -64,11 +61,13 @@ def serve(session_id: str, workspace: str | None, session_dir: Path | None) -> N
 
     Example MCP host entry: {"command": "toolswap", "args": ["mcp", "serve"]}
     """
-    toolswap_mcp = _import_mcp()
+    _require_anyio()
     import anyio
 
+    from ..mcp.serve import run_server
+
     ext = open_externalizer(session_id, workspace, session_dir, read_hint="mcp")
-    anyio.run(toolswap_mcp.run_server, ext)
+    anyio.run(run_server, ext)
 
 
 @mcp_group.command(
@@ -116,12 +115,14 @@ def proxy(
 
     Example: toolswap mcp proxy --threshold 20kb -- npx -y @modelcontextprotocol/server-everything
     """
-    toolswap_mcp = _import_mcp()
+    _require_anyio()
     import anyio
+
+    from ..mcp.proxy import run_proxy
 
     ext = open_externalizer(session_id, workspace, session_dir, read_hint="mcp")
     status = anyio.run(
-        lambda: toolswap_mcp.run_proxy(
+        lambda: run_proxy(
             list(upstream), ext, threshold=threshold, resource_threshold=resource_threshold
         )
     )

@@ -21,14 +21,16 @@ gets exactly the host's environment). It reads every frame but rewrites only the
 - the answer to ``initialize`` / ``server/discover``: a ``tools`` capability is added if the
   upstream has none;
 - ``tools/call`` of ``read_artifact``, ``read_artifact_bytes``, ``grep_artifact`` and
-  ``list_artifacts``: answered by the proxy itself (the SDK's :class:`MCPServer` from
-  :mod:`toolswap.mcp.server`, shaped for the protocol version of the request).
+  ``list_artifacts``: answered by the proxy itself (:mod:`toolswap.mcp.local`, the same
+  answers as ``toolswap mcp serve``, shaped for the protocol era of the request).
 
 Everything else (small results, tool names, input schemas and descriptions, resources,
 prompts, notifications, progress, cancellation, server-to-client requests, both protocol
 eras) is forwarded as the very bytes received. Working at the frame level, rather than
 re-serving the upstream through the SDK's server and client objects, is what makes that
-byte-for-byte guarantee possible and keeps the proxy neutral to protocol versions.
+byte-for-byte guarantee possible and keeps the proxy neutral to protocol versions. Nothing
+here imports the MCP SDK: the upstream is started first, and the proxy's own start adds
+little to the upstream's.
 
 If the upstream exits, every request it had not answered fails with a JSON-RPC error that
 says so, and the proxy exits with status 1. When the host closes the proxy's stdin, the
@@ -48,26 +50,20 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.to_thread
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.shared.exceptions import MCPError
-from mcp.types import (
-    CONNECTION_CLOSED,
-    PROTOCOL_VERSION_META_KEY,
-    SERVER_INFO_META_KEY,
-    CallToolResult,
-    TextContent,
-)
-from mcp.types.methods import serialize_server_result
-from mcp.types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
 
+from .._tool_descriptions import TOOL_NAMES
 from ..errors import ConfigurationError
 from ..externalizer import ToolResultExternalizer
 from ..settings import ToolThreshold
-from ..tools import TOOL_NAMES
+from .local import (
+    CONNECTION_CLOSED,
+    MODERN_PROTOCOL_VERSIONS,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+    tool_definitions,
+)
 from .rewrite import ResultRewriter
-from .server import create_server
+from .serve import LocalCalls
 from .transport import (
     READ_CHUNK,
     LineSplitter,
@@ -144,13 +140,11 @@ class McpProxy:
         self.env = dict(env) if env is not None else None
         self._stdin_fd = stdin_fd
         self._stdout_fd = stdout_fd
-        self._server: MCPServer[Any] = create_server(externalizer)
-        self._local_tools: list[dict[str, Any]] = []
+        self._calls = LocalCalls(externalizer)
+        self._local_tools = tool_definitions()
         self._pending: dict[str, _Pending] = {}
         self._tasks: dict[str, str] = {}
         """Task ID -> the tool whose call created it (its result comes by tasks/result)."""
-        self._local: dict[str, anyio.CancelScope] = {}
-        self._handshake_version = LATEST_HANDSHAKE_VERSION
         self._server_info_stamp: object = None
         self._warned_shadowed: set[str] = set()
         self._client_closed = False
@@ -185,10 +179,6 @@ class McpProxy:
 
     async def run(self) -> int:
         """Relay until the host or the upstream goes away; return the exit status."""
-        self._local_tools = [
-            tool.model_dump(by_alias=True, mode="json", exclude_none=True)
-            for tool in await self._server.list_tools()
-        ]
         try:
             proc = await start_upstream(self.upstream, self.env)
         except OSError as exc:
@@ -292,9 +282,7 @@ class McpProxy:
                 self._pending[key] = self._pending_for(method, params)
             elif method == "notifications/cancelled":
                 key = _key(params.get("requestId"))
-                scope = self._local.get(key)
-                if scope is not None:
-                    scope.cancel()
+                if self._calls.cancel(key):
                     return
                 pending = self._pending.get(key)
                 if pending is not None:
@@ -366,8 +354,6 @@ class McpProxy:
         if method == "tools/list":
             return dumps_frame(message) if self._merge_tools(result) else line
         if method in ("initialize", "server/discover"):
-            if method == "initialize" and isinstance(result.get("protocolVersion"), str):
-                self._handshake_version = result["protocolVersion"]
             meta = result.get("_meta")
             if isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is not None:
                 self._server_info_stamp = meta[SERVER_INFO_META_KEY]
@@ -419,54 +405,16 @@ class McpProxy:
     # -- answering locally -----------------------------------------------------------
 
     async def _local_call(self, key: str, request_id: object, params: dict[str, Any]) -> None:
-        name = str(params.get("name"))
-        arguments = params.get("arguments")
         meta = params.get("_meta")
         version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
-        modern = version in MODERN_PROTOCOL_VERSIONS
-        if not isinstance(version, str):
-            version = self._handshake_version
-        result: CallToolResult | None = None
-        error: MCPError | None = None
-        with anyio.CancelScope() as scope:
-            self._local[key] = scope
-            try:
-                answer = await self._server.call_tool(
-                    name, arguments if isinstance(arguments, dict) else {}
-                )
-                if isinstance(answer, CallToolResult):
-                    result = answer
-            except ToolError as exc:
-                result = CallToolResult(content=[TextContent(text=str(exc))], is_error=True)
-            except MCPError as exc:
-                error = exc
-            except Exception as exc:  # a bug here must not take the proxy down
-                say(f"{name} failed: {type(exc).__name__}: {exc}")
-                result = CallToolResult(
-                    content=[TextContent(text=f"{name} failed inside the toolswap proxy: {exc}")],
-                    is_error=True,
-                )
-            finally:
-                self._local.pop(key, None)
-        if scope.cancelled_caught:
+        result = await self._calls.call(key, str(params.get("name")), params.get("arguments"))
+        if result is None:
             return  # cancelled by the host: no answer
-        if error is not None or result is None:
-            await self._send_error(
-                request_id,
-                error.error.message if error is not None else "no result",
-                code=error.error.code if error is not None else -32603,
-            )
-            return
-        data = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        with contextlib.suppress(KeyError, ValueError, ValidationError):
-            data = serialize_server_result("tools/call", version, data)
-        if modern:
-            data.setdefault("resultType", "complete")
+        if version in MODERN_PROTOCOL_VERSIONS:
+            result["resultType"] = "complete"
             if self._server_info_stamp is not None:
-                data["_meta"] = {SERVER_INFO_META_KEY: self._server_info_stamp}
-        else:
-            data.pop("resultType", None)
-        await self._to_client(dumps_frame({"jsonrpc": "2.0", "id": request_id, "result": data}))
+                result["_meta"] = {SERVER_INFO_META_KEY: self._server_info_stamp}
+        await self._to_client(dumps_frame({"jsonrpc": "2.0", "id": request_id, "result": result}))
 
     # -- writing to the host ---------------------------------------------------------
 
