@@ -3,7 +3,10 @@ checkout."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -153,3 +156,66 @@ def _offline(stderr: str) -> bool:
             "Network is unreachable",
         )
     )
+
+
+# -- code examples ---------------------------------------------------------------------
+
+
+def _python_blocks(doc: Path) -> list[str]:
+    text = doc.read_text(encoding="utf-8")
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+
+
+def _examples() -> list[tuple[str, str]]:
+    """Every Python example of the docs that runs on its own. The README's first three run
+    together, twice, in test_readme.py; the Claude Code hook (it reads an event on stdin)
+    runs in test_hosts.py."""
+    found = []
+    for doc in DOCS:
+        blocks = _python_blocks(doc)
+        first = 3 if doc.name == "README.md" else 0
+        for number, block in enumerate(blocks[first:], start=first + 1):
+            if "sys.stdin" not in block:
+                found.append((f"{doc.name}#{number}", block))
+    return found
+
+
+def _top_level_imports(code: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_docs_have_the_examples_the_runner_expects() -> None:
+    names = [name for name, _ in _examples()]
+    assert "README.md#4" in names
+    assert {"adapters.md#1", "adapters.md#2", "adapters.md#3", "mcp.md#1", "mcp.md#2"} <= set(names)
+
+
+@pytest.mark.parametrize(("name", "code"), _examples(), ids=[name for name, _ in _examples()])
+def test_every_python_example_in_the_docs_runs_as_written(
+    tmp_path: Path, name: str, code: str
+) -> None:
+    missing = sorted(m for m in _top_level_imports(code) if importlib.util.find_spec(m) is None)
+    if missing:
+        pytest.skip(f"{name} needs {missing} (the dev extra installs them)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLSWAP_")}
+    env.update(HOME=str(tmp_path / "user"), TOOLSWAP_HOME=str(tmp_path / "home"))
+
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+    assert done.returncode == 0, f"{name}:\n{done.stderr[-3000:]}"
+    if "print(" in code:  # an example that shows its result shows the pointer it promises
+        assert "[Artifact: artifact:" in done.stdout, done.stdout[:1000]
