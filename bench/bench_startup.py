@@ -9,8 +9,9 @@
    ``notifications/initialized``, ``tools/list``), against the same upstream started directly
    (goal: at most 0.3 s more).
 
-Every command runs as ``python -m toolswap`` with this interpreter, after a warm-up run that
-leaves the bytecode caches in place (as an installed package has them).
+``toolswap`` is the venv's console script when it runs this checkout with this interpreter
+(as after ``make``), else ``python -m toolswap``; each command runs once first, which leaves
+the bytecode caches in place (as an installed package has them).
 ``TOOLSWAP_BENCH_QUICK=1`` runs fewer rounds.
 """
 
@@ -32,8 +33,26 @@ ROUNDS = 3 if QUICK else 20
 MCP_ROUNDS = 2 if QUICK else 7
 HERE = Path(__file__).resolve().parent
 UPSTREAM = [sys.executable, str(HERE / "_mcp_upstream.py")]
-TOOLSWAP = [sys.executable, "-m", "toolswap"]
 PY = sys.executable
+
+
+def _toolswap_command() -> list[str]:
+    """``toolswap`` as a user runs it: the console script beside this interpreter when it
+    runs this checkout's code, else ``python -m toolswap``."""
+    import toolswap  # lazy: this loads nothing but the package's __init__
+
+    script = Path(PY).with_name("toolswap")
+    ours = Path(toolswap.__file__).resolve().is_relative_to(HERE.parent)
+    try:
+        shebang = script.read_bytes().split(b"\n", 1)[0]
+    except OSError:
+        shebang = b""
+    if ours and shebang == b"#!" + os.fsencode(PY):
+        return [str(script)]
+    return [PY, "-m", "toolswap"]
+
+
+TOOLSWAP = _toolswap_command()
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -131,7 +150,10 @@ def main() -> None:
     )
     floor, imported = min(times["pass"]), min(times["import"])
     true, run = min(times["true"]), min(times["run"])
-    print(f"start-up, min of {ROUNDS} interleaved runs (median in brackets)")
+    print(
+        f"start-up of `{' '.join(Path(a).name for a in TOOLSWAP)}`, min of {ROUNDS} "
+        "interleaved runs (median in brackets)"
+    )
     print(f"  python -c pass                  {_ms(times['pass'])}   <- the floor")
     print(
         f"  python -c 'import toolswap'     {_ms(times['import'])}   "
