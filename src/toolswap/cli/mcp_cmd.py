@@ -6,6 +6,7 @@ need ``anyio``, which the extra installs.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -31,13 +32,12 @@ def _threshold_option(
 
 
 def _require_anyio() -> None:
-    """Exit 1 telling the user how to install the extra, when ``anyio`` is missing."""
-    try:
-        import anyio  # noqa: F401
-    except ImportError as exc:
+    """Exit 1 telling the user how to install the extra, when ``anyio`` is missing (found,
+    not imported: the proxy starts its upstream first)."""
+    if importlib.util.find_spec("anyio") is None:
         click.echo(
-            f"toolswap: the MCP commands need the mcp extra ({exc}); install it with: "
-            "pip install '.[mcp]' in the toolswap checkout (docs/configuration.md)",
+            "toolswap: the MCP commands need the mcp extra (no module named 'anyio'); install "
+            "it with: pip install '.[mcp]' in the toolswap checkout (docs/configuration.md)",
             err=True,
         )
         sys.exit(1)
@@ -116,14 +116,31 @@ def proxy(
     Example: toolswap mcp proxy --threshold 20kb -- npx -y @modelcontextprotocol/server-everything
     """
     _require_anyio()
-    import anyio
-
-    from ..mcp.proxy import run_proxy
-
     ext = open_externalizer(session_id, workspace, session_dir, read_hint="mcp")
-    status = anyio.run(
-        lambda: run_proxy(
-            list(upstream), ext, threshold=threshold, resource_threshold=resource_threshold
+    from ..mcp.upstream import say, spawn_upstream
+
+    # The upstream boots (a second or more) while the event loop and the proxy load.
+    try:
+        process = spawn_upstream(upstream)
+    except OSError as exc:
+        say(f"cannot start the upstream MCP server {upstream[0]!r}: {exc.strerror or exc}")
+        sys.exit(127)
+    try:
+        import anyio
+
+        from ..mcp.proxy import run_proxy
+
+        status = anyio.run(
+            lambda: run_proxy(
+                list(upstream),
+                ext,
+                threshold=threshold,
+                resource_threshold=resource_threshold,
+                process=process,
+            )
         )
-    )
+    finally:
+        if process.poll() is None:  # the proxy stops it; this is for a failure before that
+            process.kill()
+            process.wait()
     sys.exit(status)

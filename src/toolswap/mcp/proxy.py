@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,9 +66,9 @@ from .local import (
 from .rewrite import ResultRewriter
 from .serve import LocalCalls
 from .transport import (
-    READ_CHUNK,
     LineSplitter,
     StdFd,
+    UpstreamProcess,
     describe_exit,
     dumps_frame,
     loads_frame,
@@ -117,6 +118,9 @@ class McpProxy:
         stdout_fd: descriptor the host reads from (default 1).
         env: the upstream's environment (default: exactly the environment the host
             started the proxy with).
+        process: the upstream, already started from ``upstream`` with pipes for stdin and
+            stdout (:func:`~toolswap.mcp.upstream.spawn_upstream`), so that it boots while
+            the proxy loads; default: started by :meth:`run`.
     """
 
     def __init__(
@@ -129,6 +133,7 @@ class McpProxy:
         stdin_fd: int = 0,
         stdout_fd: int = 1,
         env: Mapping[str, str] | None = None,
+        process: subprocess.Popen[bytes] | None = None,
     ) -> None:
         if not upstream:
             raise ConfigurationError("the upstream command line is empty")
@@ -151,7 +156,8 @@ class McpProxy:
         self._client_gone = False
         self._upstream_done = False
         self._write_lock = anyio.Lock()
-        self._proc: anyio.abc.Process | None = None
+        self._process = process
+        self._proc: UpstreamProcess | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._out: StdFd | None = None
 
@@ -180,7 +186,10 @@ class McpProxy:
     async def run(self) -> int:
         """Relay until the host or the upstream goes away; return the exit status."""
         try:
-            proc = await start_upstream(self.upstream, self.env)
+            if self._process is not None:
+                proc = UpstreamProcess(self._process)
+            else:
+                proc = await start_upstream(self.upstream, self.env)
         except OSError as exc:
             say(f"cannot start the upstream MCP server {self.upstream[0]!r}: {exc.strerror or exc}")
             return 127
@@ -210,7 +219,7 @@ class McpProxy:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._reap()
-                await proc.aclose()
+                proc.close()
             stdin.restore()
             self._out.restore()
         return status
@@ -243,13 +252,15 @@ class McpProxy:
     async def _pump_upstream(self) -> None:
         """Upstream -> host, until the upstream closes its stdout."""
         proc = self._proc
-        assert proc is not None and proc.stdout is not None
+        assert proc is not None
         splitter = LineSplitter()
         try:
             while True:
                 try:
-                    chunk = await proc.stdout.receive(READ_CHUNK)
-                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    chunk = await proc.receive()
+                except OSError:
+                    break
+                if not chunk:
                     break
                 for line in splitter.feed(chunk):
                     await self._from_upstream(line)
@@ -288,10 +299,10 @@ class McpProxy:
                 if pending is not None:
                     pending.cancelled = True
         proc = self._proc
-        assert proc is not None and proc.stdin is not None
+        assert proc is not None
         # If the upstream is gone, _pump_upstream sees EOF and fails what is pending.
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            await proc.stdin.send(line)
+        with contextlib.suppress(OSError):
+            await proc.send(line)
 
     def _pending_for(self, method: str, params: dict[str, Any]) -> _Pending:
         if method == "tools/call":
@@ -455,9 +466,18 @@ async def run_proxy(
     *,
     threshold: ToolThreshold | None = None,
     resource_threshold: ToolThreshold | None = None,
+    process: subprocess.Popen[bytes] | None = None,
 ) -> int:
-    """Run the proxy on this process's stdin/stdout; return the exit status."""
+    """Run the proxy on this process's stdin/stdout; return the exit status.
+
+    Args:
+        process: the upstream, already started (see :class:`McpProxy`).
+    """
     proxy = McpProxy(
-        upstream, externalizer, threshold=threshold, resource_threshold=resource_threshold
+        upstream,
+        externalizer,
+        threshold=threshold,
+        resource_threshold=resource_threshold,
+        process=process,
     )
     return await proxy.run()
