@@ -17,8 +17,10 @@ $(BIN)/python:
 	$(PYTHON) -m pip --version >/dev/null 2>&1 \
 		&& $(PYTHON) -m venv --without-pip $(VENV) || $(PYTHON) -m venv $(VENV)
 
+# --no-compile: Python caches the bytecode of what the demo imports when it first imports it,
+# instead of pip compiling every module of every package up front.
 $(DEMO_STAMP): pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) -e '.[mcp]'
+	$(PIP) --no-compile -e '.[mcp]'
 	touch $@
 
 # The tests run pip (the documented install lines), so the dev venv has its own.
