@@ -5,7 +5,9 @@ writer thread) and lets it read the finished file back.
 
 Memory stays bounded whatever the output size: the head, a tail buffer, the salience
 module's candidate lines and a small queue of chunks in flight. Hashing and writing run on a worker
-thread (both release the GIL) while the calling thread reads and counts the next chunk.
+thread (both release the GIL) while the calling thread reads and counts the next chunk; a third
+thread hands what was written to grep, so the writer never waits for grep (output already in
+memory arrives faster than grep searches it).
 The failure-line scan, which holds the GIL and is slower than hashing, runs at the end over
 the first and the last bytes of the file (read back from the page cache) while the worker
 fsyncs, so it overlaps the one step that no capture can skip.
@@ -37,6 +39,8 @@ from .salience.middle_scan import GrepStream
 __all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect_media_type"]
 
 _QUEUE_DEPTH = 4
+_FEED_DEPTH = 8
+"""Chunks written but not yet handed to grep (it may lag that far behind the writer)."""
 _READ_BACK = 1 << 20
 _BOUNDARY_PROBE = 64 << 10
 # Where grep takes over from the Python scan (which holds the GIL at about 40 MB/s with the
@@ -201,6 +205,8 @@ class StreamCapture:
         self._grep_from = 0
         self._grep_off = False
         self._line_run = 0
+        self._feed: queue.Queue[bytes | None] = queue.Queue(_FEED_DEPTH)
+        self._feeder: threading.Thread | None = None
 
     def _drain(self) -> None:
         ended = False
@@ -209,15 +215,17 @@ class StreamCapture:
                 chunk = self._queue.get()
                 if chunk is None:
                     ended = True
+                    self._end_feed()
                     # fsync here, without the GIL, while the caller scans for failure lines.
                     self._written.set()
                     durable.current().fsync(self._fd)
                     return
                 self._sha.update(chunk)
                 write_all(self._fd, chunk)
-                self._feed_grep(chunk)
+                self._to_grep(chunk)
         except BaseException as exc:  # handed to the caller thread in finish()
             self._error = exc
+            self._end_feed()
             self._written.set()
             while not ended and self._queue.get() is not None:
                 pass
@@ -252,8 +260,38 @@ class StreamCapture:
             self._worker = start_helper_thread(self._drain, "toolswap-capture")
         self._queue.put(chunk)
 
+    def _to_grep(self, chunk: bytes) -> None:
+        """Hand a written chunk to grep on a thread of its own (writer side): the writer
+        never waits for grep, which catches up while the rest is written and fsynced."""
+        if self._feeder is None:
+            self._feeder = start_helper_thread(self._feed_all, "toolswap-grep-feed")
+        self._feed.put(chunk)
+
+    def _feed_all(self) -> None:
+        failed = False
+        while (chunk := self._feed.get()) is not None:
+            if failed:
+                continue  # keep taking chunks: the writer must never block on a full queue
+            try:
+                self._feed_grep(chunk)
+            except BaseException as exc:  # handed to the caller thread like a write error
+                if self._error is None:
+                    self._error = exc
+                failed = True
+
+    def _end_feed(self) -> None:
+        """No more chunks for grep (writer side): the feeder ends once it has them all."""
+        if self._feeder is not None:
+            self._feed.put(None)
+
+    def _join_feeder(self) -> None:
+        """Wait until grep has been handed every chunk (caller side, the writer done)."""
+        if self._feeder is not None:
+            self._feeder.join()
+            self._feeder = None
+
     def _feed_grep(self, chunk: bytes) -> None:
-        """Hand what was just written past the Python scan's limit to grep (writer side).
+        """Hand what was just written past the Python scan's limit to grep (feeder thread).
 
         Starts grep when the output first passes the scan limit, at the line boundary the
         forward scan will stop at, so the two searches meet without a gap; grep then runs
@@ -350,6 +388,7 @@ class StreamCapture:
         if self._worker is not None:
             self._queue.put(None)  # the worker writes what is queued, then fsyncs
             self._written.wait()
+            self._join_feeder()  # grep has every byte before the scan ends its input
         self._counter.finish()
         # The scan reads back what was just written (from the page cache) and holds the
         # GIL; the worker's fsync, running meanwhile, does not need it.
@@ -443,6 +482,7 @@ class StreamCapture:
                 self._queue.put(None)
                 self._worker.join()
                 self._worker = None
+            self._join_feeder()
             if self._grep is not None:
                 self._grep.kill()
                 self._grep = None

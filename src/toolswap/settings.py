@@ -23,10 +23,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from ._utf8 import encode_output, utf8_chars
 from .errors import ClockError, ConfigurationError
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 __all__ = [
     "ExternalizerSettings",
@@ -142,6 +145,8 @@ def _amount(pattern: re.Pattern[str], text: str) -> tuple[Fraction, str] | None:
     match = pattern.match(text)
     if match is None:
         return None
+    from fractions import Fraction  # only when a size is given: not on every start-up
+
     try:
         number = Fraction(match.group(1))
     except ValueError:  # more digits than Python turns into an int

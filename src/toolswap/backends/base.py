@@ -25,11 +25,14 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .._verify_model import VerifyFinding
 from ..errors import ArtifactNotFoundError
 from ..records import ArtifactRecord
 from .store import StoreObject
+
+if TYPE_CHECKING:
+    from .._verify_model import VerifyFinding
 
 __all__ = ["LocalBackend", "SessionBackend"]
 

@@ -28,7 +28,6 @@ from typing import Any
 
 from ..artifact import ArtifactReference
 from ..externalizer import ToolResultExternalizer
-from ..pointer import human_size
 from ..settings import ToolThreshold
 
 __all__ = ["ResultRewriter"]
@@ -193,7 +192,7 @@ class ResultRewriter:
             media[data] = saved.artifact
         artifact = saved.artifact
         return (
-            f"[{artifact.media_type} from {tool}, {human_size(artifact.byte_size)}: saved as "
+            f"[{artifact.media_type} from {tool}, {_size(artifact.byte_size)}: saved as "
             f"an artifact instead of being inlined as base64]\n{saved.pointer}"
         )
 
@@ -369,16 +368,24 @@ def _reference(artifact: ArtifactReference) -> dict[str, Any]:
     }
 
 
+def _size(count: int) -> str:
+    """:func:`toolswap.pointer.human_size`, imported when first needed: after a save, with
+    the rest of the spill machinery (the proxy does not load it to start)."""
+    from ..pointer import human_size
+
+    return human_size(count)
+
+
 def _structured_note(artifact: ArtifactReference) -> str:
     return (
         f"[The structured result is saved too, as indented JSON: {artifact.source_id} "
-        f"({human_size(artifact.byte_size)}, {artifact.line_count:,} lines). "
+        f"({_size(artifact.byte_size)}, {artifact.line_count:,} lines). "
         f"Read it with {_read_call(artifact)}]"
     )
 
 
 def _media_note(artifact: ArtifactReference) -> str:
     return (
-        f"[{artifact.media_type}, {human_size(artifact.byte_size)}: saved as "
+        f"[{artifact.media_type}, {_size(artifact.byte_size)}: saved as "
         f"{artifact.source_id}; read it with {_read_call(artifact)}]"
     )

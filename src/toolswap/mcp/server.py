@@ -1,15 +1,16 @@
-"""The toolswap MCP server: ``read_artifact``, ``read_artifact_bytes``, ``grep_artifact`` and
-``list_artifacts`` over one session, built on the SDK's :class:`MCPServer`.
+"""The artifact tools on the SDK's :class:`MCPServer`: ``read_artifact``,
+``read_artifact_bytes``, ``grep_artifact`` and ``list_artifacts`` over one session, for an
+application built on the SDK (mount it, or serve it over another transport).
 
-``toolswap mcp serve`` runs it over stdio; the proxy answers the same tools in-process.
+``toolswap mcp serve`` and the proxy answer the same tools without the SDK
+(:mod:`toolswap.mcp.serve`, :mod:`toolswap.mcp.local`): importing it takes longer than a host
+should wait for ``initialize``. The tests hold the two to the same answers.
+
 Every failure (unknown, collected or tampered artifact, bad pattern, offset past the end)
 comes back as a tool error (``isError: true``) whose text says what to do next; the server
-itself never stops because of one.
-
-Calls run on worker threads and never wait for each other: a search runs in a child process
-(see :mod:`toolswap.grep`) on a pool of its own, so reads are served while searches run, and
-a cancelled call (the client's ``notifications/cancelled``, or the client closing stdin,
-which ends the server) kills its search at once instead of waiting for it.
+itself never stops because of one. Calls run on worker threads and never wait for each
+other: a search runs in a child process (see :mod:`toolswap.grep`) on a pool of its own, so
+reads are served while searches run, and a cancelled call kills its search at once.
 """
 
 from __future__ import annotations
@@ -41,17 +42,11 @@ from ..tools import (
     READ_ARTIFACT_DESCRIPTION,
     ArtifactTools,
 )
+from .local import INSTRUCTIONS
 
-__all__ = ["INSTRUCTIONS", "create_server", "run_server"]
+__all__ = ["INSTRUCTIONS", "create_server"]
 
 _T = TypeVar("_T")
-
-INSTRUCTIONS = """\
-Large tool results are saved whole as artifacts; the conversation gets a pointer instead: \
-[Artifact: artifact:<session>:tool_result_NNN.txt:<hash>], a summary, the head and tail, \
-lines from the middle that look like failures, and the exact call that reads more. When a \
-result shows such a pointer, page the saved output with read_artifact or search it with \
-grep_artifact; do not run the original tool again to see what was cut."""
 
 _READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -174,8 +169,3 @@ def create_server(
             structured_output=False,
         )
     return server
-
-
-async def run_server(externalizer: ToolResultExternalizer) -> None:
-    """Serve the artifact tools over stdio until the client closes the connection."""
-    await create_server(externalizer).run_stdio_async()
