@@ -81,7 +81,7 @@ async def test_every_serve_recipe_starts_a_server_that_offers_the_read_tools(
     assert len(serve) == 4
     for host, args in serve:
         params = StdioServerParameters(
-            command=TOOLSWAP, args=args, env={"TOOLSWAP_HOME": str(toolswap_home)}
+            command=TOOLSWAP, args=args, env={"TOOLSWAP_HOME": str(toolswap_home), **_pythonpath()}
         )
         with open(tmp_path / "stderr.log", "w", encoding="utf-8") as errlog, anyio.fail_after(60):
             async with (
@@ -91,6 +91,11 @@ async def test_every_serve_recipe_starts_a_server_that_offers_the_read_tools(
                 await session.initialize()
                 names = {t.name for t in (await session.list_tools()).tools}
         assert {"read_artifact", "grep_artifact"} <= names, host
+
+
+def _pythonpath() -> dict[str, str]:
+    """PYTHONPATH, when set: the tree under test, when it is not the installed one."""
+    return {k: v for k, v in os.environ.items() if k == "PYTHONPATH"}
 
 
 def _hook(event: dict[str, Any]) -> str:

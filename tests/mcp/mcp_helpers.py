@@ -57,6 +57,8 @@ def child_env(**extra: str) -> dict[str, str]:
         "TOOLSWAP_HOME": os.environ["TOOLSWAP_HOME"],
         "TOOLSWAP_WORKSPACE": os.environ["TOOLSWAP_WORKSPACE"],
     }
+    if "PYTHONPATH" in os.environ:  # the tree under test, when it is not the installed one
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     env.update(extra)
     return env
 
