@@ -463,9 +463,10 @@ class ArtifactReader:
                 index += 1
                 if index - offset >= limit or not complete:
                     break
-            next_offset = index if index < total and continue_byte is None else None
-            if continue_byte is not None:
-                next_offset = index + 1 if index + 1 < total else None
+            # Only an offset that reads (below line_count) is a next offset: after the last
+            # line, or inside it when it is longer than a page, there is none.
+            after = index + 1 if continue_byte is not None else index
+            next_offset = after if after < ref.line_count else None
             art.check_unchanged()
             return LinePage(
                 source_id=ref.source_id,

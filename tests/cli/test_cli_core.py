@@ -251,6 +251,19 @@ def test_read_of_a_line_longer_than_a_page_says_which_byte_to_read_on_from(
     assert f"[bytes {byte}-{byte + 9} of {(1 << 20) + 7}, from line 1;" in rest.stderr
 
 
+def test_read_of_a_last_line_longer_than_a_page_names_no_next_line(
+    toolswap_home: Path,
+) -> None:
+    ext = ToolResultExternalizer.open("default")
+    sid = ext.externalize("x" * (1 << 20) + "\n", "t").artifact.source_id
+
+    result = _cli("read", sid, "--width", "1000")
+
+    assert "line 1 continues at byte" in result.stderr
+    assert "--offset" not in result.stderr
+    assert _cli("read", sid, "--offset", "0", "--limit", "1").stdout.startswith("x" * 1000)
+
+
 def test_read_json_returns_the_page(toolswap_home: Path) -> None:
     _, sid = _big_session(toolswap_home)
 
