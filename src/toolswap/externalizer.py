@@ -422,6 +422,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
 
     def make_pointer(self, stats: CaptureStats, artifact: ArtifactReference) -> str:
         """The bounded context pointer for a captured output."""
+        from ._invocation import cli_command
         from .pointer import make_pointer
 
         s = self.settings
@@ -433,6 +434,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             salient_bytes=s.salient_bytes,
             hint=self.read_hint,
             scope=self._cli_scope() if self.read_hint == "cli" else "",
+            command=cli_command() if self.read_hint == "cli" else "toolswap",
         )
 
     def _cli_scope(self) -> str:

@@ -40,8 +40,8 @@ Size: {size_text}. The full output is saved; page through it instead of running 
 
 _READ_MORE: dict[str, str] = {
     "cli": (
-        "Read more: toolswap read {source_id}{scope} --offset {offset} --limit 200 | "
-        "search: toolswap grep {source_id}{scope} 'PATTERN'"
+        "Read more: {command} read {source_id}{scope} --offset {offset} --limit 200 | "
+        "search: {command} grep {source_id}{scope} 'PATTERN'"
     ),
     "mcp": (
         'Read more: read_artifact(source_id="{source_id}", offset={offset}, limit=200) | '
@@ -54,7 +54,7 @@ _READ_MORE: dict[str, str] = {
 }
 _READ_BYTES: dict[str, str] = {
     "cli": (
-        "Read bytes: toolswap read {source_id}{scope} --byte-start 0 --byte-length 65536 --json"
+        "Read bytes: {command} read {source_id}{scope} --byte-start 0 --byte-length 65536 --json"
     ),
     "mcp": 'Read bytes: read_artifact_bytes(source_id="{source_id}", start=0, length=65536)',
     "python": 'Read bytes: externalizer.read_bytes("{source_id}", start=0, length=65536)',
@@ -231,13 +231,17 @@ def make_pointer(
     salient_bytes: int,
     hint: ReadHint = "cli",
     scope: str = "",
+    command: str = "toolswap",
 ) -> str:
     """Render the bounded context pointer for a captured output (at most 32 KiB of UTF-8).
 
     ``scope`` is appended to the source ID in CLI commands (for example
-    ``" --session-dir /path"`` when the source ID alone does not find the session).
+    ``" --session-dir /path"`` when the source ID alone does not find the session);
+    ``command`` is the shell words that run toolswap there (see
+    :func:`toolswap._invocation.cli_command`).
     """
     fields = {
+        "command": command,
         "scope": scope,
         "source_id": artifact.source_id,
         "summary": artifact.summary,

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 
 from . import durable
+from ._invocation import cli_command
 from ._lines import iter_lines
 from ._threads import start_helper_thread
 from ._window import CONTINUATION_MARKER, clip_line
@@ -39,11 +40,13 @@ from .session import Session
 
 __all__ = [
     "CONTINUATION_MARKER",
+    "LIST_TIP",
     "ArtifactReader",
     "ByteRange",
     "GrepMatch",
     "GrepResult",
     "LinePage",
+    "list_tip",
 ]
 
 _BLOCK = 1 << 20
@@ -258,6 +261,15 @@ class _OpenArtifact:
             pos += len(block)
 
 
+LIST_TIP = "list the session's artifacts with `"
+"""How :func:`list_tip` starts (a face with its own list call replaces the tip)."""
+
+
+def list_tip() -> str:
+    """What to run to see the session's artifacts, as this environment runs toolswap."""
+    return f"{LIST_TIP}{cli_command()} ls`"
+
+
 class ArtifactReader:
     """Reads a session's artifacts by source ID (or reference), verifying digests first."""
 
@@ -297,11 +309,7 @@ class ArtifactReader:
             lost = self.manifest.behind_head()
             raise ArtifactNotFoundError(
                 f"no artifact {source_id} in session {self.session.session_id!r}; "
-                + (
-                    f"its record may be lost: {lost}"
-                    if lost
-                    else "list the session's artifacts with `toolswap ls`"
-                )
+                + (f"its record may be lost: {lost}" if lost else list_tip())
             )
         ref = self.manifest.reference(record)
         if isinstance(source, ArtifactReference) and source.content_sha256 != ref.content_sha256:

@@ -47,7 +47,7 @@ from .errors import (
 from .externalizer import ToolResultExternalizer
 from .grep import DEFAULT_TIMEOUT
 from .pointer import human_size
-from .reader import CONTINUATION_MARKER, ArtifactReader, ByteRange
+from .reader import CONTINUATION_MARKER, LIST_TIP, ArtifactReader, ByteRange
 from .session import Session
 from .workspaces import find_session, holds
 
@@ -155,9 +155,11 @@ def _hint(exc: ToolswapError) -> ToolswapError:
     if isinstance(exc, ArtifactCollectedError):
         return exc
     if isinstance(exc, ArtifactNotFoundError):
+        # The model calls tools here: list_artifacts() replaces the CLI's list command.
+        message = str(exc).partition("; " + LIST_TIP)[0]
         return ArtifactNotFoundError(
-            f"{exc}. Call list_artifacts() to see the saved outputs of this session; if the "
-            "one you need is gone, run the tool again."
+            f"{message}. Call list_artifacts() to see the saved outputs of this session; if "
+            "the one you need is gone, run the tool again."
         )
     if isinstance(exc, ArtifactIntegrityError):
         return ArtifactIntegrityError(

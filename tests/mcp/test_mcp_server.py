@@ -181,6 +181,7 @@ async def test_unknown_and_malformed_source_ids_are_tool_errors_that_say_what_to
             "read_artifact", {"source_id": "artifact:other:tool_result_001.txt:0123456789ab"}
         )
     assert missing.is_error and "list_artifacts()" in text(missing)
+    assert " ls`" not in text(missing)  # a tool call, not a command the host may not have
     assert malformed.is_error and "Copy the source ID exactly" in text(malformed)
     assert elsewhere.is_error and "no session 'other'" in text(elsewhere)
 

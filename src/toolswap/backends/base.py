@@ -113,9 +113,11 @@ class SessionBackend:
             ArtifactIntegrityError: ``check`` refused the bytes (nothing is linked).
             ArtifactStoreError: the store failed.
         """
+        from .._invocation import cli_command
+
         raise ArtifactNotFoundError(
             "the file is missing from tool-results/ although the manifest records it; "
-            "run `toolswap verify`"
+            f"run `{cli_command()} verify`"
         )
 
     def objects(self) -> list[StoreObject]:
