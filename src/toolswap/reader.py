@@ -34,7 +34,7 @@ from .errors import (
     ArtifactReadError,
     SourceIdError,
 )
-from .grep import DEFAULT_TIMEOUT, GrepMatch, GrepResult, check_args, check_pattern, search
+from .grep import DEFAULT_TIMEOUT, GrepMatch, GrepQuery, GrepResult, search
 from .manifest import Manifest
 from .session import Session
 
@@ -548,25 +548,13 @@ class ArtifactReader:
             ArtifactPatternError: the pattern is invalid or cannot run in linear time.
             ArtifactSearchTimeoutError: the search missed its deadline; it was stopped.
         """
-        check_pattern(pattern, ignore_case=ignore_case, fixed=fixed)
-        check_args(context=context, max_matches=max_matches, width=width, timeout=timeout)
+        query = GrepQuery(pattern, context, max_matches, ignore_case, fixed, width, timeout)
         ref = self.reference(source)
         if ref.binary:
             raise ArtifactReadError(f"{ref.source_id} is binary; grep reads text artifacts")
         art = self._open(ref)
         try:
-            matches, truncated = search(
-                art.fd,
-                pattern,
-                label=ref.source_id,
-                context=context,
-                max_matches=max_matches,
-                ignore_case=ignore_case,
-                fixed=fixed,
-                width=width,
-                timeout=timeout,
-                cancel=cancel,
-            )
+            matches, truncated = search(art.fd, query, label=ref.source_id, cancel=cancel)
             art.check_unchanged()
         finally:
             durable.current().close(art.fd)

@@ -12,7 +12,6 @@ import fcntl
 import hashlib
 import os
 import re
-import stat
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -29,7 +28,7 @@ from .backends.store import (
     read_binding,
     write_binding,
 )
-from .durable import ensure_private_dir
+from .durable import ensure_private_dir, not_ours
 from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
 from .layout import JOURNAL_NAME, LOCK_NAME, MANIFEST_HEAD_NAME, MANIFEST_NAME, TOOL_RESULTS_DIR
 
@@ -150,14 +149,9 @@ class Session:
                 raise ArtifactAccessError(
                     f"session {session_id!r} does not exist at {root}"
                 ) from None
-            if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-                raise ArtifactAccessError(
-                    f"session root {root} must be a real directory, not a symlink or a file"
-                )
-            if st.st_uid != os.geteuid():
-                raise ArtifactAccessError(
-                    f"session root {root} is owned by uid {st.st_uid}, not by this user"
-                )
+            refusal = not_ours(st, directory=True)
+            if refusal is not None:
+                raise ArtifactAccessError(f"session root {root} {refusal}")
         binding = _bind(session, url)
         if binding is None:
             return session
@@ -319,7 +313,7 @@ def session_lock(path: Path) -> Iterator[None]:
                 ) from exc
             try:
                 st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                if not_ours(st, directory=False) is not None:
                     raise ArtifactAccessError(
                         f"session lock {key} is not a regular file owned by this user; "
                         "move it aside"

@@ -154,6 +154,14 @@ def _amount(pattern: re.Pattern[str], text: str) -> tuple[Fraction, str] | None:
     return number, (match.group(2) or "").lower()
 
 
+def _measure(pattern: re.Pattern[str], text: str, expected: str) -> tuple[Fraction, str]:
+    """:func:`_amount`, refusing ``text`` that is not ``expected`` (what it must be)."""
+    parsed = _amount(pattern, text)
+    if parsed is None:
+        raise ConfigurationError(f"{text!r} is not {expected}")
+    return parsed
+
+
 def parse_size(text: str) -> int:
     """Bytes from a size: ``1048576``, ``512B``, ``50K``, ``50KB``, ``50KiB``, ``500M``, ``2G``.
 
@@ -165,13 +173,12 @@ def parse_size(text: str) -> int:
     Raises:
         ConfigurationError: the text is not such a size.
     """
-    parsed = _amount(_SIZE, text)
-    if parsed is None:
-        raise ConfigurationError(
-            f"{text!r} is not a size: use bytes (1048576), or a number and a unit "
-            "B, K/KB/KiB, M/MB/MiB, G/GB/GiB or T/TB/TiB (50KiB, 500M, 1.5G)"
-        )
-    number, unit = parsed
+    number, unit = _measure(
+        _SIZE,
+        text,
+        "a size: use bytes (1048576), or a number and a unit "
+        "B, K/KB/KiB, M/MB/MiB, G/GB/GiB or T/TB/TiB (50KiB, 500M, 1.5G)",
+    )
     return int(number * 1024 ** _SIZE_POWER[(unit or "b")[0]])
 
 
@@ -184,13 +191,12 @@ def parse_duration(text: str) -> float:
     Raises:
         ConfigurationError: the text is not such a duration.
     """
-    parsed = _amount(_DURATION, text)
-    if parsed is None:
-        raise ConfigurationError(
-            f"{text!r} is not a duration: use seconds (90), or a number and a unit "
-            "s, m, h, d or w (90s, 30m, 24h, 7d, 2w)"
-        )
-    number, unit = parsed
+    number, unit = _measure(
+        _DURATION,
+        text,
+        "a duration: use seconds (90), or a number and a unit s, m, h, d or w "
+        "(90s, 30m, 24h, 7d, 2w)",
+    )
     try:
         return float(number * _DURATION_SECONDS[unit or "s"])
     except OverflowError:

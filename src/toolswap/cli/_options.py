@@ -173,13 +173,16 @@ class BackendOptions:
             raise click.UsageError("--owner-db and --database-url name two different owners")
         from ..retention import open_retention
 
-        return open_retention(
+        retention = open_retention(
             session,
             database_url=self.database_url or None,
             schema=self.schema,
             owner_db=self.owner_db,
             require_owner=require_owner,
         )
+        # The command's connections close when it ends, not whenever the collector runs.
+        click.get_current_context().call_on_close(retention.close)
+        return retention
 
 
 def _backend(
