@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import os
 import queue
-import secrets
 import threading
 from dataclasses import dataclass
 
@@ -165,7 +164,7 @@ class StreamCapture:
         tail_scan: int = 0,
     ) -> None:
         self._dir_fd = dir_fd
-        self.tmp_name = temporary_filename(os.getpid(), secrets.token_hex(8))
+        self.tmp_name = temporary_filename(os.getpid(), os.urandom(8).hex())
         self._error: BaseException | None = None
         """The first write error (a full disk, an I/O error): from then on the output is
         only counted and its head and tail kept, so the caller still gets a preview."""

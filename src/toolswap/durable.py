@@ -26,7 +26,6 @@ import errno
 import fcntl
 import hashlib
 import os
-import secrets
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -301,7 +300,7 @@ def open_dir_nofollow(path: PathArg) -> int:
 
 def temporary_name(prefix: str) -> str:
     """A fresh hidden name for a file about to be written and moved into place."""
-    return f".{prefix}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    return f".{prefix}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
 
 
 def write_atomically(

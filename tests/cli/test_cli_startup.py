@@ -19,6 +19,7 @@ NEVER_ON_THE_CAPTURE_PATH = (
     "mcp",
     "importlib.metadata",
     "rich",
+    "secrets",  # with random, base64 and hmac: a temporary name needs only os.urandom
     "sqlite3",
     "toolswap.retention",
     "toolswap.cleanup",
