@@ -9,7 +9,6 @@ ext.read_artifact(result.artifact, offset=40_000, limit=200)
 from __future__ import annotations
 
 import contextlib
-import shlex
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +36,6 @@ from .errors import (
     InvalidArgumentError,
 )
 from .manifest import Manifest
-from .records import ArtifactRecord
 from .session import Session, toolswap_home, workspace_slug
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, require_aware
 
@@ -46,6 +44,7 @@ if TYPE_CHECKING:
     # is first spilled: a command whose output is returned inline never loads it.
     from .capture import CaptureStats, StreamCapture
     from .pointer import ReadHint
+    from .records import ArtifactRecord
 
 __all__ = ["Output", "ToolResultExternalizer"]
 
@@ -245,6 +244,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             raise InvalidArgumentError("argv must be a sequence of strings")
         from .capture import StreamCapture, detect_media_type
         from .pointer import default_summary
+        from .records import ArtifactRecord
 
         s = self.settings
         try:
@@ -439,6 +439,8 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
 
     def _cli_scope(self) -> str:
         """What ``toolswap read`` needs beside the source ID to find this session."""
+        import shlex  # only a pointer needs it
+
         root = self.session.root
         try:
             projects = (toolswap_home() / "projects").absolute()

@@ -17,20 +17,27 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import durable
 from .artifact import validate_session_id
 from .backends.base import LocalBackend, SessionBackend
-from .backends.store import (
-    STORE_ENV,
-    StoreBinding,
-    canonical_store_url,
-    read_binding,
-    write_binding,
-)
 from .durable import ensure_private_dir, not_ours
 from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
-from .layout import JOURNAL_NAME, LOCK_NAME, MANIFEST_HEAD_NAME, MANIFEST_NAME, TOOL_RESULTS_DIR
+from .layout import (
+    JOURNAL_NAME,
+    LOCK_NAME,
+    MANIFEST_HEAD_NAME,
+    MANIFEST_NAME,
+    STORE_BINDING_NAME,
+    STORE_ENV,
+    TOOL_RESULTS_DIR,
+)
+
+if TYPE_CHECKING:
+    # The store code is imported only by a session that is (or is being) bound to a store:
+    # a local session's start-up never loads it.
+    from .backends.store import StoreBinding
 
 __all__ = [
     "Session",
@@ -133,7 +140,10 @@ class Session:
         root = root.parent.resolve() / root.name
         session = cls(root=root, session_id=session_id)
         url = os.environ.get(STORE_ENV, "").strip()
-        url = canonical_store_url(url) if url else ""
+        if url:
+            from .backends.store import canonical_store_url
+
+            url = canonical_store_url(url)
         if not create and url and not os.path.lexists(root):
             # A replica of a session another host started is made on first use.
             create = _binding_for(root, session_id, url).store.session_exists(
@@ -219,11 +229,15 @@ def session_location(root: Path) -> str | None:
     Raises:
         ConfigurationError: the binding file is unreadable, not ours, or malformed.
     """
+    from .backends.store import read_binding
+
     bound = read_binding(root)
     return bound.url if bound is not None else None
 
 
 def _binding_for(root: Path, session_id: str, url: str) -> StoreBinding:
+    from .backends.store import StoreBinding
+
     try:
         workspace = validate_session_id(root.parent.name)
     except SourceIdError:
@@ -252,6 +266,10 @@ def _holds_anything(session: Session) -> bool:
 
 def _bind(session: Session, url: str) -> StoreBinding | None:
     """The session's store binding: the one it has, or a new one when ``url`` is set."""
+    if not url and not os.path.lexists(session.root / STORE_BINDING_NAME):
+        return None  # a local session: read_binding would say so, after importing the store
+    from .backends.store import read_binding, write_binding
+
     bound = read_binding(session.root)
     if bound is not None:
         if url and url != bound.url:

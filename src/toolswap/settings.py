@@ -132,17 +132,18 @@ def _env_size(name: str, raw: str) -> int:
         raise ConfigurationError(f"{name}: {exc}") from None
 
 
+# Patterns are compiled on first use (re's cache): only when a setting is given.
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
-_SIZE = re.compile(rf"(?i)^\s*{_NUMBER}\s*(bytes|b|[kmgt]i?b?)?\s*$")
+_SIZE = rf"(?i)^\s*{_NUMBER}\s*(bytes|b|[kmgt]i?b?)?\s*$"
 _SIZE_POWER = {"b": 0, "k": 1, "m": 2, "g": 3, "t": 4}
-_DURATION = re.compile(rf"(?i)^\s*{_NUMBER}\s*([smhdw])?\s*$")
+_DURATION = rf"(?i)^\s*{_NUMBER}\s*([smhdw])?\s*$"
 _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_CHARS = re.compile(r"(?i)^\s*([0-9]+)\s*(c|chars|characters)\s*$")
+_CHARS = r"(?i)^\s*([0-9]+)\s*(c|chars|characters)\s*$"
 
 
-def _amount(pattern: re.Pattern[str], text: str) -> tuple[Fraction, str] | None:
+def _amount(pattern: str, text: str) -> tuple[Fraction, str] | None:
     """The number and the unit (lowercase, ``""`` when none) of ``text``, or None."""
-    match = pattern.match(text)
+    match = re.match(pattern, text)
     if match is None:
         return None
     from fractions import Fraction  # only when a size is given: not on every start-up
@@ -154,7 +155,7 @@ def _amount(pattern: re.Pattern[str], text: str) -> tuple[Fraction, str] | None:
     return number, (match.group(2) or "").lower()
 
 
-def _measure(pattern: re.Pattern[str], text: str, expected: str) -> tuple[Fraction, str]:
+def _measure(pattern: str, text: str, expected: str) -> tuple[Fraction, str]:
     """:func:`_amount`, refusing ``text`` that is not ``expected`` (what it must be)."""
     parsed = _amount(pattern, text)
     if parsed is None:

@@ -38,6 +38,9 @@ NEVER_ON_THE_CAPTURE_PATH = (
 )
 # Loaded only once an output is spilled to an artifact.
 SPILL_MACHINERY = ("toolswap.capture", "toolswap.pointer", "toolswap.salience")
+# Loaded only by a session bound to a shared store, or once a manifest has records to read
+# or write: a capture in a new local session whose output stays inline needs none of them.
+STORE_AND_RECORDS = ("toolswap.backends.store", "toolswap.backends.replica", "toolswap.records")
 
 _RECORDER = (
     "import atexit, json, sys\n"
@@ -72,7 +75,8 @@ def test_run_with_small_output_imports_neither_the_spill_nor_retention_cleanup_o
 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b"small\n"
-    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY) == []
+    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []
+    assert "shlex" not in modules  # a pointer's read hint quotes with it
 
 
 def test_run_that_spills_imports_the_capture_but_not_retention_cleanup_or_sdks(
@@ -117,3 +121,18 @@ def test_the_module_check_sees_what_other_commands_import(
 
     assert proc.returncode == 0, proc.stderr
     assert expected in modules
+
+
+def test_small_run_in_a_session_with_artifacts_reads_records_but_loads_no_store_or_spill(
+    tmp_path: Path,
+) -> None:
+    big = "for i in range(50_000): print(f'step {i}: ok')"
+    assert _modules_after(tmp_path, "run", "--", sys.executable, "-c", big)[0].returncode == 0
+
+    proc, modules = _modules_after(tmp_path, "run", "--", sys.executable, "-c", "print('small')")
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"small\n"
+    assert "toolswap.records" in modules  # the readiness check verifies the manifest's records
+    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY) == []
+    assert _loaded(modules, ("toolswap.backends.store", "toolswap.backends.replica")) == []

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ArtifactNotFoundError
-from ..records import ArtifactRecord
-from .store import StoreObject
 
 if TYPE_CHECKING:
     from .._verify_model import VerifyFinding
+    from ..records import ArtifactRecord
+    from .store import StoreObject
 
 __all__ = ["LocalBackend", "SessionBackend"]
 

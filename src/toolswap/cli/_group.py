@@ -12,8 +12,8 @@ import os
 
 import click
 
-from ..backends.store import STORE_ENV, canonical_store_url
 from ..errors import ConfigurationError
+from ..layout import STORE_ENV
 
 __all__ = ["main"]
 
@@ -80,6 +80,8 @@ def main(store: str | None) -> None:
     pages the rest in with `read` and `grep`.
     """
     if store is not None:
+        from ..backends.store import canonical_store_url
+
         try:
             os.environ[STORE_ENV] = canonical_store_url(store)  # every session below looks
         except ConfigurationError as exc:
