@@ -24,6 +24,7 @@ import os
 import queue
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import durable
@@ -44,6 +45,9 @@ _BOUNDARY_PROBE = 64 << 10
 _GREP_HANDOFF = 256 << 10
 # A line longer than this stops grep (which would hold all of it in memory).
 _GREP_MAX_LINE = 8 << 20
+
+Inspect = Callable[[bytes, Callable[[int, int], bytes], int], str]
+"""``inspect(head, read, size)``: the outline of a structured output, or ``""``."""
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -85,6 +89,8 @@ class CaptureStats:
     tail_scan_start: int | None = None
     """Where the scan of the output's last bytes began (None: no such scan). Failure lines
     between ``scanned_bytes`` and here were not looked for."""
+    outline: str = ""
+    """The outline of a structured output (JSON, JSON Lines, a table); empty for text."""
 
     @property
     def line_count(self) -> int:
@@ -148,6 +154,8 @@ class StreamCapture:
         scan_limit: how far into the output the failure-line scan reads.
         tail_scan: when the output is longer than ``scan_limit``, how many of its last
             bytes are also scanned for failure lines.
+        inspect: ``inspect(head, read, size)`` outlines a structured output (or returns
+            ``""``) from the finished file; it runs while the file is fsynced.
     """
 
     def __init__(
@@ -159,8 +167,11 @@ class StreamCapture:
         tail_keep: int,
         scan_limit: int,
         tail_scan: int = 0,
+        inspect: Inspect | None = None,
     ) -> None:
         self._dir_fd = dir_fd
+        self._inspect = inspect
+        self._outline = ""
         self.tmp_name = temporary_filename(os.getpid(), secrets.token_hex(8))
         self._error: BaseException | None = None
         """The first write error (a full disk, an I/O error): from then on the output is
@@ -360,6 +371,7 @@ class StreamCapture:
             salient = self._scanner.salient_lines(
                 lambda count, offset: durable.current().pread(fd, count, offset), self._counter.size
             )
+            self._outline = self._outline_of(fd)
         if self._worker is not None:
             self._worker.join()
             self._worker = None
@@ -391,7 +403,22 @@ class StreamCapture:
                 else scanner.lines_end
             ),
             tail_scan_start=None if self._middle_scanned else tail_scan_start,
+            outline=self._outline,
         )
+
+    def _outline_of(self, fd: int) -> str:
+        """The outline of a structured output, read back from the file (page cache)."""
+        if self._inspect is None:
+            return ""
+
+        def read(count: int, offset: int) -> bytes:
+            return durable.current().pread(fd, count, offset)
+
+        try:
+            return self._inspect(bytes(self._head), read, self._counter.size)
+        except Exception:
+            # An outline is a convenience: a parser's surprise never costs the output.
+            return ""
 
     def partial_stats(self) -> CaptureStats:
         """What is known of an output whose file could not be written: sizes, head, tail

@@ -49,6 +49,7 @@ from .reader import ArtifactReader
 from .records import ArtifactRecord
 from .session import Session, toolswap_home, workspace_slug
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, require_aware
+from .structured import inspect_output
 
 __all__ = ["Output", "ToolResultExternalizer"]
 
@@ -270,6 +271,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 tail_keep=s.tail_bytes,
                 scan_limit=s.salient_scan_bytes,
                 tail_scan=s.salient_tail_scan_bytes,
+                inspect=inspect_output,
             )
             for chunk in chunks:
                 capture.write(chunk)

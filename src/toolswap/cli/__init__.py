@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import core, gc, mcp_cmd, retention, sessions  # noqa: F401  (registers commands)
+from . import core, gc, mcp_cmd, query, retention, sessions  # noqa: F401  (registers commands)
 from ._group import main
 
 __all__ = ["main"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
@@ -29,6 +29,7 @@ from .. import __version__
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..grep import DEFAULT_TIMEOUT
+from ..structured.query import DEFAULT_QUERY_TIMEOUT
 from ..tools import (
     GREP_ARTIFACT_DESCRIPTION,
     LIST_ARTIFACTS_DESCRIPTION,
@@ -37,6 +38,7 @@ from ..tools import (
     MAX_LIMIT,
     MAX_MATCHES,
     PARAMETER_DESCRIPTIONS,
+    QUERY_ARTIFACT_DESCRIPTION,
     READ_ARTIFACT_BYTES_DESCRIPTION,
     READ_ARTIFACT_DESCRIPTION,
     ArtifactTools,
@@ -157,6 +159,23 @@ def create_server(
             run, source_id, pattern, context, max_matches, timeout, cancel=cancel, limiter=searches
         )
 
+    async def query_artifact(
+        source_id: SourceId,
+        expression: Annotated[
+            str, Field(min_length=1, description=PARAMETER_DESCRIPTIONS["expression"])
+        ],
+        language: Annotated[
+            Literal["jq", "jmespath"], Field(description=PARAMETER_DESCRIPTIONS["language"])
+        ] = "jq",
+        timeout: Annotated[
+            float,
+            Field(gt=0, le=MAX_GREP_TIMEOUT, description=PARAMETER_DESCRIPTIONS["timeout"]),
+        ] = DEFAULT_QUERY_TIMEOUT,
+    ) -> str:
+        return await _call(
+            tools.query_artifact, source_id, expression, language, timeout, limiter=searches
+        )
+
     async def list_artifacts() -> str:
         return await _call(tools.list_artifacts)
 
@@ -164,6 +183,7 @@ def create_server(
         (read_artifact, READ_ARTIFACT_DESCRIPTION),
         (read_artifact_bytes, READ_ARTIFACT_BYTES_DESCRIPTION),
         (grep_artifact, GREP_ARTIFACT_DESCRIPTION),
+        (query_artifact, QUERY_ARTIFACT_DESCRIPTION),
         (list_artifacts, LIST_ARTIFACTS_DESCRIPTION),
     ):
         server.add_tool(

@@ -1,0 +1,735 @@
+"""The outline of a structured output: its shape with arrays collapsed, exact record counts,
+each field's types and how often it is present, sample records, and the records that look
+like failures, with their paths, inside a byte budget.
+
+The outline is a bounded pass over the bytes just written (read back from the page cache):
+at most ``scan_limit`` bytes are parsed, and an outline of a longer output says where it
+stopped. JSON is parsed by ijson's C backend as a stream of events, so memory holds one
+record at a time (a record of more than ``_RECORD_EVENTS`` events is counted, not kept);
+JSON Lines by ``json.loads`` line by line; CSV and TSV by the ``csv`` module. Every path
+is written as jq writes it (``.items[3777]``, ``.items[].status``; JSON Lines and tables
+are arrays of records, ``.[5119]``), so the model can query exactly what it reads.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .detect import Format
+
+__all__ = ["OUTLINE_BYTES", "OUTLINE_SCAN_BYTES", "Outline", "outline"]
+
+OUTLINE_BYTES = 8 << 10
+"""The outline's default share of the pointer."""
+OUTLINE_SCAN_BYTES = 16 << 20
+"""How much of an output the outline parses by default."""
+
+Read = Callable[[int, int], bytes]
+"""``read(count, offset)``: bytes of the output."""
+
+_BLOCK = 1 << 20
+_RECORD_EVENTS = 20_000
+_MAX_FIELDS = 1_000
+_MAX_VALUES = 24
+_VALUE_CHARS = 48
+_RECORD_CHARS = 360
+_MAX_FAILURES = 8
+_MAX_DIFFERENT = 2
+_VALUE_DEPTH = 2
+_FAILURE_DEPTH = 3
+
+_ERROR_KEYS = frozenset(
+    {"error", "errors", "exception", "exceptions", "failure", "failures", "problems", "fatal"}
+)
+_STATUS_KEYS = frozenset(
+    {"status", "state", "result", "outcome", "conclusion", "level", "severity", "loglevel"}
+)
+_EXIT_KEYS = frozenset(
+    {"exit_code", "exitcode", "returncode", "return_code", "exit_status", "exitstatus", "rc"}
+)
+_SUCCESS_KEYS = frozenset({"ok", "success", "succeeded", "passed"})
+_FAILURE_WORD = re.compile(
+    r"(?i)\b(?:fail(?:ed|ure|ing)?|errors?|errored|fatal|crash(?:ed)?|panic(?:ked)?|"
+    r"abort(?:ed)?|time[ _-]?out|timed[ _-]?out|critical|exception|broken|denied)\b"
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INT = re.compile(r"-?\d+\Z")
+_FLOAT = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Outline:
+    """An outline of one structured output, ready for the pointer."""
+
+    format: Format
+    text: str
+    """The outline as the pointer shows it (at most the budget, in UTF-8 bytes)."""
+    records: int
+    """Records counted (exact when ``complete``)."""
+    complete: bool
+    """The whole output was parsed."""
+    example_path: str
+    """A jq path worth querying (a failure-looking record, else the first record)."""
+
+
+class _NotStructured(Exception):
+    """The bytes are not the format the head suggested: the output stays text."""
+
+
+# -- accumulation ------------------------------------------------------------------------
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
+def _key_path(parent: str, key: str) -> str:
+    if _IDENTIFIER.match(key):
+        return f"{parent}.{key}"
+    return f"{parent}[{json.dumps(key, ensure_ascii=False)}]" if parent else f".[{key!r}]"
+
+
+def _compact(value: object, limit: int = _RECORD_CHARS) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _Field:
+    __slots__ = ("count", "parent", "types", "values")
+
+    def __init__(self, parent: str | None) -> None:
+        self.parent = parent
+        self.count = 0
+        self.types: dict[str, int] = {}
+        self.values: dict[str, list[Any]] | None = {}
+        """value -> [count, first record path, that record's text]; None: too many."""
+
+
+class _Collection:
+    """An array whose elements are the records (one per output for JSON Lines and tables)."""
+
+    __slots__ = ("count", "different", "failures", "first", "kinds", "oversized", "signatures")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.kinds: dict[str, int] = {}
+        self.first: tuple[str, str] | None = None
+        self.different: list[tuple[str, str]] = []
+        self.signatures: set[frozenset[str]] = set()
+        self.failures: list[tuple[str, str, str]] = []
+        """(path, text, why) of the first failure-looking records."""
+        self.oversized = 0
+
+
+class _Accumulator:
+    def __init__(self) -> None:
+        self.fields: dict[str, _Field] = {}
+        self.order: list[str] = []
+        self.collections: dict[str, _Collection] = {}
+        self.failure_count = 0
+        self.fields_dropped = False
+
+    def collection(self, pattern: str) -> _Collection:
+        found = self.collections.get(pattern)
+        if found is None:
+            found = self.collections[pattern] = _Collection()
+        return found
+
+    def _field(self, pattern: str, parent: str | None) -> _Field | None:
+        field = self.fields.get(pattern)
+        if field is None:
+            if len(self.fields) >= _MAX_FIELDS:
+                self.fields_dropped = True
+                return None
+            field = self.fields[pattern] = _Field(parent)
+            self.order.append(pattern)
+        return field
+
+    def record(self, pattern: str, path: str, value: object, *, oversized: bool = False) -> None:
+        """Add one record (the element ``path`` of the collection ``pattern``)."""
+        coll = self.collection(pattern)
+        coll.count += 1
+        kind = _type_name(value)
+        coll.kinds[kind] = coll.kinds.get(kind, 0) + 1
+        if oversized:
+            coll.oversized += 1
+        why: list[str] = []
+        firsts: list[_Field] = []
+        self._walk(value, pattern, None, 0, why, firsts)
+        text: str | None = None
+        if firsts or why or coll.first is None:
+            text = _compact(value)
+        if firsts:
+            for field in firsts:
+                assert field.values is not None
+                for entry in field.values.values():
+                    if entry[1] is None:
+                        entry[1], entry[2] = path, text
+        if coll.first is None:
+            assert text is not None
+            coll.first = (path, text)
+        if isinstance(value, dict):
+            signature = frozenset(value)
+            if signature not in coll.signatures:
+                if len(coll.signatures) < 64:
+                    coll.signatures.add(signature)
+                if coll.count > 1 and len(coll.different) < _MAX_DIFFERENT:
+                    coll.different.append((path, text or _compact(value)))
+        if why:
+            self.failure_count += 1
+            if len(coll.failures) < _MAX_FAILURES:
+                coll.failures.append((path, text or _compact(value), "; ".join(why[:3])))
+
+    def _walk(
+        self,
+        value: object,
+        pattern: str,
+        parent: str | None,
+        depth: int,
+        why: list[str],
+        firsts: list[_Field],
+    ) -> None:
+        field = self._field(pattern, parent)
+        kind = _type_name(value)
+        if field is not None:
+            field.count += 1
+            field.types[kind] = field.types.get(kind, 0) + 1
+            if field.values is not None and depth <= _VALUE_DEPTH and kind in ("str", "bool"):
+                shown = str(value) if kind == "str" else json.dumps(value)
+                if len(shown) > _VALUE_CHARS:
+                    field.values = None
+                else:
+                    entry = field.values.get(shown)
+                    if entry is None:
+                        if len(field.values) >= _MAX_VALUES:
+                            field.values = None
+                        else:
+                            field.values[shown] = [1, None, None]
+                            firsts.append(field)
+                    else:
+                        entry[0] += 1
+            elif field.values is not None and kind not in ("null", "str", "bool"):
+                field.values = None
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if depth < _FAILURE_DEPTH:
+                    _failure_signs(str(key), item, why)
+                self._walk(item, _key_path(pattern, str(key)), pattern, depth + 1, why, firsts)
+        elif isinstance(value, list):
+            inner = pattern + "[]"
+            for item in value:
+                self._walk(item, inner, pattern, depth + 1, why, firsts)
+
+
+def _failure_signs(key: str, value: object, why: list[str]) -> None:
+    name = key.lower()
+    if name in _ERROR_KEYS:
+        if value not in (None, False, 0, "", [], {}):
+            why.append(f"{key} field")
+    elif name in _STATUS_KEYS:
+        if isinstance(value, str) and _FAILURE_WORD.search(value):
+            why.append(f"{key}={value[:40]}")
+    elif name in _EXIT_KEYS:
+        if isinstance(value, int) and not isinstance(value, bool) and value != 0:
+            why.append(f"{key}={value}")
+    elif name in _SUCCESS_KEYS and value is False:
+        why.append(f"{key}=false")
+
+
+# -- readers -----------------------------------------------------------------------------
+
+
+class _Bytes(io.RawIOBase):
+    """The output's first ``limit`` bytes as a file, for the parsers."""
+
+    def __init__(self, read: Read, limit: int) -> None:
+        self._read = read
+        self._limit = limit
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        want = min(len(buffer), self._limit - self.pos)
+        if want <= 0:
+            return 0
+        data = self._read(want, self.pos)
+        buffer[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        want = self._limit - self.pos if size < 0 else min(size, self._limit - self.pos)
+        if want <= 0:
+            return b""
+        data = self._read(want, self.pos)
+        self.pos += len(data)
+        return data
+
+
+def _lines(read: Read, limit: int) -> Iterator[bytes]:
+    """Complete lines of the first ``limit`` bytes (a line cut at the limit is left out)."""
+    pos = 0
+    rest = b""
+    while pos < limit:
+        block = read(min(_BLOCK, limit - pos), pos)
+        if not block:
+            break
+        pos += len(block)
+        parts = (rest + block).split(b"\n")
+        rest = parts.pop()
+        yield from parts
+    if rest and pos < limit:
+        yield rest  # the last line of the output, without a newline
+
+
+def _scan_json(read: Read, limit: int, acc: _Accumulator) -> object:
+    """Feed a JSON document's records to ``acc``; return its envelope (the document with
+    every outermost array replaced by a ``_Summary``)."""
+    import ijson  # a C extension: only for outputs that look like JSON
+
+    events = ijson.basic_parse(_Bytes(read, limit), use_float=True)
+    root: list[object] = []
+    # Envelope frames: [container, pending key]; a container is a dict or a _Summary.
+    stack: list[list[Any]] = [[root, None]]
+    collection = ""
+    index = 0
+    building: list[list[Any]] = []
+    record_events = 0
+    skip_depth = 0
+    path_of: list[str] = [""]
+
+    def put(container: Any, key: Any, value: object) -> None:
+        if isinstance(container, list):
+            container.append(value)
+        elif isinstance(container, dict) and len(container) < 60:
+            container[key] = value
+
+    for event, value in events:
+        if building or skip_depth:
+            # Inside a record: build it (up to _RECORD_EVENTS events, then only count it).
+            if skip_depth:
+                if event in ("start_map", "start_array"):
+                    skip_depth += 1
+                elif event in ("end_map", "end_array"):
+                    skip_depth -= 1
+                    if skip_depth == 0:
+                        acc.record(
+                            collection, f"{path_of[-1] or '.'}[{index}]", None, oversized=True
+                        )
+                        index += 1
+                continue
+            record_events += 1
+            top = building[-1]
+            if event == "map_key":
+                top[1] = value
+                continue
+            if event in ("start_map", "start_array"):
+                child: Any = {} if event == "start_map" else []
+                if isinstance(top[0], dict):
+                    top[0][top[1]] = child
+                else:
+                    top[0].append(child)
+                building.append([child, None])
+            elif event in ("end_map", "end_array"):
+                done = building.pop()
+                if not building:
+                    acc.record(collection, f"{path_of[-1] or '.'}[{index}]", done[0])
+                    index += 1
+            elif isinstance(top[0], dict):
+                top[0][top[1]] = value
+            else:
+                top[0].append(value)
+            if building and record_events > _RECORD_EVENTS:
+                skip_depth = len(building)
+                building = []
+            continue
+        frame = stack[-1]
+        container = frame[0]
+        if isinstance(container, _Summary):
+            # The elements of an outermost array are the records.
+            if event == "end_array":
+                stack.pop()
+                path_of.pop()
+                continue
+            if event in ("start_map", "start_array"):
+                building = [[{} if event == "start_map" else [], None]]
+                record_events = 1
+            else:
+                acc.record(collection, f"{path_of[-1] or '.'}[{index}]", value)
+                index += 1
+            continue
+        if event == "map_key":
+            frame[1] = value
+        elif event == "start_map":
+            child = {}
+            put(container, frame[1], child)
+            stack.append([child, None])
+            key = frame[1]
+            path_of.append(path_of[-1] if key is None else _key_path(path_of[-1], str(key)))
+        elif event == "end_map":
+            stack.pop()
+            path_of.pop()
+        elif event == "start_array":
+            key = frame[1]
+            path = path_of[-1] if key is None else _key_path(path_of[-1], str(key))
+            collection = (path or ".") + "[]"
+            summary = _Summary(collection)
+            put(container, key, summary)
+            stack.append([summary, None])
+            path_of.append(path)
+            index = 0
+        else:
+            put(container, frame[1], value)
+    if not root:
+        raise _NotStructured("no JSON value")
+    return root[0]
+
+
+class _Summary:
+    """An outermost array in the envelope: its records are counted in a collection."""
+
+    __slots__ = ("pattern",)
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+
+def _scan_jsonl(read: Read, limit: int, acc: _Accumulator) -> list[int]:
+    """Feed each line's value to ``acc``; return the numbers of lines that are not JSON."""
+    bad: list[int] = []
+    index = 0
+    for line_no, line in enumerate(_lines(read, limit), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            bad.append(line_no)
+            if len(bad) > max(3, line_no // 100):
+                raise _NotStructured("too many lines are not JSON") from None
+            continue
+        acc.record(".[]", f".[{index}]", value)
+        index += 1
+    return bad
+
+
+def _cell(text: str) -> object:
+    if text == "":
+        return None
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    if text in ("true", "false", "True", "False"):
+        return text.lower() == "true"
+    return text
+
+
+def _scan_table(read: Read, limit: int, acc: _Accumulator, delimiter: str) -> list[str]:
+    """Feed each row (a dict of typed cells) to ``acc``; return the header."""
+    text = io.TextIOWrapper(
+        io.BufferedReader(_Bytes(read, limit)), encoding="utf-8", errors="replace", newline=""
+    )
+    rows = csv.reader(text, delimiter=delimiter, strict=False)
+    try:
+        header = next(rows)
+    except StopIteration:
+        raise _NotStructured("no header") from None
+    width = len(header)
+    ragged = 0
+    for index, row in enumerate(rows):
+        if not row:
+            continue
+        if len(row) != width:
+            ragged += 1
+            if ragged > max(3, index // 100):
+                raise _NotStructured("rows do not match the header")
+        record = {name: _cell(cell) for name, cell in zip(header, row, strict=False)}
+        acc.record(".[]", f".[{index}]", record)
+    return header
+
+
+# -- rendering ---------------------------------------------------------------------------
+
+
+def _envelope(value: object, acc: _Accumulator, limit: int = 900) -> str:
+    def render(node: object) -> str:
+        if isinstance(node, _Summary):
+            coll = acc.collections.get(node.pattern)
+            return f"[{_count_kinds(coll)}]" if coll else "[]"
+        if isinstance(node, dict):
+            inner = ", ".join(
+                f"{json.dumps(k, ensure_ascii=False)}: {render(v)}" for k, v in node.items()
+            )
+            return "{" + inner + "}"
+        if isinstance(node, list):
+            return "[" + ", ".join(render(v) for v in node) + "]"
+        return _compact(node, 60)
+
+    text = render(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _count_kinds(coll: _Collection | None) -> str:
+    if coll is None or coll.count == 0:
+        return "empty"
+    names = {"object": "objects", "array": "arrays", "str": "strings", "int": "ints"}
+    kinds = sorted(coll.kinds.items(), key=lambda kv: -kv[1])
+    if len(kinds) == 1:
+        return f"{coll.count:,} {names.get(kinds[0][0], kinds[0][0] + ' values')}"
+    parts = ", ".join(f"{n:,} {names.get(k, k)}" for k, n in kinds)
+    return f"{coll.count:,} records: {parts}"
+
+
+def _types(field: _Field) -> str:
+    kinds = sorted(field.types.items(), key=lambda kv: -kv[1])
+    return "|".join(kind for kind, _ in kinds)
+
+
+def _share(part: int, whole: int) -> str:
+    if whole <= 0 or part >= whole:
+        return "100%"
+    pct = 100 * part / whole
+    if pct >= 10:
+        return f"{pct:.0f}%"
+    if pct >= 1:
+        return f"{pct:.1f}%"
+    return f"{pct:.2g}%"
+
+
+def _shape(acc: _Accumulator, pattern: str) -> str:
+    """``{id: int, name: str, tags: [str], error?: str}``: a record's top-level fields."""
+    parent_count = acc.fields[pattern].count if pattern in acc.fields else 0
+    parts: list[str] = []
+    prefix_len = len(pattern)
+    for path in acc.order:
+        field = acc.fields[path]
+        if field.parent != pattern:
+            continue
+        name = path[prefix_len:].lstrip(".")
+        kind = _types(field)
+        if kind == "array" and path + "[]" in acc.fields:
+            kind = f"[{_types(acc.fields[path + '[]'])}]"
+        optional = "?" if field.count < parent_count else ""
+        parts.append(f"{name}{optional}: {kind}")
+    text = "{" + ", ".join(parts) + "}"
+    return text if len(text) <= 700 else text[:699] + "…"
+
+
+def _rare_values(field: _Field, records: int) -> list[tuple[str, int, str, str]]:
+    """Values of a few-valued field that a tiny share of records have: (value, count,
+    record path, record text)."""
+    if field.values is None or len(field.values) < 2 or records < 20:
+        return []
+    cap = max(1, records // 100)
+    return [
+        (value, entry[0], entry[1], entry[2])
+        for value, entry in field.values.items()
+        if entry[0] <= min(cap, 3) and entry[1] is not None
+    ]
+
+
+def _render(
+    acc: _Accumulator,
+    *,
+    head_line: str,
+    envelope: str | None,
+    extra: list[tuple[int, str]],
+    budget: int,
+) -> str:
+    rows: list[tuple[int, str]] = [(0, head_line)]
+    if envelope is not None:
+        rows.append((0, envelope))
+    rows.extend(extra)
+    failures: list[tuple[int, str]] = []
+    rare_rows: list[tuple[int, str]] = []
+    seen_failure_paths: set[str] = set()
+    samples: list[tuple[int, str]] = []
+    for pattern, coll in acc.collections.items():
+        if coll.count == 0:
+            continue
+        shape = _shape(acc, pattern) if "object" in coll.kinds else ""
+        rows.append((0, f"{pattern}: {_count_kinds(coll)} {shape}".rstrip()))
+        if coll.oversized:
+            rows.append((1, f"  ({coll.oversized:,} records too large to outline)"))
+        for path, text, why in coll.failures:
+            seen_failure_paths.add(path)
+            rank = 1 if len(failures) < 3 else 3
+            failures.append((rank, f"{path}: {text}  <- {why}"))
+        if coll.first is not None:
+            samples.append((1, f"{coll.first[0]}: {coll.first[1]}"))
+        samples.extend((4, f"{path}: {text}  (other fields)") for path, text in coll.different)
+    field_rows: list[tuple[int, str]] = []
+    for path in acc.order:
+        field = acc.fields[path]
+        if field.parent is None:
+            continue  # a collection's records themselves: counted above
+        parent = acc.fields.get(field.parent)
+        whole = parent.count if parent is not None else field.count
+        share = field.count / whole if whole else 1.0
+        depth = path.count(".") + path.count("[")
+        rank = 2 if depth <= 3 else 3
+        if share < 0.01:
+            rank = 4
+        line = f"  {path}  {_types(field)}  {_share(field.count, whole)}"
+        if field.values is not None and 1 < len(field.values) <= 12:
+            top = sorted(field.values.items(), key=lambda kv: -kv[1][0])
+            line += "  values: " + ", ".join(f"{_compact(v, 40)} ×{e[0]:,}" for v, e in top)
+        elif field.values is not None and len(field.values) == 1:
+            (only,) = field.values
+            line += f"  always {_compact(only, 40)}"
+        field_rows.append((rank, line))
+        for value, count, rpath, rtext in _rare_values(field, whole):
+            if rpath in seen_failure_paths:
+                continue
+            seen_failure_paths.add(rpath)
+            rare_rows.append(
+                (1, f"{rpath}: {rtext}  <- rare {path.rsplit('.', 1)[-1]}={value!r} (×{count})")
+            )
+    if field_rows:
+        rows.append((2, "fields (path, types, share of records that have it):"))
+        rows.extend(field_rows)
+    if acc.fields_dropped:
+        rows.append((2, f"  (more than {_MAX_FIELDS} field paths; the rest are not listed)"))
+    anomalies = failures + rare_rows
+    if anomalies:
+        total = acc.failure_count + len(rare_rows)
+        rows.append((0, f"records that look like failures or are rare ({total:,}):"))
+        rows.extend(anomalies)
+    if samples:
+        rows.append((1, "sample records:"))
+        rows.extend(samples)
+    return _fit(rows, budget)
+
+
+def _fit(rows: list[tuple[int, str]], budget: int) -> str:
+    """Drop the least important rows (the last of the highest rank first) until it fits."""
+    keep = [True] * len(rows)
+    cost = sum(len(text.encode()) + 1 for _, text in rows)
+    note = "(+{} outline lines not shown for room: query the artifact)"
+    order = sorted(range(len(rows)), key=lambda i: (-rows[i][0], -i))
+    dropped = 0
+    for i in order:
+        if cost + (len(note) + 8 if dropped else 0) <= budget:
+            break
+        if rows[i][0] == 0 and cost - len(rows[i][1].encode()) - 1 < 0:
+            break
+        keep[i] = False
+        cost -= len(rows[i][1].encode()) + 1
+        dropped += 1
+    lines = [text for (_, text), k in zip(rows, keep, strict=True) if k]
+    if dropped:
+        lines.append(note.format(dropped))
+    text = "\n".join(lines) + "\n"
+    raw = text.encode()
+    if len(raw) > budget:
+        cut = raw[: max(budget - 2, 0)].decode("utf-8", "ignore")
+        text = cut[: cut.rfind("\n") + 1] if "\n" in cut else ""
+    return text
+
+
+def _example(acc: _Accumulator) -> str:
+    for coll in acc.collections.values():
+        if coll.failures:
+            return coll.failures[0][0]
+    for coll in acc.collections.values():
+        if coll.first is not None:
+            return coll.first[0]
+    return "."
+
+
+def outline(
+    fmt: Format,
+    read: Read,
+    size: int,
+    *,
+    line_count: int | None = None,
+    budget: int = OUTLINE_BYTES,
+    scan_limit: int = OUTLINE_SCAN_BYTES,
+) -> Outline | None:
+    """Outline the output ``read`` gives (``size`` bytes), or None if it is not ``fmt``.
+
+    Args:
+        fmt: the format :func:`~toolswap.structured.detect.sniff` saw in the head.
+        read: ``read(count, offset)`` returns the output's bytes.
+        line_count: the output's line count (a JSON Lines or table outline cut by
+            ``scan_limit`` still reports it).
+        budget: the outline's size limit in UTF-8 bytes.
+        scan_limit: how many bytes are parsed at most.
+    """
+    limit = min(size, scan_limit)
+    complete = limit >= size
+    acc = _Accumulator()
+    extra: list[tuple[int, str]] = []
+    envelope: str | None = None
+    parsed = (
+        f"parsed whole ({size:,} bytes)"
+        if complete
+        else (f"outline of the first {limit:,} of {size:,} bytes")
+    )
+    try:
+        if fmt == "json":
+            try:
+                root = _scan_json(read, limit, acc)
+            except _NotStructured:
+                raise
+            except Exception as exc:  # ijson's errors: IncompleteJSONError, JSONError
+                if complete or not acc.collections:
+                    raise _NotStructured(str(exc)) from None
+                root = None  # cut at the scan limit: what was parsed stands
+            kind = "array" if isinstance(root, _Summary) else "object"
+            head_line = f"--- structure: JSON {kind}, {parsed} ---"
+            if root is not None and not isinstance(root, _Summary):
+                envelope = _envelope(root, acc)
+            records = sum(c.count for c in acc.collections.values())
+            if not acc.collections:
+                return None  # one small object: the raw text says it all
+        elif fmt == "jsonl":
+            bad = _scan_jsonl(read, limit, acc)
+            records = acc.collections[".[]"].count if ".[]" in acc.collections else 0
+            if records < 2:
+                return None
+            head_line = f"--- structure: JSON Lines, {records:,} records, {parsed} ---"
+            if not complete and line_count is not None:
+                extra.append((0, f"(the output has {line_count:,} lines in all)"))
+            if bad:
+                shown = ", ".join(str(n) for n in bad[:5])
+                extra.append((0, f"lines that are not JSON: {shown}"))
+        else:
+            header = _scan_table(read, limit, acc, "\t" if fmt == "tsv" else ",")
+            records = acc.collections[".[]"].count if ".[]" in acc.collections else 0
+            if records < 2:
+                return None
+            name = "TSV" if fmt == "tsv" else "CSV"
+            head_line = f"--- structure: {name} table, {records:,} rows, {parsed} ---"
+            extra.append((0, "header: " + _compact(header, 900)))
+            if not complete and line_count is not None:
+                extra.append((0, f"(the output has {line_count:,} lines in all)"))
+    except _NotStructured:
+        return None
+    text = _render(acc, head_line=head_line, envelope=envelope, extra=extra, budget=budget)
+    return Outline(
+        format=fmt, text=text, records=records, complete=complete, example_path=_example(acc)
+    )
