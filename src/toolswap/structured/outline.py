@@ -39,6 +39,7 @@ _MAX_FIELDS = 1_000
 _MAX_VALUES = 24
 _VALUE_CHARS = 48
 _RECORD_CHARS = 360
+_STRING_CHARS = 60
 _MAX_FAILURES = 8
 _MAX_DIFFERENT = 2
 _VALUE_DEPTH = 2
@@ -109,8 +110,25 @@ def _key_path(parent: str, key: str) -> str:
     return f"{parent}[{json.dumps(key, ensure_ascii=False)}]" if parent else f".[{key!r}]"
 
 
+def _shorten(value: object, depth: int = 0) -> object:
+    """The value with long strings, long lists and deep nesting cut, so a sample record
+    shows its shape rather than the start of one long field."""
+    if isinstance(value, str):
+        return value if len(value) <= _STRING_CHARS else value[: _STRING_CHARS - 1] + "…"
+    if isinstance(value, list):
+        if depth >= 4:
+            return f"[{len(value)} items]" if value else []
+        head = [_shorten(v, depth + 1) for v in value[:4]]
+        return [*head, f"…+{len(value) - 4}"] if len(value) > 4 else head
+    if isinstance(value, dict):
+        if depth >= 4:
+            return "{…}" if value else {}
+        return {k: _shorten(v, depth + 1) for k, v in list(value.items())[:24]}
+    return value
+
+
 def _compact(value: object, limit: int = _RECORD_CHARS) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = json.dumps(_shorten(value), ensure_ascii=False, separators=(",", ":"), default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -541,7 +559,11 @@ def _shape(acc: _Accumulator, pattern: str) -> str:
 def _rare_values(field: _Field, records: int) -> list[tuple[str, int, str, str]]:
     """Values of a few-valued field that a tiny share of records have: (value, count,
     record path, record text)."""
-    if field.values is None or len(field.values) < 2 or records < 20:
+    # Only a field with a few values (a kind, a severity) has rare ones: in a field that
+    # names things (a license, a version) every value is rare.
+    if field.values is None or not 2 <= len(field.values) <= max(3, records // 50):
+        return []
+    if records < 50:
         return []
     cap = max(1, records // 100)
     return [
@@ -590,10 +612,11 @@ def _render(
         whole = parent.count if parent is not None else field.count
         share = field.count / whole if whole else 1.0
         depth = path.count(".") + path.count("[")
-        rank = 2 if depth <= 3 else 3
+        rank = 2 if depth <= 5 else 3
         if share < 0.01:
             rank = 4
-        line = f"  {path}  {_types(field)}  {_share(field.count, whole)}"
+        amount = f"{field.count:,} items" if path.endswith("[]") else _share(field.count, whole)
+        line = f"  {path}  {_types(field)}  {amount}"
         if field.values is not None and 1 < len(field.values) <= 12:
             top = sorted(field.values.items(), key=lambda kv: -kv[1][0])
             line += "  values: " + ", ".join(f"{_compact(v, 40)} ×{e[0]:,}" for v, e in top)
@@ -601,7 +624,7 @@ def _render(
             (only,) = field.values
             line += f"  always {_compact(only, 40)}"
         field_rows.append((rank, line))
-        for value, count, rpath, rtext in _rare_values(field, whole):
+        for value, count, rpath, rtext in _rare_values(field, field.count):
             if rpath in seen_failure_paths:
                 continue
             seen_failure_paths.add(rpath)

@@ -1,0 +1,251 @@
+"""Structured output: recognised from its head, outlined in the pointer, queried with jq."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolswap import ArtifactQueryError, ArtifactQueryTimeoutError, ToolResultExternalizer
+from toolswap.structured import inspect_output, sniff
+from toolswap.structured.outline import outline
+from toolswap.structured.query import query_artifact
+from toolswap.tools import ArtifactTools, artifact_tools
+
+POINTER_BUDGET = 8 * 1024
+
+
+def _items(count: int = 6000, bad: int = 3777) -> list[dict[str, object]]:
+    items: list[dict[str, object]] = [
+        {"id": i, "name": f"item-{i}", "tags": ["a", "b"], "price": i * 1.25, "status": "ok"}
+        for i in range(count)
+    ]
+    items[bad] = {**items[bad], "status": "failed", "error": "upstream timed out"}
+    return items
+
+
+def _document() -> str:
+    return json.dumps({"total": 6000, "page": 1, "items": _items()})
+
+
+def _read(data: bytes):  # type: ignore[no-untyped-def]
+    return lambda count, offset: data[offset : offset + count]
+
+
+# -- detection ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"a": [1, 2, 3]}', "json"),
+        ('{\n  "a": [\n    1\n  ]\n}\n', "json"),
+        ('[{"a": 1}, {"a": 2}]', "json"),
+        ('{"a": 1}\n{"a": 2}\n{"a": 3}\n', "jsonl"),
+        ("id,name,price\n1,a,2.5\n2,b,3\n3,c,4\n", "csv"),
+        ("id\tname\tprice\n1\ta\t2.5\n2\tb\t3\n3\tc\t4\n", "tsv"),
+        ("tests/test_a.py::test_x PASSED\ntests/test_a.py::test_y FAILED\n", None),
+        ("[INFO] building, please wait\n[ERROR] failed, see above\nplain line\n", None),
+        ("hello, world\nthis is prose, with commas\nand more\n", None),
+    ],
+)
+def test_the_format_is_recognised_from_the_content(text: str, expected: str | None) -> None:
+    assert sniff(text.encode(), complete=True) == expected
+
+
+# -- the outline in the pointer ------------------------------------------------------------
+
+
+def test_a_json_document_pointer_shows_its_shape_counts_and_the_failed_record(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    result = externalizer.externalize(_document(), "http_get")
+    text = result.context_text
+
+    assert len(text.encode()) <= POINTER_BUDGET
+    assert '{"total": 6000, "page": 1, "items": [6,000 objects]}' in text
+    assert ".items[]: 6,000 objects {id: int, name: str, tags: [str], price: float" in text
+    for path in ("id", "name", "tags", "tags[]", "price", "status", "error"):
+        assert f".items[].{path}  " in text
+    assert '.items[3777]: {"id":3777' in text
+    assert "status=failed" in text
+    # The outline comes before the raw head, with the exact call that queries it.
+    assert text.index("--- structure: JSON object") < text.index("--- head:")
+    assert f"toolswap query {result.artifact.source_id}" in text
+
+
+def test_json_lines_are_outlined_and_a_line_that_is_not_json_is_named(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [json.dumps(item) for item in _items(3000, bad=1500)]
+    lines[2000] = "Traceback (most recent call last): not JSON"
+    result = externalizer.externalize("\n".join(lines) + "\n", "events")
+    text = result.context_text
+
+    assert "--- structure: JSON Lines, 2,999 records" in text
+    assert "lines that are not JSON: 2001" in text
+    assert ".[1500]:" in text and "error field" in text
+
+
+def test_a_csv_table_is_outlined_with_its_header_and_typed_columns(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["id", "host", "latency_ms", "status"])
+    for i in range(4000):
+        writer.writerow([i, f"host-{i % 17}", i % 250 + 0.5, "error" if i == 2222 else "ok"])
+    text = externalizer.externalize(out.getvalue(), "sqlite3").context_text
+
+    assert "--- structure: CSV table, 4,000 rows" in text
+    assert 'header: ["id","host","latency_ms","status"]' in text
+    assert ".[].latency_ms  float  100%" in text
+    assert '.[2222]: {"id":2222' in text
+
+
+def test_text_that_merely_starts_with_a_bracket_keeps_the_plain_pointer(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    log = "".join(f"[INFO] step {i} done, ok\n" for i in range(5000))
+    text = externalizer.externalize(log, "build").context_text
+    assert "--- structure" not in text
+    assert "--- head: lines 1-" in text
+
+
+def test_a_document_that_is_not_valid_json_stays_text(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    broken = _document()[:-2000] + "]]]"
+    text = externalizer.externalize(broken, "http_get").context_text
+    assert "--- structure" not in text
+
+
+def test_an_outline_cut_at_the_scan_limit_says_so() -> None:
+    data = _document().encode()
+    found = outline("json", _read(data), len(data), scan_limit=100_000)
+    assert found is not None and not found.complete
+    assert f"outline of the first 100,000 of {len(data):,} bytes" in found.text
+
+
+def test_the_outline_fits_its_budget_however_many_fields() -> None:
+    wide = [{f"field_{j}": j for j in range(400)} | {"id": i} for i in range(50)]
+    data = json.dumps(wide).encode()
+    text = inspect_output(data[:32768], _read(data), len(data), budget=2048)
+    assert 0 < len(text.encode()) <= 2048
+    assert ".[]: 50 objects" in text
+    assert "outline lines not shown for room" in text
+
+
+def test_the_outline_of_real_pip_inspect_output_names_every_installed_package(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pip", "inspect"], capture_output=True, check=True)
+    installed = json.loads(proc.stdout)["installed"]
+    text = externalizer.externalize(proc.stdout, "pip").context_text
+    assert f".installed[]: {len(installed):,} objects" in text
+    assert ".installed[].metadata.name  str  100%" in text
+
+
+# -- queries -------------------------------------------------------------------------------
+
+
+def test_one_query_answers_a_question_about_one_field_of_one_record(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    ref = externalizer.externalize(_document(), "http_get").artifact
+    result = query_artifact(externalizer.reader, ref, ".items[3777].error")
+    assert (result.text, result.count, result.format) == ('"upstream timed out"\n', 1, "json")
+    jmes = query_artifact(externalizer.reader, ref, "items[?status!='ok'].id", language="jmespath")
+    assert json.loads(jmes.text) == [3777]
+
+
+def test_json_lines_and_csv_are_queried_as_arrays_of_records(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = "".join(json.dumps(item) + "\n" for item in _items(500, bad=250))
+    jsonl = externalizer.externalize(lines, "events").artifact
+    found = query_artifact(externalizer.reader, jsonl, '[.[] | select(.status != "ok")] | length')
+    assert found.text == "1\n"
+    table = "id,ok,cost\n" + "".join(
+        f"{i},{'true' if i % 2 else 'false'},{i}.5\n" for i in range(3000)
+    )
+    rows = externalizer.externalize(table, "sqlite3").artifact
+    assert query_artifact(externalizer.reader, rows, ".[1001]").text == (
+        '{"id":1001,"ok":true,"cost":1001.5}\n'
+    )
+
+
+def test_a_bad_expression_is_refused_before_the_artifact_is_touched(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    with pytest.raises(ArtifactQueryError, match="not a valid jq expression"):
+        query_artifact(externalizer.reader, "artifact:s1:tool_result_999.txt:000000000000", ".[")
+    with pytest.raises(ArtifactQueryError, match="not a valid JMESPath"):
+        query_artifact(
+            externalizer.reader,
+            "artifact:s1:tool_result_999.txt:000000000000",
+            "items[?",
+            language="jmespath",
+        )
+
+
+def test_a_query_of_text_output_says_to_grep_it(externalizer: ToolResultExternalizer) -> None:
+    ref = externalizer.externalize("plain line\n" * 10_000, "bash").artifact
+    with pytest.raises(ArtifactQueryError, match="grep"):
+        query_artifact(externalizer.reader, ref, ".")
+
+
+def test_a_query_past_its_deadline_is_stopped(externalizer: ToolResultExternalizer) -> None:
+    ref = externalizer.externalize(_document(), "http_get").artifact
+    with pytest.raises(ArtifactQueryTimeoutError):
+        query_artifact(externalizer.reader, ref, "last(range(1e15))", timeout=1.0)
+
+
+def test_a_result_too_large_for_one_answer_is_saved_with_its_own_pointer(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    ref = externalizer.externalize(_document(), "http_get").artifact
+    tools = ArtifactTools(externalizer, max_output_bytes=16 * 1024)
+    answer = tools.query_artifact(ref.source_id, ".items[]")
+    assert "6,000 results" in answer and "saved as a new artifact" in answer
+    assert "--- structure: JSON Lines, 6,000 records" in answer
+    assert len(externalizer.list_artifacts()) == 2
+
+
+def test_artifact_tools_offer_query_artifact(externalizer: ToolResultExternalizer) -> None:
+    ref = externalizer.externalize(_document(), "http_get").artifact
+    tools = {fn.__name__: fn for fn in artifact_tools(externalizer)}
+    answer = tools["query_artifact"](ref.source_id, ".items[3777].status")
+    assert answer.splitlines()[1] == '"failed"'
+    assert "jq" in (tools["query_artifact"].__doc__ or "")
+
+
+def test_the_cli_queries_a_captured_command_output(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    doc = tmp_path / "doc.json"
+    doc.write_text(_document(), encoding="utf-8")
+    run = subprocess.run(
+        [sys.executable, "-m", "toolswap", "run", "--", "cat", str(doc)],
+        capture_output=True,
+        env=env,
+        check=True,
+    )
+    source_id = run.stdout.decode().splitlines()[0].removeprefix("[Artifact: ").rstrip("]")
+    query = subprocess.run(
+        [sys.executable, "-m", "toolswap", "query", source_id, ".items[3777].id"],
+        capture_output=True,
+        env=env,
+    )
+    assert (query.returncode, query.stdout) == (0, b"3777\n")
+    bad = subprocess.run(
+        [sys.executable, "-m", "toolswap", "query", source_id, ".items["],
+        capture_output=True,
+        env=env,
+    )
+    assert bad.returncode == 1 and b"not a valid jq expression" in bad.stderr
