@@ -168,7 +168,7 @@ def _cut(stats: CaptureStats, head_budget: int, tail_budget: int) -> _Cut:
 
 
 _MORE_RESERVE = 80
-STRUCTURED_RAW_BYTES = 1024
+STRUCTURED_RAW_BYTES = 512
 """Head, tail and failure lines each shown beside an outline, at most (bytes)."""
 _HEAD_FLOOR = 2048
 SALIENT_HEADER = (

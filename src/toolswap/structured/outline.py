@@ -25,8 +25,9 @@ from .detect import Format
 
 __all__ = ["OUTLINE_BYTES", "OUTLINE_SCAN_BYTES", "Outline", "outline"]
 
-OUTLINE_BYTES = 8 << 10
-"""The outline's default share of the pointer."""
+OUTLINE_BYTES = 5632
+"""The outline's default share of the pointer (with 512-byte glimpses of the raw head,
+tail and failure lines and the frame, a structured output's pointer stays under 8 KiB)."""
 OUTLINE_SCAN_BYTES = 16 << 20
 """How much of an output the outline parses by default."""
 
