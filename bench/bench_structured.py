@@ -10,6 +10,7 @@ capture time of `cat FILE` against the floor (pipe read + sha256 + write + fsync
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -18,10 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from _floor import capture_floor
 from toolswap import ToolResultExternalizer
+from toolswap import capture as capture_module
 from toolswap.structured.outline import _key_path
 
 MIN_BYTES = 60_000
@@ -151,6 +154,30 @@ def _outputs(work: Path) -> list[tuple[str, str, bytes, int | None]]:
     return out
 
 
+def _text_capture(path: Path, work: Path) -> float:
+    """The same bytes captured as text (the outline turned off): what "capture speed
+    unchanged" compares with."""
+    ext = ToolResultExternalizer(work / "text-session")
+    proc = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    start = time.perf_counter()
+    with _no_outline():
+        ext.externalize(proc.stdout, "bench", exit_code=proc.wait)
+    elapsed = time.perf_counter() - start
+    proc.stdout.close()
+    return elapsed
+
+
+@contextlib.contextmanager
+def _no_outline() -> Iterator[None]:
+    saved = capture_module.StreamCapture._start_outline
+    capture_module.StreamCapture._start_outline = lambda self: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        capture_module.StreamCapture._start_outline = saved  # type: ignore[method-assign]
+
+
 def _capture(ext: ToolResultExternalizer, path: Path) -> tuple[float, str]:
     proc = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
     assert proc.stdout is not None
@@ -175,7 +202,7 @@ def main() -> int:
         ext = ToolResultExternalizer(work / "session")
         print(
             f"{'output':28} {'size':>9} {'records':>8} {'paths':>7} {'count':>5} "
-            f"{'anomaly':>7} {'pointer':>8} {'capture/floor':>13}"
+            f"{'anomaly':>7} {'pointer':>8} {'capture/floor':>13} {'s':>9} {'vs text':>7}"
         )
         named_all = total_all = 0
         for name, fmt, data, anomaly in _outputs(work):
@@ -186,12 +213,13 @@ def main() -> int:
             path.write_bytes(data)
             pattern, records = _records(fmt, data)
             paths = _common_paths(pattern, records)
-            floors, captures = [], []
+            floors, captures, texts = [], [], []
             pointer = ""
             for _ in range(REPEATS):
                 floors.append(_floor(path, work / "floor.bin"))
                 took, pointer = _capture(ext, path)
                 captures.append(took)
+                texts.append(_text_capture(path, work))
             named = sum(1 for p in paths if p in pointer)
             named_all += named
             total_all += len(paths)
@@ -203,7 +231,7 @@ def main() -> int:
             print(
                 f"{name:28} {len(data):>9,} {len(records):>8,} {named:>3}/{len(paths):<3} "
                 f"{'yes' if count_shown else 'NO':>5} {shown:>7} {len(pointer.encode()):>8,} "
-                f"{ratio:>12.2f}x {min(captures):>9.3f}"
+                f"{ratio:>12.2f}x {min(captures):>9.3f} {min(captures) / min(texts):>6.2f}x"
             )
         if total_all:
             print(

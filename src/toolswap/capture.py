@@ -89,8 +89,14 @@ class CaptureStats:
     tail_scan_start: int | None = None
     """Where the scan of the output's last bytes began (None: no such scan). Failure lines
     between ``scanned_bytes`` and here were not looked for."""
-    outline: str = ""
-    """The outline of a structured output (JSON, JSON Lines, a table); empty for text."""
+    outline_source: Callable[[], str] | None = None
+    """Gives the outline of a structured output, waiting for the thread that computes it
+    (see ``outline``)."""
+
+    @property
+    def outline(self) -> str:
+        """The outline of a structured output (JSON, JSON Lines, a table); empty for text."""
+        return self.outline_source() if self.outline_source is not None else ""
 
     @property
     def line_count(self) -> int:
@@ -155,7 +161,9 @@ class StreamCapture:
         tail_scan: when the output is longer than ``scan_limit``, how many of its last
             bytes are also scanned for failure lines.
         inspect: ``inspect(head, read, size)`` outlines a structured output (or returns
-            ``""``) from the finished file; it runs while the file is fsynced.
+            ``""``) from the finished file, on a thread of its own that reads a duplicate
+            of the descriptor: it runs while the file is fsynced and the artifact is
+            recorded, and the stats' ``outline`` waits for it.
     """
 
     def __init__(
@@ -171,7 +179,6 @@ class StreamCapture:
     ) -> None:
         self._dir_fd = dir_fd
         self._inspect = inspect
-        self._outline = ""
         self.tmp_name = temporary_filename(os.getpid(), secrets.token_hex(8))
         self._error: BaseException | None = None
         """The first write error (a full disk, an I/O error): from then on the output is
@@ -362,6 +369,7 @@ class StreamCapture:
             self._queue.put(None)  # the worker writes what is queued, then fsyncs
             self._written.wait()
         self._counter.finish()
+        outline = self._start_outline()
         # The scan reads back what was just written (from the page cache) and holds the
         # GIL; the worker's fsync, running meanwhile, does not need it.
         tail_scan_start = self._scan() if self._error is None else None
@@ -371,7 +379,6 @@ class StreamCapture:
             salient = self._scanner.salient_lines(
                 lambda count, offset: durable.current().pread(fd, count, offset), self._counter.size
             )
-            self._outline = self._outline_of(fd)
         if self._worker is not None:
             self._worker.join()
             self._worker = None
@@ -403,22 +410,37 @@ class StreamCapture:
                 else scanner.lines_end
             ),
             tail_scan_start=None if self._middle_scanned else tail_scan_start,
-            outline=self._outline,
+            outline_source=outline,
         )
 
-    def _outline_of(self, fd: int) -> str:
-        """The outline of a structured output, read back from the file (page cache)."""
-        if self._inspect is None:
-            return ""
+    def _start_outline(self) -> Callable[[], str] | None:
+        """Start outlining the finished file on a thread; return what waits for it."""
+        if self._inspect is None or self._error is not None or self._counter.binary:
+            return None
+        from .structured import sniff  # the head alone turns text away, with no thread
 
-        def read(count: int, offset: int) -> bytes:
-            return durable.current().pread(fd, count, offset)
+        if sniff(bytes(self._head), complete=len(self._head) >= self._counter.size) is None:
+            return None
+        inspect, head, size = self._inspect, bytes(self._head), self._counter.size
+        # Its own descriptor: the capture closes its one (and renames the file) meanwhile.
+        fd = os.dup(self._fd)
+        found: list[str] = [""]
 
-        try:
-            return self._inspect(bytes(self._head), read, self._counter.size)
-        except Exception:
-            # An outline is a convenience: a parser's surprise never costs the output.
-            return ""
+        def run() -> None:
+            try:
+                found[0] = inspect(head, lambda count, offset: os.pread(fd, count, offset), size)
+            except Exception:
+                found[0] = ""  # an outline is a convenience: a surprise never costs output
+            finally:
+                os.close(fd)
+
+        thread = start_helper_thread(run, "toolswap-outline")
+
+        def result() -> str:
+            thread.join()
+            return found[0]
+
+        return result
 
     def partial_stats(self) -> CaptureStats:
         """What is known of an output whose file could not be written: sizes, head, tail

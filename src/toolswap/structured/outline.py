@@ -45,6 +45,14 @@ _MAX_FAILURES = 8
 _MAX_DIFFERENT = 2
 _VALUE_DEPTH = 2
 _FAILURE_DEPTH = 3
+SAMPLE_RECORDS = 200
+"""Records of a collection walked whole for field statistics; the rest are counted and
+checked for failure signs and rare values in their top-level fields, at C speed."""
+_EXTRA_WALKS = 32
+# A collection longer than this is read by ijson's items (records built in C), not from
+# the event stream in Python; shorter arrays stay in the envelope's pass.
+_SWITCH_AFTER = 16
+_SAMPLE_KEY_DEPTH = 2
 
 _ERROR_KEYS = frozenset(
     {"error", "errors", "exception", "exceptions", "failure", "failures", "problems", "fatal"}
@@ -105,7 +113,19 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
+_PATHS: dict[tuple[str, str], str] = {}
+
+
 def _key_path(parent: str, key: str) -> str:
+    found = _PATHS.get((parent, key))
+    if found is None:
+        found = _key_path_of(parent, key)
+        if len(_PATHS) < 4096:
+            _PATHS[parent, key] = found
+    return found
+
+
+def _key_path_of(parent: str, key: str) -> str:
     if _IDENTIFIER.match(key):
         return f"{parent}.{key}"
     return f"{parent}[{json.dumps(key, ensure_ascii=False)}]" if parent else f".[{key!r}]"
@@ -134,11 +154,13 @@ def _compact(value: object, limit: int = _RECORD_CHARS) -> str:
 
 
 class _Field:
-    __slots__ = ("count", "parent", "types", "values")
+    __slots__ = ("count", "parent", "tallied", "types", "values")
 
     def __init__(self, parent: str | None) -> None:
         self.parent = parent
         self.count = 0
+        self.tallied = 0
+        """Records past the sample whose value of this field was tallied (fast path)."""
         self.types: dict[str, int] = {}
         self.values: dict[str, list[Any]] | None = {}
         """value -> [count, first record path, that record's text]; None: too many."""
@@ -147,14 +169,33 @@ class _Field:
 class _Collection:
     """An array whose elements are the records (one per output for JSON Lines and tables)."""
 
-    __slots__ = ("count", "different", "failures", "first", "kinds", "oversized", "signatures")
+    __slots__ = (
+        "count",
+        "different",
+        "failures",
+        "first",
+        "kinds",
+        "last_shape",
+        "oversized",
+        "shapes",
+        "signatures",
+        "tallies",
+        "walked",
+    )
 
     def __init__(self) -> None:
         self.count = 0
+        self.walked = 0
+        """Records walked whole (the sample, and later records whose shape is new)."""
+        self.last_shape: object = None
+        self.tallies: list[tuple[str, _Field]] | None = None
+        """Top-level fields with few values, tallied past the sample (for rare values)."""
         self.kinds: dict[str, int] = {}
         self.first: tuple[str, str] | None = None
         self.different: list[tuple[str, str]] = []
         self.signatures: set[frozenset[str]] = set()
+        self.shapes: set[object] = set()
+        """Shapes (see ``_shape_key``) of the records walked whole."""
         self.failures: list[tuple[str, str, str]] = []
         """(path, text, why) of the first failure-looking records."""
         self.oversized = 0
@@ -167,6 +208,7 @@ class _Accumulator:
         self.collections: dict[str, _Collection] = {}
         self.failure_count = 0
         self.fields_dropped = False
+        self.notes: list[str] = []
 
     def collection(self, pattern: str) -> _Collection:
         found = self.collections.get(pattern)
@@ -184,10 +226,76 @@ class _Accumulator:
             self.order.append(pattern)
         return field
 
+    @property
+    def sampled(self) -> bool:
+        """Some records were only counted and checked, not walked whole."""
+        return any(c.walked < c.count for c in self.collections.values())
+
     def record(self, pattern: str, path: str, value: object, *, oversized: bool = False) -> None:
-        """Add one record (the element ``path`` of the collection ``pattern``)."""
+        """Add one record (the element ``path`` of the collection ``pattern``): the first
+        ``SAMPLE_RECORDS`` are walked whole, later ones take the fast path."""
         coll = self.collection(pattern)
+        if coll.walked < SAMPLE_RECORDS or oversized:
+            self._record_full(coll, pattern, path, value, oversized=oversized)
+            return
+        shape = _shape_key(value)
+        if shape != coll.last_shape:
+            coll.last_shape = shape
+            if coll.walked < SAMPLE_RECORDS + _EXTRA_WALKS and shape not in coll.shapes:
+                # A record of a shape not seen yet: walked whole, so its fields are named.
+                self._record_full(coll, pattern, path, value, oversized=False)
+                return
+        self._record_fast(coll, pattern, path, value)
+
+    def _record_fast(self, coll: _Collection, pattern: str, path: str, value: object) -> None:
+        """Count a record past the sample; check its top-level fields for failure signs and
+        tally the values of the few-valued ones (rare values are anomalies too)."""
         coll.count += 1
+        kind = _TYPE_NAMES.get(type(value)) or _type_name(value)
+        coll.kinds[kind] = coll.kinds.get(kind, 0) + 1
+        if type(value) is not dict:
+            return
+        why: list[str] = []
+        if not _SIGN_KEYS.isdisjoint(value):
+            for key in value.keys() & _SIGN_KEYS:
+                _failure_signs(key, value[key], why)
+        if coll.tallies is None:
+            start = len(pattern) + 1
+            coll.tallies = [
+                (name[start:], field)
+                for name, field in self.fields.items()
+                if field.parent == pattern
+                and field.values is not None
+                and _IDENTIFIER.match(name[start:])
+            ]
+        text: str | None = None
+        for key, field in coll.tallies:
+            item = value.get(key)
+            kind_of = type(item)
+            if field.values is None or (kind_of is not str and kind_of is not bool):
+                continue
+            field.tallied += 1
+            shown = str(item) if kind_of is str else json.dumps(item)
+            entry = field.values.get(shown)
+            if entry is not None:
+                entry[0] += 1
+            elif len(field.values) >= _MAX_VALUES or len(shown) > _VALUE_CHARS:
+                field.values = None
+            else:
+                text = text or _compact(value)
+                field.values[shown] = [1, path, text]
+        if why:
+            self.failure_count += 1
+            if len(coll.failures) < _MAX_FAILURES:
+                coll.failures.append((path, text or _compact(value), "; ".join(why[:3])))
+
+    def _record_full(
+        self, coll: _Collection, pattern: str, path: str, value: object, *, oversized: bool
+    ) -> None:
+        coll.walked += 1
+        coll.count += 1
+        if len(coll.shapes) < 256:
+            coll.shapes.add(_shape_key(value))
         kind = _type_name(value)
         coll.kinds[kind] = coll.kinds.get(kind, 0) + 1
         if oversized:
@@ -260,6 +368,30 @@ class _Accumulator:
                 self._walk(item, inner, pattern, depth + 1, why, firsts)
 
 
+_TYPE_NAMES: dict[type, str] = {
+    dict: "object",
+    list: "array",
+    str: "str",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    type(None): "null",
+}
+_SIGN_KEYS = frozenset(
+    variant
+    for key in _ERROR_KEYS | _STATUS_KEYS | _EXIT_KEYS | _SUCCESS_KEYS
+    for variant in (key, key.title(), key.upper())
+)
+
+
+def _shape_key(value: object) -> object:
+    """What makes a record's shape new: its keys, and the keys of its object fields."""
+    if type(value) is not dict:
+        return type(value)
+    inner = [frozenset(v) for v in value.values() if type(v) is dict]
+    return frozenset(value) if not inner else (frozenset(value), *inner)
+
+
 def _failure_signs(key: str, value: object, why: list[str]) -> None:
     name = key.lower()
     if name in _ERROR_KEYS:
@@ -323,12 +455,19 @@ def _lines(read: Read, limit: int) -> Iterator[bytes]:
         yield rest  # the last line of the output, without a newline
 
 
-def _scan_json(read: Read, limit: int, acc: _Accumulator) -> object:
+def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> object:
     """Feed a JSON document's records to ``acc``; return its envelope (the document with
-    every outermost array replaced by a ``_Summary``)."""
+    every outermost array replaced by a ``_Summary``).
+
+    The envelope and each collection's first ``_SWITCH_AFTER`` records are read from
+    ijson's event stream, in Python. The rest of a longer collection is read by ijson's
+    ``items``, which builds each record in C (the accumulator walks the sample's records
+    and takes its fast path for the others); the envelope's members after that collection
+    are then parsed from the document's last bytes (``_tail_members``)."""
     import ijson  # a C extension: only for outputs that look like JSON
 
     events = ijson.basic_parse(_Bytes(read, limit), use_float=True)
+    switch: tuple[str, str, str, int] | None = None
     root: list[object] = []
     # Envelope frames: [container, pending key]; a container is a dict or a _Summary.
     stack: list[list[Any]] = [[root, None]]
@@ -338,6 +477,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator) -> object:
     record_events = 0
     skip_depth = 0
     path_of: list[str] = [""]
+    # ijson's prefix of each envelope frame (None: a key ijson's prefixes cannot name).
+    prefix_of: list[str | None] = [""]
 
     def put(container: Any, key: Any, value: object) -> None:
         if isinstance(container, list):
@@ -358,6 +499,9 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator) -> object:
                             collection, f"{path_of[-1] or '.'}[{index}]", None, oversized=True
                         )
                         index += 1
+                        if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
+                            switch = (collection, path_of[-1], prefix_of[-1], len(stack))
+                            break
                 continue
             record_events += 1
             top = building[-1]
@@ -376,6 +520,9 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator) -> object:
                 if not building:
                     acc.record(collection, f"{path_of[-1] or '.'}[{index}]", done[0])
                     index += 1
+                    if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
+                        switch = (collection, path_of[-1], prefix_of[-1], len(stack))
+                        break
             elif isinstance(top[0], dict):
                 top[0][top[1]] = value
             else:
@@ -391,6 +538,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator) -> object:
             if event == "end_array":
                 stack.pop()
                 path_of.pop()
+                prefix_of.pop()
                 continue
             if event in ("start_map", "start_array"):
                 building = [[{} if event == "start_map" else [], None]]
@@ -398,6 +546,9 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator) -> object:
             else:
                 acc.record(collection, f"{path_of[-1] or '.'}[{index}]", value)
                 index += 1
+                if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
+                    switch = (collection, path_of[-1], prefix_of[-1], len(stack))
+                    break
             continue
         if event == "map_key":
             frame[1] = value
@@ -407,9 +558,11 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator) -> object:
             stack.append([child, None])
             key = frame[1]
             path_of.append(path_of[-1] if key is None else _key_path(path_of[-1], str(key)))
+            prefix_of.append(_prefix(prefix_of[-1], key))
         elif event == "end_map":
             stack.pop()
             path_of.pop()
+            prefix_of.pop()
         elif event == "start_array":
             key = frame[1]
             path = path_of[-1] if key is None else _key_path(path_of[-1], str(key))
@@ -418,12 +571,70 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator) -> object:
             put(container, key, summary)
             stack.append([summary, None])
             path_of.append(path)
+            prefix = _prefix(prefix_of[-1], key)
+            prefix_of.append(None if prefix is None else _prefix(prefix, "item"))
             index = 0
         else:
             put(container, frame[1], value)
+    if switch is not None:
+        pattern, base, prefix, depth = switch
+        records = ijson.items(_Bytes(read, limit), prefix, use_float=True)
+        try:
+            for number, value in enumerate(records):
+                if number >= index:
+                    acc.record(pattern, f"{base or '.'}[{number}]", value)
+        except Exception:  # ijson's errors: a document cut at the scan limit ends here
+            if limit >= size:
+                raise
+        # The members after the collection: only those of a collection in the root object
+        # are looked for, and only in a whole document.
+        if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
+            tail = _tail_members(read, size)
+            if tail is None:
+                acc.notes.append(
+                    f"(the members of the document after {base} are not shown: query the artifact)"
+                )
+            else:
+                for key, item in tail.items():
+                    put(stack[1][0], key, item)
     if not root:
         raise _NotStructured("no JSON value")
     return root[0]
+
+
+def _prefix(parent: str | None, key: object) -> str | None:
+    """ijson's prefix for ``key`` under ``parent`` (None when a key holds a dot)."""
+    if parent is None:
+        return None
+    if key is None:
+        return parent
+    name = str(key)
+    if not name or "." in name:
+        return None
+    return f"{parent}.{name}" if parent else name
+
+
+_TAIL_WINDOW = 8192
+
+
+def _tail_members(read: Read, size: int) -> dict[str, object] | None:
+    """The root object's members after the collection read last, from the last bytes: the
+    first ``]`` in the window after which the rest reads as the end of an object."""
+    window = min(size, _TAIL_WINDOW)
+    data = read(window, size - window)
+    pos = -1
+    for _ in range(64):
+        pos = data.find(b"]", pos + 1)
+        if pos < 0:
+            return None
+        try:
+            value = json.loads(b'{"":0' + data[pos + 1 :])
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            value.pop("", None)
+            return value
+    return None
 
 
 class _Summary:
@@ -597,6 +808,15 @@ def _render(
         rows.append((0, f"{pattern}: {_count_kinds(coll)} {shape}".rstrip()))
         if coll.oversized:
             rows.append((1, f"  ({coll.oversized:,} records too large to outline)"))
+        if coll.walked < coll.count:
+            rows.append(
+                (
+                    1,
+                    f"  (fields below: from {coll.walked:,} records walked whole, the first "
+                    f"{min(coll.walked, SAMPLE_RECORDS):,} and those of a new shape; all "
+                    f"{coll.count:,} counted and checked for failure signs and rare values)",
+                )
+            )
         for path, text, why in coll.failures:
             seen_failure_paths.add(path)
             rank = 1 if len(failures) < 3 else 3
@@ -617,6 +837,8 @@ def _render(
         if share < 0.01:
             rank = 4
         amount = f"{field.count:,} items" if path.endswith("[]") else _share(field.count, whole)
+        if path.endswith("[]") and acc.sampled:
+            amount += " in those"
         line = f"  {path}  {_types(field)}  {amount}"
         if field.values is not None and 1 < len(field.values) <= 12:
             top = sorted(field.values.items(), key=lambda kv: -kv[1][0])
@@ -625,7 +847,7 @@ def _render(
             (only,) = field.values
             line += f"  always {_compact(only, 40)}"
         field_rows.append((rank, line))
-        for value, count, rpath, rtext in _rare_values(field, field.count):
+        for value, count, rpath, rtext in _rare_values(field, field.count + field.tallied):
             if rpath in seen_failure_paths:
                 continue
             seen_failure_paths.add(rpath)
@@ -635,6 +857,8 @@ def _render(
     if field_rows:
         rows.append((2, "fields (path, types, share of records that have it):"))
         rows.extend(field_rows)
+    for note in acc.notes:
+        rows.append((1, note))
     if acc.fields_dropped:
         rows.append((2, f"  (more than {_MAX_FIELDS} field paths; the rest are not listed)"))
     anomalies = failures + rare_rows
@@ -716,7 +940,7 @@ def outline(
     try:
         if fmt == "json":
             try:
-                root = _scan_json(read, limit, acc)
+                root = _scan_json(read, limit, acc, size=size)
             except _NotStructured:
                 raise
             except Exception as exc:  # ijson's errors: IncompleteJSONError, JSONError
