@@ -249,3 +249,34 @@ def test_the_cli_queries_a_captured_command_output(tmp_path: Path) -> None:
         env=env,
     )
     assert bad.returncode == 1 and b"not a valid jq expression" in bad.stderr
+
+
+def test_records_past_the_sample_are_counted_exactly_and_a_late_failure_is_found() -> None:
+    # 5000 records: only the first few hundred are walked whole; the failed one is far past.
+    items = _items(5000, bad=4321)
+    data = json.dumps({"total": 5000, "items": items, "next": "page-2"}).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None and found.complete
+    assert found.records == 5000
+    assert "5,000 objects" in found.text
+    assert ".items[4321]" in found.text and "status=failed" in found.text
+    # The envelope's members after the long collection are read from the document's end.
+    assert '"next": "page-2"' in found.text
+    assert "walked whole" in found.text  # the outline says what was sampled
+
+
+def test_a_record_of_a_new_shape_past_the_sample_has_its_fields_named() -> None:
+    lines = [{"id": i, "kind": "a"} for i in range(3000)]
+    lines[2500] = {"id": 2500, "kind": "a", "retry": {"after": 3, "reason": "busy"}}
+    data = "".join(json.dumps(x) + "\n" for x in lines).encode()
+    found = outline("jsonl", _read(data), len(data))
+    assert found is not None and found.records == 3000
+    assert ".[].retry.reason" in found.text
+
+
+def test_an_outline_computed_on_its_thread_reaches_the_pointer(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    result = externalizer.externalize(_document().encode(), "api")
+    assert "6,000 objects" in result.context_text
+    assert ".items[3777]" in result.context_text

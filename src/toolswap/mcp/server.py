@@ -58,6 +58,12 @@ grep_artifact; do not run the original tool again to see what was cut."""
 _READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
+# A query's result too large to return is saved as a new artifact: the call may write
+# (it adds, never changes or removes, so it is not destructive), and asking twice saves
+# the result twice.
+_MAY_SAVE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
 
 SourceId = Annotated[str, Field(description=PARAMETER_DESCRIPTIONS["source_id"])]
 
@@ -179,18 +185,18 @@ def create_server(
     async def list_artifacts() -> str:
         return await _call(tools.list_artifacts)
 
-    for fn, description in (
-        (read_artifact, READ_ARTIFACT_DESCRIPTION),
-        (read_artifact_bytes, READ_ARTIFACT_BYTES_DESCRIPTION),
-        (grep_artifact, GREP_ARTIFACT_DESCRIPTION),
-        (query_artifact, QUERY_ARTIFACT_DESCRIPTION),
-        (list_artifacts, LIST_ARTIFACTS_DESCRIPTION),
+    for fn, description, hints in (
+        (read_artifact, READ_ARTIFACT_DESCRIPTION, _READ_ONLY),
+        (read_artifact_bytes, READ_ARTIFACT_BYTES_DESCRIPTION, _READ_ONLY),
+        (grep_artifact, GREP_ARTIFACT_DESCRIPTION, _READ_ONLY),
+        (query_artifact, QUERY_ARTIFACT_DESCRIPTION, _MAY_SAVE),
+        (list_artifacts, LIST_ARTIFACTS_DESCRIPTION, _READ_ONLY),
     ):
         server.add_tool(
             fn,
             name=fn.__name__,
             description=description,
-            annotations=_READ_ONLY,
+            annotations=hints,
             structured_output=False,
         )
     return server

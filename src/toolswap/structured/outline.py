@@ -618,23 +618,25 @@ _TAIL_WINDOW = 8192
 
 
 def _tail_members(read: Read, size: int) -> dict[str, object] | None:
-    """The root object's members after the collection read last, from the last bytes: the
-    first ``]`` in the window after which the rest reads as the end of an object."""
+    """The root object's members after the collection read last, from the last bytes: of
+    the last 64 ``]`` in the window, the first after which the rest reads as the end of an
+    object (a ``]`` inside a record is followed by more closing brackets and fails)."""
     window = min(size, _TAIL_WINDOW)
     data = read(window, size - window)
-    pos = -1
+    found: dict[str, object] | None = None
+    pos = len(data)
     for _ in range(64):
-        pos = data.find(b"]", pos + 1)
+        pos = data.rfind(b"]", 0, pos)
         if pos < 0:
-            return None
+            break
         try:
             value = json.loads(b'{"":0' + data[pos + 1 :])
         except ValueError:
             continue
         if isinstance(value, dict):
             value.pop("", None)
-            return value
-    return None
+            found = value
+    return found
 
 
 class _Summary:
