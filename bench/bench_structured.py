@@ -10,7 +10,6 @@ capture time of `cat FILE` against the floor (pipe read + sha256 + write + fsync
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -19,12 +18,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from _floor import capture_floor
-from toolswap import ToolResultExternalizer
-from toolswap import capture as capture_module
+from toolswap import ExternalizerSettings, ToolResultExternalizer
 from toolswap.structured.outline import _key_path
 
 MIN_BYTES = 60_000
@@ -157,25 +154,16 @@ def _outputs(work: Path) -> list[tuple[str, str, bytes, int | None]]:
 def _text_capture(path: Path, work: Path) -> float:
     """The same bytes captured as text (the outline turned off): what "capture speed
     unchanged" compares with."""
-    ext = ToolResultExternalizer(work / "text-session")
+    ext = ToolResultExternalizer(
+        work / "text-session", settings=ExternalizerSettings(structured_outline=False)
+    )
     proc = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     start = time.perf_counter()
-    with _no_outline():
-        ext.externalize(proc.stdout, "bench", exit_code=proc.wait)
+    ext.externalize(proc.stdout, "bench", exit_code=proc.wait)
     elapsed = time.perf_counter() - start
     proc.stdout.close()
     return elapsed
-
-
-@contextlib.contextmanager
-def _no_outline() -> Iterator[None]:
-    saved = capture_module.StreamCapture._start_outline
-    capture_module.StreamCapture._start_outline = lambda self: None  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        capture_module.StreamCapture._start_outline = saved  # type: ignore[method-assign]
 
 
 def _capture(ext: ToolResultExternalizer, path: Path) -> tuple[float, str]:

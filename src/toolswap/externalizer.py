@@ -271,7 +271,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 tail_keep=s.tail_bytes,
                 scan_limit=s.salient_scan_bytes,
                 tail_scan=s.salient_tail_scan_bytes,
-                inspect=inspect_output,
+                inspect=inspect_output if s.structured_outline else None,
             )
             for chunk in chunks:
                 capture.write(chunk)

@@ -280,3 +280,50 @@ def test_an_outline_computed_on_its_thread_reaches_the_pointer(
     result = externalizer.externalize(_document().encode(), "api")
     assert "6,000 objects" in result.context_text
     assert ".items[3777]" in result.context_text
+
+
+def test_a_failure_word_every_record_carries_is_the_norm_and_a_rare_one_is_shown() -> None:
+    # Like ruff's diagnostics: severity "error" on every record says what they are.
+    lines = [{"code": "F401", "severity": "error", "row": i} for i in range(3000)]
+    lines[2700] = {"code": "E999", "severity": "error", "row": 2700, "status": "crashed"}
+    data = "".join(json.dumps(x) + "\n" for x in lines).encode()
+    found = outline("jsonl", _read(data), len(data))
+    assert found is not None and found.records == 3000
+    assert "have severity=error: the norm here" in found.text
+    assert (
+        ".[0]:"
+        not in found.text.split("records that look like failures")[1].split("sample records:")[0]
+    )
+    assert ".[2700]" in found.text and "status=crashed" in found.text
+    assert found.example_path == ".[2700]"
+
+
+def test_a_csv_row_past_the_sample_is_counted_and_a_failed_one_found_typed() -> None:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["name", "size", "status", "exit_code"])
+    for i in range(5000):
+        status = "failed" if i == 4100 else "ok"
+        writer.writerow([f"pkg{i}", i * 10, status, 3 if i == 4600 else 0])
+    data = out.getvalue().encode()
+    found = outline("csv", _read(data), len(data))
+    assert found is not None and found.records == 5000
+    assert "5,000 rows" in found.text
+    assert ".[4100]" in found.text and "status=failed" in found.text
+    # The exit code cell is read as a number: 0 is no failure, 3 is one.
+    assert ".[4600]" in found.text and "exit_code=3" in found.text
+    assert '"size":46000' in found.text  # a row shown is typed
+
+
+def test_toolswap_outline_off_captures_structured_output_as_text(tmp_path: Path) -> None:
+    from toolswap import ExternalizerSettings
+
+    settings = ExternalizerSettings.from_env({"TOOLSWAP_OUTLINE": "off"})
+    assert settings.structured_outline is False
+    ext = ToolResultExternalizer(tmp_path / "session", settings=settings)
+    result = ext.externalize(_document().encode(), "api")
+    assert "--- structure:" not in result.context_text
+    on = ToolResultExternalizer(tmp_path / "session2").externalize(_document().encode(), "api")
+    assert "--- structure:" in on.context_text
+    with pytest.raises(Exception, match="TOOLSWAP_OUTLINE"):
+        ExternalizerSettings.from_env({"TOOLSWAP_OUTLINE": "maybe"})

@@ -14,6 +14,7 @@ are arrays of records, ``.[5119]``), so the model can query exactly what it read
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import re
@@ -172,14 +173,13 @@ class _Collection:
     __slots__ = (
         "count",
         "different",
-        "failures",
         "first",
         "kinds",
-        "last_shape",
         "oversized",
+        "plans",
         "shapes",
         "signatures",
-        "tallies",
+        "signs",
         "walked",
     )
 
@@ -187,18 +187,43 @@ class _Collection:
         self.count = 0
         self.walked = 0
         """Records walked whole (the sample, and later records whose shape is new)."""
-        self.last_shape: object = None
-        self.tallies: list[tuple[str, _Field]] | None = None
-        """Top-level fields with few values, tallied past the sample (for rare values)."""
+        self.plans: dict[object, _Plan] = {}
+        """Per record shape past the sample: which keys to check and to tally."""
         self.kinds: dict[str, int] = {}
         self.first: tuple[str, str] | None = None
         self.different: list[tuple[str, str]] = []
         self.signatures: set[frozenset[str]] = set()
         self.shapes: set[object] = set()
         """Shapes (see ``_shape_key``) of the records walked whole."""
-        self.failures: list[tuple[str, str, str]] = []
-        """(path, text, why) of the first failure-looking records."""
+        self.signs: dict[tuple[str, ...], list[Any]] = {}
+        """Failure signs seen together (``("status=failed",)``) -> [records that have
+        them, [(record number, path, text)] of the first ``_MAX_FAILURES``]. A sign most
+        records carry is the collection's norm, not a failure (see ``_anomalies``)."""
         self.oversized = 0
+
+    def note_signs(self, why: list[str], path: str, text: Callable[[], str]) -> None:
+        key = tuple(why)
+        entry = self.signs.get(key)
+        if entry is None:
+            if len(self.signs) >= 256:
+                key = ("other failure signs",)
+                entry = self.signs.get(key)
+            if entry is None:
+                entry = self.signs[key] = [0, []]
+        entry[0] += 1
+        if len(entry[1]) < _MAX_FAILURES:
+            entry[1].append((self.count, path, text()))
+
+
+class _Plan:
+    """How a record of one shape past the sample is checked: the keys that can carry a
+    failure sign, and the few-valued fields whose values are tallied."""
+
+    __slots__ = ("signs", "tallies")
+
+    def __init__(self, signs: tuple[str, ...], tallies: list[tuple[str, _Field]]) -> None:
+        self.signs = signs
+        self.tallies = tallies
 
 
 class _Accumulator:
@@ -206,7 +231,7 @@ class _Accumulator:
         self.fields: dict[str, _Field] = {}
         self.order: list[str] = []
         self.collections: dict[str, _Collection] = {}
-        self.failure_count = 0
+        self.sign_memo: dict[tuple[str, type, object], tuple[str, ...]] = {}
         self.fields_dropped = False
         self.notes: list[str] = []
 
@@ -238,63 +263,107 @@ class _Accumulator:
         if coll.walked < SAMPLE_RECORDS or oversized:
             self._record_full(coll, pattern, path, value, oversized=oversized)
             return
+        if type(value) is not dict:
+            coll.count += 1
+            kind = _TYPE_NAMES.get(type(value)) or _type_name(value)
+            coll.kinds[kind] = coll.kinds.get(kind, 0) + 1
+            return
         shape = _shape_key(value)
-        if shape != coll.last_shape:
-            coll.last_shape = shape
+        plan = coll.plans.get(shape)
+        if plan is None:
             if coll.walked < SAMPLE_RECORDS + _EXTRA_WALKS and shape not in coll.shapes:
                 # A record of a shape not seen yet: walked whole, so its fields are named.
                 self._record_full(coll, pattern, path, value, oversized=False)
                 return
-        self._record_fast(coll, pattern, path, value)
+            plan = self._plan(pattern, value)
+            if len(coll.plans) < 256:
+                coll.plans[shape] = plan
+        self.record_fast(coll, path, value, plan)
 
-    def _record_fast(self, coll: _Collection, pattern: str, path: str, value: object) -> None:
-        """Count a record past the sample; check its top-level fields for failure signs and
-        tally the values of the few-valued ones (rare values are anomalies too)."""
+    def _plan(self, pattern: str, value: dict[Any, Any]) -> _Plan:
+        signs = tuple(key for key in value if key in _SIGN_KEYS)
+        start = len(pattern) + 1
+        tallies = [
+            (name[start:], field)
+            for name, field in self.fields.items()
+            if field.parent == pattern
+            and field.values is not None
+            and name[start:] in value
+            and _IDENTIFIER.match(name[start:])
+        ]
+        return _Plan(signs, tallies)
+
+    def signs_of(self, key: str, item: object) -> tuple[str, ...]:
+        """The failure signs of one field's value (memoised for scalar values)."""
+        kind = type(item)
+        if kind is dict or kind is list:
+            why: list[str] = []
+            _failure_signs(key, item, why)
+            return tuple(why)
+        memo_key = (key, kind, item)
+        found = self.sign_memo.get(memo_key)
+        if found is None:
+            why = []
+            _failure_signs(key, item, why)
+            found = tuple(why)
+            if len(self.sign_memo) < 4096:
+                self.sign_memo[memo_key] = found
+        return found
+
+    def record_fast(
+        self,
+        coll: _Collection,
+        path: str,
+        value: dict[Any, Any],
+        plan: _Plan,
+        text_of: Callable[[], str] | None = None,
+    ) -> None:
+        """Count a record past the sample; check the keys that can carry a failure sign
+        and tally the values of the few-valued fields (rare values are anomalies too)."""
         coll.count += 1
-        kind = _TYPE_NAMES.get(type(value)) or _type_name(value)
-        coll.kinds[kind] = coll.kinds.get(kind, 0) + 1
-        if type(value) is not dict:
-            return
-        why: list[str] = []
-        if not _SIGN_KEYS.isdisjoint(value):
-            for key in value.keys() & _SIGN_KEYS:
-                _failure_signs(key, value[key], why)
-        if coll.tallies is None:
-            start = len(pattern) + 1
-            coll.tallies = [
-                (name[start:], field)
-                for name, field in self.fields.items()
-                if field.parent == pattern
-                and field.values is not None
-                and _IDENTIFIER.match(name[start:])
-            ]
+        coll.kinds["object"] = coll.kinds.get("object", 0) + 1
+        why: tuple[str, ...] = ()
+        for key in plan.signs:
+            sign_value = value[key]
+            found = self.signs_of(key, _cell(sign_value) if text_of is not None else sign_value)
+            if found:
+                why += found
         text: str | None = None
-        for key, field in coll.tallies:
-            item = value.get(key)
+        for key, field in plan.tallies:
+            values = field.values
+            if values is None:
+                continue
+            item: Any = value.get(key)
             kind_of = type(item)
-            if field.values is None or (kind_of is not str and kind_of is not bool):
+            if kind_of is not str and kind_of is not bool:
                 continue
             field.tallied += 1
-            shown = str(item) if kind_of is str else json.dumps(item)
-            entry = field.values.get(shown)
+            shown = item if kind_of is str else json.dumps(item)
+            entry = values.get(shown)
             if entry is not None:
                 entry[0] += 1
-            elif len(field.values) >= _MAX_VALUES or len(shown) > _VALUE_CHARS:
+            elif len(values) >= _MAX_VALUES or len(shown) > _VALUE_CHARS:
                 field.values = None
             else:
-                text = text or _compact(value)
-                field.values[shown] = [1, path, text]
+                if text is None:
+                    text = text_of() if text_of is not None else _compact(value)
+                values[shown] = [1, path, text]
         if why:
-            self.failure_count += 1
-            if len(coll.failures) < _MAX_FAILURES:
-                coll.failures.append((path, text or _compact(value), "; ".join(why[:3])))
+            known = text
+            coll.note_signs(
+                list(why),
+                path,
+                (lambda: known)
+                if known is not None
+                else (text_of if text_of is not None else lambda: _compact(value)),
+            )
 
     def _record_full(
         self, coll: _Collection, pattern: str, path: str, value: object, *, oversized: bool
     ) -> None:
         coll.walked += 1
         coll.count += 1
-        if len(coll.shapes) < 256:
+        if len(coll.shapes) < 256 and type(value) is dict:
             coll.shapes.add(_shape_key(value))
         kind = _type_name(value)
         coll.kinds[kind] = coll.kinds.get(kind, 0) + 1
@@ -323,9 +392,8 @@ class _Accumulator:
                 if coll.count > 1 and len(coll.different) < _MAX_DIFFERENT:
                     coll.different.append((path, text or _compact(value)))
         if why:
-            self.failure_count += 1
-            if len(coll.failures) < _MAX_FAILURES:
-                coll.failures.append((path, text or _compact(value), "; ".join(why[:3])))
+            known = text
+            coll.note_signs(why, path, lambda: known or _compact(value))
 
     def _walk(
         self,
@@ -384,12 +452,10 @@ _SIGN_KEYS = frozenset(
 )
 
 
-def _shape_key(value: object) -> object:
-    """What makes a record's shape new: its keys, and the keys of its object fields."""
-    if type(value) is not dict:
-        return type(value)
-    inner = [frozenset(v) for v in value.values() if type(v) is dict]
-    return frozenset(value) if not inner else (frozenset(value), *inner)
+def _shape_key(value: dict[Any, Any]) -> object:
+    """What makes a record's shape new: its keys (in order) and the types of their values
+    (built in C: cheap enough for every record)."""
+    return (tuple(value), tuple(map(type, value.values())))
 
 
 def _failure_signs(key: str, value: object, why: list[str]) -> None:
@@ -652,18 +718,43 @@ def _scan_jsonl(read: Read, limit: int, acc: _Accumulator) -> list[int]:
     """Feed each line's value to ``acc``; return the numbers of lines that are not JSON."""
     bad: list[int] = []
     index = 0
-    for line_no, line in enumerate(_lines(read, limit), 1):
-        if not line.strip():
-            continue
+    line_no = 0
+    batch: list[bytes] = []
+
+    def flush() -> None:
+        # A batch of lines parsed by one json.loads of them joined as an array (C speed);
+        # if that fails, or a line held more than one value, line by line.
+        nonlocal index
+        first = line_no - len(batch) + 1
+        values: list[object] | None = None
+        lines = [(n, line) for n, line in enumerate(batch, first) if line.strip()]
         try:
-            value = json.loads(line)
+            joined = json.loads(b"[" + b",".join(line for _, line in lines) + b"]")
         except ValueError:
-            bad.append(line_no)
-            if len(bad) > max(3, line_no // 100):
-                raise _NotStructured("too many lines are not JSON") from None
-            continue
-        acc.record(".[]", f".[{index}]", value)
-        index += 1
+            joined = None
+        if isinstance(joined, list) and len(joined) == len(lines):
+            values = joined
+        for position, (number, line) in enumerate(lines):
+            if values is not None:
+                value = values[position]
+            else:
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    bad.append(number)
+                    if len(bad) > max(3, number // 100):
+                        raise _NotStructured("too many lines are not JSON") from None
+                    continue
+            acc.record(".[]", f".[{index}]", value)
+            index += 1
+        batch.clear()
+
+    for line in _lines(read, limit):
+        line_no += 1
+        batch.append(line)
+        if len(batch) >= 512:
+            flush()
+    flush()
     return bad
 
 
@@ -691,6 +782,8 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, delimiter: str) -> li
         raise _NotStructured("no header") from None
     width = len(header)
     ragged = 0
+    coll = acc.collection(".[]")
+    plan: _Plan | None = None
     for index, row in enumerate(rows):
         if not row:
             continue
@@ -698,9 +791,34 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, delimiter: str) -> li
             ragged += 1
             if ragged > max(3, index // 100):
                 raise _NotStructured("rows do not match the header")
-        record = {name: _cell(cell) for name, cell in zip(header, row, strict=False)}
-        acc.record(".[]", f".[{index}]", record)
+        if coll.walked < SAMPLE_RECORDS:
+            record = {name: _cell(cell) for name, cell in zip(header, row, strict=False)}
+            acc.record(".[]", f".[{index}]", record)
+            continue
+        if plan is None:
+            plan = _table_plan(acc, header)
+        # Past the sample a row is counted, and only the cells of the columns that can
+        # carry a failure sign or have few values are looked at (as the text they are);
+        # the row is typed only if it is shown.
+        cells = dict(zip(header, row, strict=False))
+        acc.record_fast(coll, f".[{index}]", cells, plan, functools.partial(_typed, cells))
     return header
+
+
+def _typed(cells: dict[str, str]) -> str:
+    return _compact({name: _cell(cell) for name, cell in cells.items()})
+
+
+def _table_plan(acc: _Accumulator, header: list[str]) -> _Plan:
+    """Which columns a row past the sample is checked for: those named like a status, an
+    error or an exit code, and the few-valued text columns (tallied for rare values)."""
+    signs = tuple(name for name in dict.fromkeys(header) if name in _SIGN_KEYS)
+    tallies: list[tuple[str, _Field]] = []
+    for name in dict.fromkeys(header):
+        field = acc.fields.get(_key_path(".[]", name))
+        if field is not None and field.values is not None and set(field.types) <= {"str", "null"}:
+            tallies.append((name, field))
+    return _Plan(signs, tallies)
 
 
 # -- rendering ---------------------------------------------------------------------------
@@ -770,6 +888,38 @@ def _shape(acc: _Accumulator, pattern: str) -> str:
     return text if len(text) <= 700 else text[:699] + "…"
 
 
+def _anomalies(coll: _Collection) -> tuple[int, list[tuple[str, str, str]], list[str]]:
+    """(records with a failure sign that is rare, the first of them as (path, text, why),
+    rows naming the signs that are the norm).
+
+    A sign carried by more than half of the records (and by more than 3) is what these
+    records are, not what sets one apart (ruff's ``severity: "error"`` on every
+    diagnostic): those records are not listed as failures for it, and the outline says so.
+    """
+    counts: dict[str, int] = {}
+    for tokens, entry in coll.signs.items():
+        for token in tokens:
+            counts[token] = counts.get(token, 0) + entry[0]
+    norm = max(3, coll.count // 2)
+    common = {token for token, n in counts.items() if n > norm}
+    total = 0
+    found: list[tuple[int, str, str, str]] = []
+    for tokens, (n, examples) in coll.signs.items():
+        rare = [token for token in tokens if token not in common]
+        if not rare:
+            continue
+        total += n
+        why = "; ".join(dict.fromkeys(rare[:3]))
+        found.extend((number, path, text, why) for number, path, text in examples)
+    found.sort()
+    notes = [
+        f"  ({counts[token]:,} of {coll.count:,} records have {token}: the norm here, "
+        "not listed as failures)"
+        for token in sorted(common)
+    ]
+    return total, [(p, t, w) for _, p, t, w in found[:_MAX_FAILURES]], notes
+
+
 def _rare_values(field: _Field, records: int) -> list[tuple[str, int, str, str]]:
     """Values of a few-valued field that a tiny share of records have: (value, count,
     record path, record text)."""
@@ -803,6 +953,7 @@ def _render(
     rare_rows: list[tuple[int, str]] = []
     seen_failure_paths: set[str] = set()
     samples: list[tuple[int, str]] = []
+    failure_total = 0
     for pattern, coll in acc.collections.items():
         if coll.count == 0:
             continue
@@ -819,7 +970,10 @@ def _render(
                     f"{coll.count:,} counted and checked for failure signs and rare values)",
                 )
             )
-        for path, text, why in coll.failures:
+        total, listed, norms = _anomalies(coll)
+        failure_total += total
+        rows.extend((1, note) for note in norms)
+        for path, text, why in listed:
             seen_failure_paths.add(path)
             rank = 1 if len(failures) < 3 else 3
             failures.append((rank, f"{path}: {text}  <- {why}"))
@@ -865,7 +1019,7 @@ def _render(
         rows.append((2, f"  (more than {_MAX_FIELDS} field paths; the rest are not listed)"))
     anomalies = failures + rare_rows
     if anomalies:
-        total = acc.failure_count + len(rare_rows)
+        total = failure_total + len(rare_rows)
         rows.append((0, f"records that look like failures or are rare ({total:,}):"))
         rows.extend(anomalies)
     if samples:
@@ -902,8 +1056,9 @@ def _fit(rows: list[tuple[int, str]], budget: int) -> str:
 
 def _example(acc: _Accumulator) -> str:
     for coll in acc.collections.values():
-        if coll.failures:
-            return coll.failures[0][0]
+        listed = _anomalies(coll)[1]
+        if listed:
+            return listed[0][0]
     for coll in acc.collections.values():
         if coll.first is not None:
             return coll.first[0]
