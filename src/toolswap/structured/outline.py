@@ -18,8 +18,11 @@ import functools
 import io
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
+from operator import methodcaller
 from typing import Any
 
 from .detect import Format
@@ -36,6 +39,7 @@ Read = Callable[[int, int], bytes]
 """``read(count, offset)``: bytes of the output."""
 
 _BLOCK = 1 << 20
+_BATCH = 512
 _RECORD_EVENTS = 20_000
 _MAX_FIELDS = 1_000
 _MAX_VALUES = 24
@@ -201,7 +205,9 @@ class _Collection:
         records carry is the collection's norm, not a failure (see ``_anomalies``)."""
         self.oversized = 0
 
-    def note_signs(self, why: list[str], path: str, text: Callable[[], str]) -> None:
+    def note_signs(
+        self, why: list[str], path: str, text: Callable[[], str], number: int | None = None
+    ) -> None:
         key = tuple(why)
         entry = self.signs.get(key)
         if entry is None:
@@ -212,7 +218,7 @@ class _Collection:
                 entry = self.signs[key] = [0, []]
         entry[0] += 1
         if len(entry[1]) < _MAX_FAILURES:
-            entry[1].append((self.count, path, text()))
+            entry[1].append((self.count if number is None else number, path, text()))
 
 
 class _Plan:
@@ -280,6 +286,132 @@ class _Accumulator:
                 coll.plans[shape] = plan
         self.record_fast(coll, path, value, plan)
 
+    def batch(
+        self,
+        pattern: str,
+        base: str,
+        first: int,
+        values: list[Any],
+        text_of: Callable[[Any], str] | None = None,
+    ) -> None:
+        """Add the records ``values`` (elements ``first``... of ``base``). Past the sample,
+        a batch of objects is checked column-wise, in C where it can be: their shapes as a
+        set, each sign key's distinct values (memoised), each few-valued field's values
+        counted by ``Counter``; only records with a sign or a new value are looked at
+        one by one. ``text_of`` shows a record (tables: typed cells)."""
+        coll = self.collection(pattern)
+        start = 0
+        while start < len(values) and coll.walked < SAMPLE_RECORDS:
+            self.record(pattern, f"{base}[{first + start}]", values[start])
+            start += 1
+        if start:
+            values, first = values[start:], first + start
+        if not values:
+            return
+        if not all(type(value) is dict for value in values):
+            for offset, value in enumerate(values):
+                self.record(pattern, f"{base}[{first + offset}]", value)
+            return
+        shapes = set(
+            zip(
+                map(tuple, values),
+                map(tuple, map(map, repeat(type), map(dict.values, values))),
+                strict=True,
+            )
+        )
+        plans: list[_Plan] = []
+        for shape in shapes:
+            plan = coll.plans.get(shape)
+            if plan is None:
+                if (
+                    text_of is None  # a table's rows all have the header's shape
+                    and coll.walked < SAMPLE_RECORDS + _EXTRA_WALKS
+                    and shape not in coll.shapes
+                ):
+                    # A new shape to walk whole: this batch goes record by record.
+                    for offset, value in enumerate(values):
+                        self.record(pattern, f"{base}[{first + offset}]", value)
+                    return
+                plan = self._plan(pattern, values[[*map(_shape_key, values)].index(shape)])
+                if len(coll.plans) < 256:
+                    coll.plans[shape] = plan
+            plans.append(plan)
+        show = text_of if text_of is not None else _compact
+        texts: dict[int, str] = {}
+
+        def text(offset: int) -> str:
+            found = texts.get(offset)
+            if found is None:
+                found = texts[offset] = show(values[offset])
+            return found
+
+        hits: dict[int, list[str]] = {}
+        for key in dict.fromkeys(k for plan in plans for k in plan.signs):
+            column = list(map(methodcaller("get", key), values))
+            try:
+                distinct = set(column)
+            except TypeError:  # objects or arrays: each value checked
+                distinct = None
+            candidates = column if distinct is None else distinct
+            for item in candidates:
+                if item is None:
+                    continue
+                signs = self.signs_of(key, item, cell=text_of is not None)
+                if not signs:
+                    continue
+                for offset, other in enumerate(column):
+                    if other is item or (type(other) is type(item) and other == item):
+                        hits.setdefault(offset, []).extend(signs)
+                if distinct is None:
+                    break  # every equal value was marked
+        tallies = {key: field for plan in plans for key, field in plan.tallies}
+        for key, field in tallies.items():
+            if field.values is None:
+                continue
+            column = list(map(methodcaller("get", key), values))
+            try:
+                counted = Counter(column)
+            except TypeError:
+                continue
+            for item, count in counted.items():
+                kind = type(item)
+                if field.values is None:
+                    break
+                if kind is not str and kind is not bool:
+                    continue
+                field.tallied += count
+                shown = item if kind is str else json.dumps(item)
+                entry = field.values.get(shown)
+                if entry is not None:
+                    entry[0] += count
+                elif len(field.values) >= _MAX_VALUES or len(shown) > _VALUE_CHARS:
+                    field.values = None
+                else:
+                    offset = next(
+                        i for i, other in enumerate(column) if type(other) is kind and other == item
+                    )
+                    field.values[shown] = [count, f"{base}[{first + offset}]", text(offset)]
+        before = coll.count
+        coll.count += len(values)
+        coll.kinds["object"] = coll.kinds.get("object", 0) + len(values)
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for offset, marks in hits.items():
+            groups.setdefault(tuple(dict.fromkeys(marks)), []).append(offset)
+        for tokens, offsets in groups.items():
+            offsets.sort()
+            # The first few of each group are kept as examples; the rest are counted.
+            for offset in offsets[:_MAX_FAILURES]:
+                coll.note_signs(
+                    list(tokens),
+                    f"{base}[{first + offset}]",
+                    functools.partial(text, offset),
+                    before + offset + 1,
+                )
+            if len(offsets) > _MAX_FAILURES:
+                coll.signs[tokens if tokens in coll.signs else ("other failure signs",)][0] += (
+                    len(offsets) - _MAX_FAILURES
+                )
+
     def _plan(self, pattern: str, value: dict[Any, Any]) -> _Plan:
         signs = tuple(key for key in value if key in _SIGN_KEYS)
         start = len(pattern) + 1
@@ -293,8 +425,9 @@ class _Accumulator:
         ]
         return _Plan(signs, tallies)
 
-    def signs_of(self, key: str, item: object) -> tuple[str, ...]:
-        """The failure signs of one field's value (memoised for scalar values)."""
+    def signs_of(self, key: str, item: object, *, cell: bool = False) -> tuple[str, ...]:
+        """The failure signs of one field's value (memoised for scalar values); ``cell``:
+        the value is a table cell's text, read typed (an exit code of ``0`` is a number)."""
         kind = type(item)
         if kind is dict or kind is list:
             why: list[str] = []
@@ -304,7 +437,7 @@ class _Accumulator:
         found = self.sign_memo.get(memo_key)
         if found is None:
             why = []
-            _failure_signs(key, item, why)
+            _failure_signs(key, _cell(item) if cell and kind is str else item, why)  # type: ignore[arg-type]
             found = tuple(why)
             if len(self.sign_memo) < 4096:
                 self.sign_memo[memo_key] = found
@@ -645,13 +778,23 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     if switch is not None:
         pattern, base, prefix, depth = switch
         records = ijson.items(_Bytes(read, limit), prefix, use_float=True)
+        pending: list[object] = []
+        pending_first = index
         try:
             for number, value in enumerate(records):
                 if number >= index:
-                    acc.record(pattern, f"{base or '.'}[{number}]", value)
+                    if not pending:
+                        pending_first = number
+                    pending.append(value)
+                    if len(pending) >= _BATCH:
+                        acc.batch(pattern, base or ".", pending_first, pending)
+                        pending = []
         except Exception:  # ijson's errors: a document cut at the scan limit ends here
             if limit >= size:
                 raise
+        finally:
+            if pending:
+                acc.batch(pattern, base or ".", pending_first, pending)
         # The members after the collection: only those of a collection in the root object
         # are looked for, and only in a whole document.
         if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
@@ -726,27 +869,24 @@ def _scan_jsonl(read: Read, limit: int, acc: _Accumulator) -> list[int]:
         # if that fails, or a line held more than one value, line by line.
         nonlocal index
         first = line_no - len(batch) + 1
-        values: list[object] | None = None
         lines = [(n, line) for n, line in enumerate(batch, first) if line.strip()]
         try:
             joined = json.loads(b"[" + b",".join(line for _, line in lines) + b"]")
         except ValueError:
             joined = None
         if isinstance(joined, list) and len(joined) == len(lines):
-            values = joined
-        for position, (number, line) in enumerate(lines):
-            if values is not None:
-                value = values[position]
-            else:
+            good: list[object] = joined
+        else:
+            good = []
+            for number, line in lines:
                 try:
-                    value = json.loads(line)
+                    good.append(json.loads(line))
                 except ValueError:
                     bad.append(number)
                     if len(bad) > max(3, number // 100):
                         raise _NotStructured("too many lines are not JSON") from None
-                    continue
-            acc.record(".[]", f".[{index}]", value)
-            index += 1
+        acc.batch(".[]", ".", index, good)
+        index += len(good)
         batch.clear()
 
     for line in _lines(read, limit):
@@ -782,43 +922,38 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, delimiter: str) -> li
         raise _NotStructured("no header") from None
     width = len(header)
     ragged = 0
-    coll = acc.collection(".[]")
-    plan: _Plan | None = None
+    pending: list[dict[str, str]] = []
+    pending_first = 0
     for index, row in enumerate(rows):
         if not row:
+            if pending:  # a batch's rows are consecutive
+                acc.batch(".[]", ".", pending_first, pending, _typed)
+                pending = []
             continue
         if len(row) != width:
             ragged += 1
             if ragged > max(3, index // 100):
                 raise _NotStructured("rows do not match the header")
-        if coll.walked < SAMPLE_RECORDS:
+        if index < SAMPLE_RECORDS:
             record = {name: _cell(cell) for name, cell in zip(header, row, strict=False)}
             acc.record(".[]", f".[{index}]", record)
             continue
-        if plan is None:
-            plan = _table_plan(acc, header)
-        # Past the sample a row is counted, and only the cells of the columns that can
-        # carry a failure sign or have few values are looked at (as the text they are);
-        # the row is typed only if it is shown.
-        cells = dict(zip(header, row, strict=False))
-        acc.record_fast(coll, f".[{index}]", cells, plan, functools.partial(_typed, cells))
+        # Past the sample a row stays text: only the cells of the columns that can carry a
+        # failure sign (read typed) or have few values are looked at, and a row shown is
+        # typed then (``_typed``).
+        if not pending:
+            pending_first = index
+        pending.append(dict(zip(header, row, strict=False)))
+        if len(pending) >= _BATCH:
+            acc.batch(".[]", ".", pending_first, pending, _typed)
+            pending = []
+    if pending:
+        acc.batch(".[]", ".", pending_first, pending, _typed)
     return header
 
 
 def _typed(cells: dict[str, str]) -> str:
     return _compact({name: _cell(cell) for name, cell in cells.items()})
-
-
-def _table_plan(acc: _Accumulator, header: list[str]) -> _Plan:
-    """Which columns a row past the sample is checked for: those named like a status, an
-    error or an exit code, and the few-valued text columns (tallied for rare values)."""
-    signs = tuple(name for name in dict.fromkeys(header) if name in _SIGN_KEYS)
-    tallies: list[tuple[str, _Field]] = []
-    for name in dict.fromkeys(header):
-        field = acc.fields.get(_key_path(".[]", name))
-        if field is not None and field.values is not None and set(field.types) <= {"str", "null"}:
-            tallies.append((name, field))
-    return _Plan(signs, tallies)
 
 
 # -- rendering ---------------------------------------------------------------------------
