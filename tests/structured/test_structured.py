@@ -327,3 +327,33 @@ def test_toolswap_outline_off_captures_structured_output_as_text(tmp_path: Path)
     assert "--- structure:" in on.context_text
     with pytest.raises(Exception, match="TOOLSWAP_OUTLINE"):
         ExternalizerSettings.from_env({"TOOLSWAP_OUTLINE": "maybe"})
+
+
+def test_open_verified_reads_the_recorded_bytes_and_notices_a_change(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    from toolswap.errors import ArtifactIntegrityError
+
+    data = _document().encode()
+    ref = externalizer.externalize(data, "api").artifact
+    with externalizer.reader.open_verified(ref.source_id) as art:
+        assert art.reference.source_id == ref.source_id
+        assert art.size == len(data)
+        assert art.pread(64, 0) == data[:64]
+        fd = art.fd
+        art.check_unchanged()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed when the block ended
+    path = (
+        ref.path
+        if ref.path.is_absolute()
+        else externalizer.session.tool_results_dir / ref.path.name
+    )
+    with externalizer.reader.open_verified(ref.source_id) as art:
+        os.chmod(path, 0o600)
+        with open(path, "r+b") as f:
+            f.write(b"X")
+        with pytest.raises(ArtifactIntegrityError):
+            art.check_unchanged()
+    with pytest.raises(ArtifactIntegrityError), externalizer.reader.open_verified(ref.source_id):
+        pass

@@ -19,7 +19,6 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-from .. import durable
 from ..artifact import ArtifactReference
 from ..errors import ArtifactQueryError, ArtifactQueryTimeoutError, ArtifactReadError
 from ..reader import ArtifactReader
@@ -116,18 +115,15 @@ def query_artifact(
     ref = reader.reference(source)
     if ref.binary:
         raise ArtifactReadError(f"{ref.source_id} is binary; only structured text can be queried")
-    art = reader._open(ref)  # verified: the digest matches the record
-    try:
+    with reader.open_verified(ref) as art:  # the digest matches the record
         head = art.pread(_SNIFF_BYTES, 0)
-        fmt = sniff(head, complete=len(head) >= art.info.size)
+        fmt = sniff(head, complete=len(head) >= art.size)
         if fmt is None:
             raise ArtifactQueryError(
                 f"{ref.source_id} is not JSON, JSON Lines, CSV or TSV; search it with grep"
             )
         text, count, truncated = _run(art.fd, fmt, language, expression, timeout, max_bytes, ref)
         art.check_unchanged()
-    finally:
-        durable.current().close(art.fd)
     return QueryResult(
         source_id=ref.source_id,
         expression=expression,
