@@ -7,6 +7,13 @@ from .artifact import ArtifactReference
 from .grep import DEFAULT_TIMEOUT
 from .manifest import Manifest
 from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
+from .structured.query import (
+    DEFAULT_QUERY_BYTES,
+    DEFAULT_QUERY_TIMEOUT,
+    Language,
+    QueryResult,
+    query_artifact,
+)
 
 __all__ = ["PageFaults"]
 
@@ -66,4 +73,25 @@ class PageFaults:
             ignore_case=ignore_case,
             fixed=fixed,
             timeout=timeout,
+        )
+
+    def query(
+        self,
+        artifact: ArtifactReference | str,
+        expression: str,
+        *,
+        language: Language = "jq",
+        timeout: float = DEFAULT_QUERY_TIMEOUT,
+        max_bytes: int = DEFAULT_QUERY_BYTES,
+    ) -> QueryResult:
+        """A jq (or JMESPath) query over a structured artifact, in a child process stopped
+        at ``timeout`` s; results past ``max_bytes`` are left out (``truncated``). This is
+        the call the pointer's ``python`` query line names."""
+        return query_artifact(
+            self.reader,
+            artifact,
+            expression,
+            language=language,
+            timeout=timeout,
+            max_bytes=max_bytes,
         )

@@ -357,3 +357,13 @@ def test_open_verified_reads_the_recorded_bytes_and_notices_a_change(
             art.check_unchanged()
     with pytest.raises(ArtifactIntegrityError), externalizer.reader.open_verified(ref.source_id):
         pass
+
+
+def test_the_python_query_line_of_a_pointer_is_a_real_call(tmp_path: Path) -> None:
+    # The hint the pointer gives a Python harness: externalizer.query(ID, EXPR).
+    ext = ToolResultExternalizer(tmp_path / "session", read_hint="python")
+    result = ext.externalize(_document().encode(), "api")
+    line = next(x for x in result.context_text.splitlines() if x.startswith("Query: "))
+    assert line.startswith(f'Query: externalizer.query("{result.artifact.source_id}", ')
+    answer = ext.query(result.artifact.source_id, ".items[3777].status")
+    assert answer.text.strip() == '"failed"' and answer.format == "json"
