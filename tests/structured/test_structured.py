@@ -367,3 +367,15 @@ def test_the_python_query_line_of_a_pointer_is_a_real_call(tmp_path: Path) -> No
     assert line.startswith(f'Query: externalizer.query("{result.artifact.source_id}", ')
     answer = ext.query(result.artifact.source_id, ".items[3777].status")
     assert answer.text.strip() == '"failed"' and answer.format == "json"
+
+
+def test_records_past_the_sample_with_different_error_lists_are_each_found() -> None:
+    # Lists are not hashable: each record's value is checked, not only the first one's.
+    lines: list[dict[str, object]] = [{"id": i, "errors": []} for i in range(4000)]
+    lines[2800] = {"id": 2800, "errors": ["disk full"]}
+    lines[2900] = {"id": 2900, "errors": ["permission denied"]}
+    data = json.dumps(lines).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None and found.records == 4000
+    assert ".[2800]" in found.text and ".[2900]" in found.text
+    assert "errors field" in found.text

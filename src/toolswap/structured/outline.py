@@ -345,25 +345,36 @@ class _Accumulator:
                 found = texts[offset] = show(values[offset])
             return found
 
-        hits: dict[int, list[str]] = {}
+        # (signs, offsets of the records whose value carries them), per sign-bearing value.
+        marked: list[tuple[tuple[str, ...], list[int]]] = []
+        cell = text_of is not None
         for key in dict.fromkeys(k for plan in plans for k in plan.signs):
             column = list(map(methodcaller("get", key), values))
             try:
                 distinct = set(column)
             except TypeError:  # objects or arrays: each value checked
-                distinct = None
-            candidates = column if distinct is None else distinct
-            for item in candidates:
+                for offset, item in enumerate(column):
+                    if item is not None:
+                        signs = self.signs_of(key, item, cell=cell)
+                        if signs:
+                            marked.append((signs, [offset]))
+                continue
+            for item in distinct:
                 if item is None:
                     continue
-                signs = self.signs_of(key, item, cell=text_of is not None)
-                if not signs:
-                    continue
-                for offset, other in enumerate(column):
-                    if other is item or (type(other) is type(item) and other == item):
-                        hits.setdefault(offset, []).extend(signs)
-                if distinct is None:
-                    break  # every equal value was marked
+                signs = self.signs_of(key, item, cell=cell)
+                if signs:
+                    kind = type(item)
+                    marked.append(
+                        (
+                            signs,
+                            [
+                                offset
+                                for offset, other in enumerate(column)
+                                if other == item and type(other) is kind
+                            ],
+                        )
+                    )
         tallies = {key: field for plan in plans for key, field in plan.tallies}
         for key, field in tallies.items():
             if field.values is None:
@@ -395,8 +406,15 @@ class _Accumulator:
         coll.count += len(values)
         coll.kinds["object"] = coll.kinds.get("object", 0) + len(values)
         groups: dict[tuple[str, ...], list[int]] = {}
-        for offset, marks in hits.items():
-            groups.setdefault(tuple(dict.fromkeys(marks)), []).append(offset)
+        if len(marked) == 1:  # the usual case: one sign-bearing value, no merging
+            groups[tuple(dict.fromkeys(marked[0][0]))] = marked[0][1]
+        else:
+            per_offset: dict[int, list[str]] = {}
+            for signs, offsets in marked:
+                for offset in offsets:
+                    per_offset.setdefault(offset, []).extend(signs)
+            for offset in sorted(per_offset):
+                groups.setdefault(tuple(dict.fromkeys(per_offset[offset])), []).append(offset)
         for tokens, offsets in groups.items():
             offsets.sort()
             # The first few of each group are kept as examples; the rest are counted.
@@ -663,6 +681,9 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     ``items``, which builds each record in C (the accumulator walks the sample's records
     and takes its fast path for the others); the envelope's members after that collection
     are then parsed from the document's last bytes (``_tail_members``)."""
+    head = read(min(limit, 4096), 0).lstrip(b" \t\r\n\xef\xbb\xbf")
+    if head.startswith(b"["):
+        return _scan_top_array(read, limit, acc, size=size)
     import ijson  # a C extension: only for outputs that look like JSON
 
     events = ijson.basic_parse(_Bytes(read, limit), use_float=True)
@@ -809,6 +830,114 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     if not root:
         raise _NotStructured("no JSON value")
     return root[0]
+
+
+_BIG_RECORD = 1 << 20
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> _Summary:
+    """A document that is one array (``sqlite3 -json``, ``ruff --output-format json``): its
+    elements are decoded one by one by ``json``'s C decoder (``raw_decode``) from a sliding
+    window of the text, about twice as fast as ijson's events, in memory bounded by the
+    window and the largest record. Raises ``_NotStructured`` if it is not one JSON array."""
+    import codecs
+
+    decoder = json.JSONDecoder()
+    utf8 = codecs.getincrementaldecoder("utf-8")("strict")
+    text = ""
+    pos = 0
+    taken = 0
+
+    def more() -> bool:
+        nonlocal text, pos, taken
+        if taken >= limit:
+            return False
+        block = read(min(_BLOCK, limit - taken), taken)
+        if not block:
+            return False
+        taken += len(block)
+        try:
+            chunk = utf8.decode(block, final=taken >= limit)
+        except UnicodeDecodeError:
+            raise _NotStructured("not UTF-8") from None
+        text = text[pos:] + chunk
+        pos = 0
+        return True
+
+    def skip() -> bool:
+        """Move past whitespace; False at the end of what can be read."""
+        nonlocal pos
+        while True:
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if pos < len(text) or not more():
+                return pos < len(text)
+
+    complete = limit >= size
+    if not skip() or text[pos] != "[":
+        raise _NotStructured("not a JSON array")
+    pos += 1
+    index = 0
+    pending: list[object] = []
+    cut = False
+    closed = False
+    while True:
+        if not skip():
+            cut = True
+            break
+        if text[pos] == "]" and index == 0 and not pending:
+            pos += 1
+            closed = True
+            break
+        while True:
+            try:
+                value, end = decoder.raw_decode(text, pos)
+            except ValueError:
+                value = end = None
+            # A value that ends the window may continue past it (a number cut short).
+            if end is not None and (end < len(text) or taken >= limit):
+                break
+            if not more():
+                break
+        if end is None:
+            if complete or index + len(pending) == 0:
+                raise _NotStructured("not valid JSON")
+            cut = True  # the scan limit cut a record: what was parsed stands
+            break
+        if end - pos > _BIG_RECORD:
+            # Counted, not walked: one huge record would cost the sample its time.
+            if pending:
+                acc.batch(".[]", ".", index, pending)
+                index += len(pending)
+                pending = []
+            acc.record(".[]", f".[{index}]", None, oversized=True)
+            index += 1
+        else:
+            pending.append(value)
+        pos = end
+        if len(pending) >= _BATCH:
+            acc.batch(".[]", ".", index, pending)
+            index += len(pending)
+            pending = []
+        if not skip():
+            cut = True
+            break
+        if text[pos] == ",":
+            pos += 1
+        elif text[pos] == "]":
+            pos += 1
+            closed = True
+            break
+        else:
+            raise _NotStructured("not valid JSON")
+    if pending:
+        acc.batch(".[]", ".", index, pending)
+        index += len(pending)
+    if closed and skip():
+        raise _NotStructured("data after the array")  # then it is not one JSON document
+    if cut and complete:
+        raise _NotStructured("the array does not end")
+    return _Summary(".[]")
 
 
 def _prefix(parent: str | None, key: object) -> str | None:
