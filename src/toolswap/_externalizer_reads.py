@@ -13,6 +13,7 @@ from .session import Session
 
 if TYPE_CHECKING:
     from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
+    from .structured.query import Language, QueryResult
 
 __all__ = ["PageFaults"]
 
@@ -83,4 +84,27 @@ class PageFaults:
             ignore_case=ignore_case,
             fixed=fixed,
             timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+        )
+
+    def query(
+        self,
+        artifact: ArtifactReference | str,
+        expression: str,
+        *,
+        language: Language = "jq",
+        timeout: float | None = None,
+        max_bytes: int | None = None,
+    ) -> QueryResult:
+        """A jq (or JMESPath) query over a structured artifact, in a child process stopped
+        at ``timeout`` s; results past ``max_bytes`` are left out (``truncated``). This is
+        the call the pointer's ``python`` query line names."""
+        from .structured.query import DEFAULT_QUERY_BYTES, DEFAULT_QUERY_TIMEOUT, query_artifact
+
+        return query_artifact(
+            self.reader,
+            artifact,
+            expression,
+            language=language,
+            timeout=DEFAULT_QUERY_TIMEOUT if timeout is None else timeout,
+            max_bytes=DEFAULT_QUERY_BYTES if max_bytes is None else max_bytes,
         )

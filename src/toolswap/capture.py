@@ -25,6 +25,7 @@ import hashlib
 import os
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import durable
@@ -47,6 +48,9 @@ _BOUNDARY_PROBE = 64 << 10
 _GREP_HANDOFF = 256 << 10
 # A line longer than this stops grep (which would hold all of it in memory).
 _GREP_MAX_LINE = 8 << 20
+
+Inspect = Callable[[bytes, Callable[[int, int], bytes], int], str]
+"""``inspect(head, read, size)``: the outline of a structured output, or ``""``."""
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -88,6 +92,14 @@ class CaptureStats:
     tail_scan_start: int | None = None
     """Where the scan of the output's last bytes began (None: no such scan). Failure lines
     between ``scanned_bytes`` and here were not looked for."""
+    outline_source: Callable[[], str] | None = None
+    """Gives the outline of a structured output, waiting for the thread that computes it
+    (see ``outline``)."""
+
+    @property
+    def outline(self) -> str:
+        """The outline of a structured output (JSON, JSON Lines, a table); empty for text."""
+        return self.outline_source() if self.outline_source is not None else ""
 
     @property
     def line_count(self) -> int:
@@ -151,6 +163,10 @@ class StreamCapture:
         scan_limit: how far into the output the failure-line scan reads.
         tail_scan: when the output is longer than ``scan_limit``, how many of its last
             bytes are also scanned for failure lines.
+        inspect: ``inspect(head, read, size)`` outlines a structured output (or returns
+            ``""``) from the finished file, on a thread of its own that reads a duplicate
+            of the descriptor: it runs while the file is fsynced and the artifact is
+            recorded, and the stats' ``outline`` waits for it.
     """
 
     def __init__(
@@ -162,8 +178,10 @@ class StreamCapture:
         tail_keep: int,
         scan_limit: int,
         tail_scan: int = 0,
+        inspect: Inspect | None = None,
     ) -> None:
         self._dir_fd = dir_fd
+        self._inspect = inspect
         self.tmp_name = temporary_filename(os.getpid(), os.urandom(8).hex())
         self._error: BaseException | None = None
         """The first write error (a full disk, an I/O error): from then on the output is
@@ -389,6 +407,7 @@ class StreamCapture:
             self._written.wait()
             self._join_feeder()  # grep has every byte before the scan ends its input
         self._counter.finish()
+        outline = self._start_outline()
         # The scan reads back what was just written (from the page cache) and holds the
         # GIL; the worker's fsync, running meanwhile, does not need it.
         tail_scan_start = self._scan() if self._error is None else None
@@ -429,7 +448,37 @@ class StreamCapture:
                 else scanner.lines_end
             ),
             tail_scan_start=None if self._middle_scanned else tail_scan_start,
+            outline_source=outline,
         )
+
+    def _start_outline(self) -> Callable[[], str] | None:
+        """Start outlining the finished file on a thread; return what waits for it."""
+        if self._inspect is None or self._error is not None or self._counter.binary:
+            return None
+        from .structured import sniff  # the head alone turns text away, with no thread
+
+        if sniff(bytes(self._head), complete=len(self._head) >= self._counter.size) is None:
+            return None
+        inspect, head, size = self._inspect, bytes(self._head), self._counter.size
+        # Its own descriptor: the capture closes its one (and renames the file) meanwhile.
+        fd = os.dup(self._fd)
+        found: list[str] = [""]
+
+        def run() -> None:
+            try:
+                found[0] = inspect(head, lambda count, offset: os.pread(fd, count, offset), size)
+            except Exception:
+                found[0] = ""  # an outline is a convenience: a surprise never costs output
+            finally:
+                os.close(fd)
+
+        thread = start_helper_thread(run, "toolswap-outline")
+
+        def result() -> str:
+            thread.join()
+            return found[0]
+
+        return result
 
     def partial_stats(self) -> CaptureStats:
         """What is known of an output whose file could not be written: sizes, head, tail

@@ -38,6 +38,7 @@ from .errors import (
 from .manifest import Manifest
 from .session import Session, toolswap_home, workspace_slug
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, require_aware
+from .structured import inspect_output
 
 if TYPE_CHECKING:
     # The spill machinery (capture, failure-line scan, pointer) is imported when an output
@@ -269,6 +270,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 tail_keep=s.tail_bytes,
                 scan_limit=s.salient_scan_bytes,
                 tail_scan=s.salient_tail_scan_bytes,
+                inspect=inspect_output if s.structured_outline else None,
             )
             for chunk in chunks:
                 capture.write(chunk)

@@ -17,6 +17,8 @@ import hashlib
 import os
 import queue
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from . import durable
@@ -46,6 +48,7 @@ __all__ = [
     "GrepMatch",
     "GrepResult",
     "LinePage",
+    "VerifiedArtifact",
     "list_tip",
 ]
 
@@ -270,6 +273,37 @@ def list_tip() -> str:
     return f"{LIST_TIP}{cli_command()} ls`"
 
 
+class VerifiedArtifact:
+    """An artifact opened after its digest was checked against its record (see
+    :meth:`ArtifactReader.open_verified`); valid inside the ``with`` block only."""
+
+    __slots__ = ("_art", "reference")
+
+    def __init__(self, art: _OpenArtifact, reference: ArtifactReference) -> None:
+        self._art = art
+        self.reference = reference
+
+    @property
+    def fd(self) -> int:
+        """A read-only descriptor of the file (closed when the block ends); a child
+        process may inherit it to read the verified bytes."""
+        return self._art.fd
+
+    @property
+    def size(self) -> int:
+        """The artifact's size in bytes (as verified)."""
+        return self._art.info.size
+
+    def pread(self, length: int, offset: int) -> bytes:
+        """Up to ``length`` bytes from ``offset``."""
+        return self._art.pread(length, offset)
+
+    def check_unchanged(self) -> None:
+        """Raise :class:`~toolswap.errors.ArtifactIntegrityError` if the file changed after
+        it was verified (then what was read may not be the recorded output)."""
+        self._art.check_unchanged()
+
+
 class ArtifactReader:
     """Reads a session's artifacts by source ID (or reference), verifying digests first."""
 
@@ -400,6 +434,22 @@ class ArtifactReader:
         info = _Verified(sha256=digest, size=pos, newlines=newlines, checkpoints=checkpoints)
         _remember(key, info)
         return info
+
+    @contextmanager
+    def open_verified(self, source: str | ArtifactReference) -> Iterator[VerifiedArtifact]:
+        """Open ``source`` once its SHA-256 matches its record (the cached verification of
+        an unchanged file stands), for reads of its bytes inside the ``with`` block; the
+        descriptor is closed when the block ends.
+
+        Call :meth:`VerifiedArtifact.check_unchanged` after the reads whose result is
+        returned: it is what makes them reads of the recorded output.
+        """
+        ref = self.reference(source)
+        art = self._open(ref)
+        try:
+            yield VerifiedArtifact(art, ref)
+        finally:
+            durable.current().close(art.fd)
 
     def verify(self, source: str | ArtifactReference) -> ArtifactReference:
         """Verify the artifact's full digest now, ignoring the cache."""

@@ -11,6 +11,8 @@ Environment (``TOOLSWAP_*`` wins where both name the same thing):
   inline whatever its size; ``0`` externalizes any non-empty output).
 - ``TOOLSWAP_HEAD_BYTES`` / ``TOOLSWAP_TAIL_BYTES``: pointer preview sizes (6144 / 24576),
   as sizes (``6144``, ``6K``).
+- ``TOOLSWAP_OUTLINE``: ``off`` (or ``0``, ``false``, ``no``) captures JSON, JSON Lines and
+  tables as text, with no structure outline in the pointer (default ``on``).
 
 Sizes and durations have one grammar each, here (:func:`parse_size`, :func:`parse_duration`),
 used by the environment and the CLI alike; ``docs/configuration.md`` spells them out.
@@ -265,6 +267,9 @@ class ExternalizerSettings:
     """Without ``grep``: how many of a long output's last bytes the Python scan reads too
     (read back, and held in memory while they are scanned). With ``grep``, a non-zero
     value lets it search past ``salient_scan_bytes``; zero stops every scan there."""
+    structured_outline: bool = True
+    """Outline JSON, JSON Lines, CSV and TSV outputs in the pointer (off: treated as text;
+    ``query_artifact`` still reads them)."""
     bash_tools: frozenset[str] = frozenset({"bash"})
     tools: Mapping[str, ToolThreshold] = field(default_factory=dict)
     """Per-tool rules, by exact tool name; they win over the bash and default thresholds."""
@@ -286,6 +291,10 @@ class ExternalizerSettings:
             raise ConfigurationError(
                 f"head_bytes + tail_bytes must leave 1 KiB of the {POINTER_MAX_BYTES}-byte "
                 "pointer for its header"
+            )
+        if not isinstance(self.structured_outline, bool):
+            raise ConfigurationError(
+                f"structured_outline must be a bool, not {self.structured_outline!r}"
             )
         for tool, rule in self.tools.items():
             if not isinstance(rule, ToolThreshold):
@@ -313,6 +322,15 @@ class ExternalizerSettings:
                     changes[attr] = (
                         _env_size(name, raw) if scale is None else _positive_int(name, raw) * scale
                     )
+        raw_outline = env.get("TOOLSWAP_OUTLINE")
+        if raw_outline is not None and raw_outline.strip():
+            word = raw_outline.strip().lower()
+            if word in ("off", "0", "false", "no"):
+                changes["structured_outline"] = False
+            elif word not in ("on", "1", "true", "yes"):
+                raise ConfigurationError(
+                    f"TOOLSWAP_OUTLINE={raw_outline!r}: expected 'on' or 'off'"
+                )
         raw_rules = env.get("TOOLSWAP_TOOL_THRESHOLDS")
         if raw_rules:
             changes["tools"] = _parse_tool_rules(raw_rules)

@@ -32,6 +32,7 @@ _COMMANDS: dict[str, str] = {
     "journal": "retention",
     "mcp": "mcp_cmd",
     "sessions": "sessions",
+    "query": "query",
 }
 """Command name -> the module of :mod:`toolswap.cli` whose import registers it."""
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._tool_descriptions import (
+    DEFAULT_QUERY_TIMEOUT,
     GREP_ARTIFACT_DESCRIPTION,
     LIST_ARTIFACTS_DESCRIPTION,
     MAX_BYTES_LENGTH,
@@ -29,6 +30,7 @@ from .._tool_descriptions import (
     MAX_LIMIT,
     MAX_MATCHES,
     PARAMETER_DESCRIPTIONS,
+    QUERY_ARTIFACT_DESCRIPTION,
     READ_ARTIFACT_BYTES_DESCRIPTION,
     READ_ARTIFACT_DESCRIPTION,
     TOOL_NAMES,
@@ -82,6 +84,14 @@ _READ_ONLY = {
     "idempotentHint": True,
     "openWorldHint": False,
 }
+# A query's result too large to return is saved as a new artifact: the call may write (it
+# adds, never changes or removes), and asking twice saves the result twice.
+_MAY_SAVE = {
+    "readOnlyHint": False,
+    "destructiveHint": False,
+    "idempotentHint": False,
+    "openWorldHint": False,
+}
 
 # -- arguments ---------------------------------------------------------------------------
 
@@ -92,18 +102,22 @@ class _Arg:
 
     name: str
     kind: type[int] | type[float] | type[str]
-    default: int | float | None = None
+    default: int | float | str | None = None
     """None: required."""
     minimum: float | None = None
     exclusive_minimum: float | None = None
     maximum: float | None = None
     min_length: int | None = None
+    choices: tuple[str, ...] = ()
+    """The only values a string may take (none: any)."""
 
     def schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = {}
         if self.default is not None:
             schema["default"] = self.default
         schema["description"] = PARAMETER_DESCRIPTIONS[self.name]
+        if self.choices:
+            schema["enum"] = list(self.choices)
         if self.exclusive_minimum is not None:
             schema["exclusiveMinimum"] = self.exclusive_minimum
         if self.maximum is not None:
@@ -130,6 +144,9 @@ class _Arg:
         if isinstance(value, str):
             if self.min_length is not None and len(value) < self.min_length:
                 return None, f"{self.name}: must not be empty"
+            if self.choices and value not in self.choices:
+                allowed = " or ".join(repr(c) for c in self.choices)
+                return None, f"{self.name}: must be {allowed}, got {raw!r}"
             return value, None
         assert isinstance(value, (int, float))
         if self.minimum is not None and value < self.minimum:
@@ -185,19 +202,28 @@ _ARGUMENTS: dict[str, tuple[_Arg, ...]] = {
         _Arg("max_matches", int, 50, minimum=1, maximum=MAX_MATCHES),
         _Arg("timeout", float, DEFAULT_TIMEOUT, exclusive_minimum=0, maximum=MAX_GREP_TIMEOUT),
     ),
+    "query_artifact": (
+        _Arg("source_id", str),
+        _Arg("expression", str, min_length=1),
+        _Arg("language", str, "jq", choices=("jq", "jmespath")),
+        _Arg(
+            "timeout", float, DEFAULT_QUERY_TIMEOUT, exclusive_minimum=0, maximum=MAX_GREP_TIMEOUT
+        ),
+    ),
     "list_artifacts": (),
 }
 _DESCRIPTIONS = {
     "read_artifact": READ_ARTIFACT_DESCRIPTION,
     "read_artifact_bytes": READ_ARTIFACT_BYTES_DESCRIPTION,
     "grep_artifact": GREP_ARTIFACT_DESCRIPTION,
+    "query_artifact": QUERY_ARTIFACT_DESCRIPTION,
     "list_artifacts": LIST_ARTIFACTS_DESCRIPTION,
 }
 assert tuple(_ARGUMENTS) == TOOL_NAMES
 
 
 def tool_definitions() -> list[dict[str, Any]]:
-    """The four tools as ``tools/list`` gives them (the same JSON the SDK's server gives)."""
+    """The artifact tools as ``tools/list`` gives them (the same JSON the SDK's server gives)."""
     definitions = []
     for name, args in _ARGUMENTS.items():
         schema: dict[str, Any] = {
@@ -213,7 +239,7 @@ def tool_definitions() -> list[dict[str, Any]]:
                 "name": name,
                 "description": _DESCRIPTIONS[name],
                 "inputSchema": schema,
-                "annotations": dict(_READ_ONLY),
+                "annotations": dict(_MAY_SAVE if name == "query_artifact" else _READ_ONLY),
             }
         )
     return definitions
@@ -256,7 +282,7 @@ class LocalTools:
     @staticmethod
     def is_search(name: str) -> bool:
         """Whether the call runs a search (searches get a pool of their own)."""
-        return name == "grep_artifact"
+        return name in ("grep_artifact", "query_artifact")
 
     def call(
         self,
@@ -321,6 +347,8 @@ class LocalTools:
             return {"content": [_text(chunk.text)], "isError": False}
         if name == "grep_artifact":
             text = tools.grep_artifact(**values, cancel=cancel)
+        elif name == "query_artifact":
+            text = tools.query_artifact(**values)
         elif name == "read_artifact":
             text = tools.read_artifact(**values)
         else:

@@ -15,9 +15,11 @@ gets exactly the host's environment). It reads every frame but rewrites only the
   ``isError``, ``_meta`` and every other field are kept;
 - the answer to ``resources/read`` when a content item is over the resource threshold
   (``--resource-threshold``; ``never`` passes resources through whole);
-- the answer to ``tools/list``: the artifact tools are added (on the last page), and an
-  upstream ``outputSchema`` is dropped for tools whose structured results may be replaced,
-  so that hosts which validate structured results against it do not reject the pointer;
+- the answer to ``tools/list``: the artifact tools are added (on the last page). An
+  upstream ``outputSchema`` is kept if a ``{"toolswap": reference}`` object conforms to it
+  (a large structured result is then replaced by one that does) and dropped otherwise, for
+  tools whose structured results may be replaced: the MCP rule is that a tool declaring an
+  output schema returns conforming structured results, and hosts validate them;
 - the answer to ``initialize`` / ``server/discover``: a ``tools`` capability is added if the
   upstream has none;
 - ``tools/call`` of ``read_artifact``, ``read_artifact_bytes``, ``grep_artifact`` and
@@ -63,7 +65,7 @@ from .local import (
     SERVER_INFO_META_KEY,
     tool_definitions,
 )
-from .rewrite import ResultRewriter
+from .rewrite import ResultRewriter, admits_reference
 from .serve import LocalCalls
 from .transport import (
     StdFd,
@@ -147,6 +149,8 @@ class McpProxy:
         self._stdout_fd = stdout_fd
         self._calls = LocalCalls(externalizer)
         self._local_tools = tool_definitions()
+        self._schemas: dict[str, dict[str, Any]] = {}
+        """The upstream ``outputSchema`` of each tool listed with it kept."""
         self._pending: dict[str, _Pending] = {}
         self._tasks: dict[str, str] = {}
         """Task ID -> the tool whose call created it (its result comes by tasks/result)."""
@@ -339,7 +343,11 @@ class McpProxy:
             if _fits(rule, line):
                 return line
             shrunk = await anyio.to_thread.run_sync(
-                self.rewriter.tool_result, pending.tool, result, rule
+                self.rewriter.tool_result,
+                pending.tool,
+                result,
+                rule,
+                self._schemas.get(pending.tool),
             )
             return await self._replace_result(message, shrunk, line)
         if method == "resources/read":
@@ -381,9 +389,15 @@ class McpProxy:
                 and "outputSchema" in tool
                 and not self.rule_for(name).never
             ):
-                # Its structured result may be replaced by a pointer, which would not
-                # match the schema; hosts validate results against it.
-                tool = {k: v for k, v in tool.items() if k != "outputSchema"}
+                schema = tool["outputSchema"]
+                if admits_reference(schema):
+                    # A large structured result becomes a reference object that conforms.
+                    self._schemas[name] = schema
+                else:
+                    # Its structured result may be replaced by a reference, which would
+                    # not conform; hosts validate results against the schema.
+                    self._schemas.pop(name, None)
+                    tool = {k: v for k, v in tool.items() if k != "outputSchema"}
             kept.append(tool)
         if not result.get("nextCursor"):
             kept.extend(self._local_tools)

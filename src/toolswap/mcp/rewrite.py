@@ -65,9 +65,20 @@ class ResultRewriter:
     # -- tools/call and tasks/result -------------------------------------------------
 
     def tool_result(
-        self, tool: str, result: dict[str, Any], rule: ToolThreshold
+        self,
+        tool: str,
+        result: dict[str, Any],
+        rule: ToolThreshold,
+        schema: dict[str, Any] | None = None,
     ) -> dict[str, Any] | None:
-        """The result with its oversized parts saved and replaced, or None if none is."""
+        """The result with its oversized parts saved and replaced, or None if none is.
+
+        ``schema``: the tool's ``outputSchema`` when the host was shown it (the proxy shows
+        it only if a ``{"toolswap": reference}`` object conforms, see ``admits_reference``).
+        A structured result replaced in place that would not conform is saved whole and
+        replaced by that reference object instead; should even that not conform, the
+        structured content is kept as it came (the MCP rule: a tool that declares an
+        output schema returns conforming structured results)."""
         if result.get("resultType") not in (None, "complete"):
             return None  # input_required and extension results are not tool output
         content = result.get("content")
@@ -127,8 +138,27 @@ class ResultRewriter:
             if text_saved is None and not texts:
                 note = structured_saved.pointer
             else:
+                # Its outline still comes along: the shape is what the context needs.
                 note = _structured_note(structured_saved.artifact)
+                outline = outline_section(structured_saved.pointer)
+                if outline:
+                    note += "\n" + outline
             blocks.append({"type": "text", "text": note})
+
+        if (
+            schema is not None
+            and new_structured is not None
+            and has_structured
+            and not _conforms(new_structured, schema)
+        ):
+            whole = result["structuredContent"]
+            if structured_saved is None:
+                pretty = json.dumps(whole, ensure_ascii=False, indent=2)
+                structured_saved = self._save(pretty, tool, "application/json")
+                blocks.append({"type": "text", "text": _structured_note(structured_saved.artifact)})
+            new_structured = {"toolswap": _reference(structured_saved.artifact)}
+            if not _conforms(new_structured, schema):
+                new_structured = whole  # valid as it came: the schema wins over size
 
         if not changed:
             return None
@@ -374,6 +404,53 @@ def _size(count: int) -> str:
     from ..pointer import human_size
 
     return human_size(count)
+
+
+def outline_section(pointer: str) -> str:
+    """The structure outline a pointer shows (from ``--- structure:`` to its query line),
+    or ``""``."""
+    start = pointer.find("--- structure:")
+    if start < 0:
+        return ""
+    end = pointer.find("\nQuery: ", start)
+    if end < 0:
+        return ""
+    stop = pointer.find("\n", end + 1)
+    return pointer[start : stop if stop >= 0 else len(pointer)].rstrip("\n")
+
+
+def admits_reference(schema: object) -> bool:
+    """Whether a structured result replaced by ``{"toolswap": reference}`` conforms to
+    ``schema`` (a tool's ``outputSchema``)."""
+    if not isinstance(schema, dict):
+        return False
+    sample = {
+        "toolswap": {
+            "externalized": True,
+            "source_id": "artifact:s:tool_result_001.txt:000000000000",
+            "content_sha256": "0" * 64,
+            "byte_size": 1,
+            "line_count": 1,
+            "media_type": "application/json",
+            "summary": "",
+            "read_with": "",
+            "note": "",
+        }
+    }
+    return _conforms(sample, schema)
+
+
+def _conforms(value: object, schema: dict[str, Any]) -> bool:
+    # The MCP SDK's own dependency (untyped): only where an outputSchema is kept.
+    import jsonschema  # type: ignore[import-untyped]
+
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError:
+        return False
+    except jsonschema.SchemaError:
+        return False
+    return True
 
 
 def _structured_note(artifact: ArtifactReference) -> str:

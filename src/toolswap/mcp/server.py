@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
@@ -30,6 +30,7 @@ from .. import __version__
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..grep import DEFAULT_TIMEOUT
+from ..structured.query import DEFAULT_QUERY_TIMEOUT
 from ..tools import (
     GREP_ARTIFACT_DESCRIPTION,
     LIST_ARTIFACTS_DESCRIPTION,
@@ -38,6 +39,7 @@ from ..tools import (
     MAX_LIMIT,
     MAX_MATCHES,
     PARAMETER_DESCRIPTIONS,
+    QUERY_ARTIFACT_DESCRIPTION,
     READ_ARTIFACT_BYTES_DESCRIPTION,
     READ_ARTIFACT_DESCRIPTION,
     ArtifactTools,
@@ -50,6 +52,12 @@ _T = TypeVar("_T")
 
 _READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+# A query's result too large to return is saved as a new artifact: the call may write
+# (it adds, never changes or removes, so it is not destructive), and asking twice saves
+# the result twice.
+_MAY_SAVE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
 
 SourceId = Annotated[str, Field(description=PARAMETER_DESCRIPTIONS["source_id"])]
@@ -152,20 +160,38 @@ def create_server(
             run, source_id, pattern, context, max_matches, timeout, cancel=cancel, limiter=searches
         )
 
+    async def query_artifact(
+        source_id: SourceId,
+        expression: Annotated[
+            str, Field(min_length=1, description=PARAMETER_DESCRIPTIONS["expression"])
+        ],
+        language: Annotated[
+            Literal["jq", "jmespath"], Field(description=PARAMETER_DESCRIPTIONS["language"])
+        ] = "jq",
+        timeout: Annotated[
+            float,
+            Field(gt=0, le=MAX_GREP_TIMEOUT, description=PARAMETER_DESCRIPTIONS["timeout"]),
+        ] = DEFAULT_QUERY_TIMEOUT,
+    ) -> str:
+        return await _call(
+            tools.query_artifact, source_id, expression, language, timeout, limiter=searches
+        )
+
     async def list_artifacts() -> str:
         return await _call(tools.list_artifacts)
 
-    for fn, description in (
-        (read_artifact, READ_ARTIFACT_DESCRIPTION),
-        (read_artifact_bytes, READ_ARTIFACT_BYTES_DESCRIPTION),
-        (grep_artifact, GREP_ARTIFACT_DESCRIPTION),
-        (list_artifacts, LIST_ARTIFACTS_DESCRIPTION),
+    for fn, description, hints in (
+        (read_artifact, READ_ARTIFACT_DESCRIPTION, _READ_ONLY),
+        (read_artifact_bytes, READ_ARTIFACT_BYTES_DESCRIPTION, _READ_ONLY),
+        (grep_artifact, GREP_ARTIFACT_DESCRIPTION, _READ_ONLY),
+        (query_artifact, QUERY_ARTIFACT_DESCRIPTION, _MAY_SAVE),
+        (list_artifacts, LIST_ARTIFACTS_DESCRIPTION, _READ_ONLY),
     ):
         server.add_tool(
             fn,
             name=fn.__name__,
             description=description,
-            annotations=_READ_ONLY,
+            annotations=hints,
             structured_output=False,
         )
     return server
