@@ -85,6 +85,8 @@ class CaptureStats:
     tail_scan_start: int | None = None
     """Where the scan of the output's last bytes began (None: no such scan). Failure lines
     between ``scanned_bytes`` and here were not looked for."""
+    unlisted: int = 0
+    """Failure-like lines found besides ``salient`` (not read back: they rank lower)."""
 
     @property
     def line_count(self) -> int:
@@ -142,9 +144,12 @@ class StreamCapture:
     Args:
         dir_fd: the open ``tool-results`` directory.
         head_keep: bytes of the head to keep for the preview.
-        head_shown: bytes the pointer's head preview shows; failure lines that end inside
-            them are not collected again (default: collect from the first byte).
+        head_shown: bytes the pointer's head preview always shows; failure lines that end
+            inside them are not collected again (default: collect from the first byte).
         tail_keep: bytes of the tail to keep for the preview.
+        preview_zones: the most bytes the pointer's head and tail may show (its budget
+            decides how much they do): failure lines inside them are read back too, but
+            never crowd out those of the middle.
         scan_limit: how far into the output the failure-line scan reads.
         tail_scan: when the output is longer than ``scan_limit``, how many of its last
             bytes are also scanned for failure lines.
@@ -159,8 +164,10 @@ class StreamCapture:
         tail_keep: int,
         scan_limit: int,
         tail_scan: int = 0,
+        preview_zones: tuple[int, int] = (0, 0),
     ) -> None:
         self._dir_fd = dir_fd
+        self._zones = preview_zones
         self.tmp_name = temporary_filename(os.getpid(), secrets.token_hex(8))
         self._error: BaseException | None = None
         """The first write error (a full disk, an I/O error): from then on the output is
@@ -358,7 +365,10 @@ class StreamCapture:
         if self._error is None and not self._counter.binary:
             fd = self._fd
             salient = self._scanner.salient_lines(
-                lambda count, offset: durable.current().pread(fd, count, offset), self._counter.size
+                lambda count, offset: durable.current().pread(fd, count, offset),
+                self._counter.size,
+                head_zone=self._zones[0],
+                tail_zone=self._zones[1],
             )
         if self._worker is not None:
             self._worker.join()
@@ -391,6 +401,7 @@ class StreamCapture:
                 else scanner.lines_end
             ),
             tail_scan_start=None if self._middle_scanned else tail_scan_start,
+            unlisted=scanner.unlisted,
         )
 
     def partial_stats(self) -> CaptureStats:
