@@ -97,12 +97,15 @@ a deprecation or only a name."""
 # diagnostic's location (``lib/a.js:12:5: Extra semicolon``, ``./x.py:8:9: E128 ...``,
 # the shell's ``deploy.sh: line 3: X: unbound variable``): linters and shells report
 # without a failure word.
+# A tab is written as itself: inside a bracket expression, ERE reads ``\t`` as a backslash
+# and a ``t``.
+_TAB = "\t"
 LINE_PATTERNS: tuple[tuple[str, int], ...] = (
-    (r"^[ \t]*[0-9]+\) [^ ]", 3),
+    (rf"^[ {_TAB}]*[0-9]+\) [^ ]", 3),
     (r"^_{3,} .* _{3,}$", 3),
     (r"^-{4} .* -{4}$", 3),
-    (r"^[ \t]*[^ \t:]*\.[A-Za-z0-9]+:[0-9]+(:[0-9]+)?:? [^ ]", 3),
-    (r"^[^ \t:]+: line [0-9]+: [^ ]", 3),
+    (rf"^[ {_TAB}]*[^ {_TAB}:]*\.[A-Za-z0-9]+:[0-9]+(:[0-9]+)?:? [^ ]", 3),
+    (rf"^[^ {_TAB}:]+: line [0-9]+: [^ ]", 3),
 )
 
 
@@ -136,8 +139,11 @@ GREP_PATTERN = "|".join(_ere(word) for word in GREP_WORDS)
 
 ASCII_LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 """``bytes.translate`` table: the vocabulary is matched in ASCII lower case."""
-LINE_SHAPES = re.compile(b"|".join(f"(?:{p})".encode() for p, _ in LINE_PATTERNS), re.M)
-"""``LINE_PATTERNS`` as one bytes pattern, over many lines at once."""
+LINE_SHAPES = re.compile(
+    b"|".join(f"(?:{p})".encode().replace(b"[^", b"[^\n") for p, _ in LINE_PATTERNS), re.M
+)
+"""``LINE_PATTERNS`` as one bytes pattern, over many lines at once (a negated class never
+crosses a newline, as in grep, which sees one line at a time)."""
 _SHAPE_SCORE = max(score for _, score in LINE_PATTERNS)
 # Words that only name something or count zero of it.
 _WORDS = (
