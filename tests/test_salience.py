@@ -16,7 +16,7 @@ from real_outputs_more import TUNING_CASES
 from toolswap import ExternalizerSettings, ToolResultExternalizer
 from toolswap.salience import Candidates, clean_for_display, score_line, template
 from toolswap.salience.middle_scan import GrepStream
-from toolswap.salience.vocabulary import LINE_SHAPES
+from toolswap.salience.vocabulary import LINE_SHAPES, SECTION_TITLE
 
 POINTER_MAX = 32 * 1024
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -386,3 +386,20 @@ def test_line_shapes_over_many_lines_find_what_each_line_finds_alone(lines: list
         found.append(data.count(b"\n", 0, match.start()))
 
     assert found == [i for i, line in enumerate(lines) if LINE_SHAPES.search(line.encode())]
+
+
+@pytest.mark.parametrize(
+    ("line", "title"),
+    [
+        (b"____ test_x ____", True),
+        (b"---- tests::parse stdout ----", True),
+        (b"=== FAILURES ===", True),
+        (b"___ x ______", True),
+        (b"##[group]Run make check", True),
+        (b"___ " + b"-" * 8000 + b"x", False),
+        (b"-" * 8000, True),
+        (b"--- a/x.c", False),
+    ],
+)
+def test_a_section_title_is_ruled_on_both_sides(line: bytes, title: bool) -> None:
+    assert bool(SECTION_TITLE.match(line)) is title

@@ -146,35 +146,42 @@ LINE_SHAPES = re.compile(
 crosses a newline, as in grep, which sees one line at a time)."""
 _SHAPE_SCORE = max(score for _, score in LINE_PATTERNS)
 # Words that only name something or count zero of it.
-_WORDS = (
-    rb"(?:errors?|fail\w*|warn\w*|assert\w*|exceptions?|abort\w*|panic\w*|fatal|timeout"
-    rb"|refused|denied|killed)"
-)
+_WHOLE = rb"(?:errors?|exceptions?|fatal|timeout|refused|denied|killed)"
+_STEMS = rb"(?:fail|warn|assert|abort|panic)"  # with any ending: ``failing``, ``warnings``
+_WORDS = rb"(?:" + _WHOLE + rb"|" + _STEMS + rb"\w*)"
+# The cost stays linear in the line: a pattern that spans a run of characters starts where
+# the run starts (a lookbehind) and commits to the run's first failure word (an atomic
+# group); else a long word is searched again from each of its letters (11 ms a line).
 _NOT_A_FAILURE = re.compile(
+    # Each name below starts at a '-', a '/' or where no word character precedes: one test
+    # rules out every other place (most of a line) before the alternatives are tried.
+    rb"(?=\S)(?:(?<!\w)|(?=[-/]))(?:"
     rb"\b(?:0|no|zero)\s+(?:errors?|failures?|failed|warnings?|tests? failed)\b"
     rb"|\b(?:errors?|failures?|failed|warnings?|failing)\s*[:=]\s*0\b"
     rb"|-w(?:no-)?error\S*|-wall|\bwarn(?:ing)?s?_?as_?errors?"
-    rb"|[\w./-]*(?:error|fail|warn|assert|exception|abort|panic)[\w./-]*"
+    rb"|(?<![\w./-])(?>[\w./-]*?(?:error|fail|warn|assert|exception|abort|panic))[\w./-]*"
     rb"\.(?:c|h|cc|cpp|hpp|go|py|pyc|rs|js|ts|java|class|rb|php|o|so|a|html|xml|json|log|txt|erl)\b"
     rb"|\b(?:on|ignore|allow|expect|handle|raise|throw|catch|log|set|get)_?(?:errors?|fail\w*)\b"
     rb"|\bfail[_-]?fast\b|\bfailover\b|\bwarn_only\b"
     # A word joined to others by ``_`` or ``.`` is an identifier (``display_errors``,
     # ``log_errors_max_len``, ``assert.active``, ``TRAVIS_ALLOW_FAILURE``), not a report.
-    rb"|[\w.]*[_.](?:errors?|fail\w*|assert\w*|exceptions?|warn\w*|fatal|panic|abort\w*)[\w.]*"
+    rb"|(?<![\w.])(?>[\w.]*?[_.]"
+    rb"(?:errors?|fail\w*|assert\w*|exceptions?|warn\w*|fatal|panic|abort\w*))[\w.]*"
     rb"|\b(?:errors?|fail\w*|assert\w*|exceptions?|warn\w*|fatal|panic|abort\w*)[_.]\w[\w.]*"
     # A word inside a path or a URL names a file, not a failure.
-    rb"|[^\s'\"]*/[^\s'\"]*"
+    rb"|(?<![^\s'\"])[^\s'\"]*/[^\s'\"]*|/[^\s'\"]*"
     # A command-line flag (``--with-timeout=15``), a package and its version
     # (``http-errors@1.7.3``, ``exceptions-0.10.0``, ``exceptions ==0.10``), a setting
     # (``dependency=exceptions``), a count of assertions (``11 assertions``).
     rb"|(?<![\w-])--?[\w-]*" + _WORDS + rb"[\w=.-]*"
-    rb"|[\w.-]*" + _WORDS + rb"[\w.-]*@[\^~]?\d[\w.-]*"
-    rb"|\b[\w-]*" + _WORDS + rb"-\d+(?:\.\d+)+\b"
+    rb"|(?<![\w.-])(?>[\w.-]*?" + _WORDS + rb")[\w.-]*@[\^~]?\d[\w.-]*"
+    rb"|(?<![\w-])(?:[\w-]*-)?(?:\w*" + _WHOLE + rb"|(?>\w*?" + _STEMS + rb")\w*)-\d+(?:\.\d+)+\b"
     rb"|\b" + _WORDS + rb"\s*(?:[=<>]=|[<>~^])\s*\d"
     rb"|\b\d+\s+assert\w*"
-    rb"|[\w.-]+=" + _WORDS + rb"[\w.-]*"
+    rb"|(?<![\w.-])[\w.-]+=" + _WORDS + rb"[\w.-]*"
     # A success (``exited with 0``) and a setting (``timeout: 15 minutes``).
     rb"|\bexit(?:ed with| code| status)(?: code)?:? \(?0\b|\btimeout\s*[:=]\s*\d"
+    rb")"
 )
 # Shapes of a report: a location before ``error:``, a bracketed or upper-case level word,
 # a test framework's ``failed on line N``, a sanitizer's header.
@@ -209,15 +216,17 @@ _RETRY = re.compile(rb"\bretr(?:y|ying|ied)\b|\bwill retry\b|\battempt \d+ (?:of
 _GAVE_UP = re.compile(rb"gave up|giving up|after \d+ (?:retries|attempts)|exhausted", re.I)
 _WARN_CAP = 1.5
 # A failure noun between two words of a sentence (``give useful error messages``, ``License
-# Exception TSU``) describes; it does not report (``an error occurred while`` does).
+# Exception TSU``) describes; it does not report (``an error occurred while`` does). Two
+# letters before it say as much as a whole word, and are not searched again from each letter.
 _PROSE = re.compile(
-    rb"[a-z]{2,} (?:error|exception|failure|fault)s? "
+    rb"[a-z]{2} (?:error|exception|failure|fault)s? "
     rb"(?!occur|happen|while|during|in |at |on |was |has |when|raised|thrown|encounter)[a-z]"
 )
 _VERBS = tuple(w for w, s in VOCABULARY if s >= 4 and w not in (b"error", b"exception", b"assert"))
 _UPPER = re.compile(rb"\b(?:ERROR|FAILED|FAILURE|FAIL|FATAL|PANIC)\b")
+# A path is masked from the start of its word (or from its first '/', after another mask).
 _MASK = re.compile(
-    rb"0x[0-9a-f]+|\b[0-9a-f]{7,}\b|[\w.~-]*/[\w./~@+-]*|\d+(?:[.:,]\d+)*"
+    rb"0x[0-9a-f]+|\b[0-9a-f]{7,}\b|(?<![\w.~-])[\w.~-]*/[\w./~@+-]*|/[\w./~@+-]*|\d+(?:[.:,]\d+)*"
     rb"|'[^'\n]{1,80}'|\"[^\"\n]{1,80}\"|\xe2\x80\x98.{1,80}?\xe2\x80\x99"
 )
 STEP_MARKER = re.compile(
@@ -227,8 +236,10 @@ STEP_MARKER = re.compile(
 """The start of a line (its indentation, ANSI escapes and timestamp removed) that opens a
 CI step or a runner's section: GitHub Actions ``##[group]``/``::group::``, Travis folds,
 GitLab sections, a shell prompt or trace (``$ make``, ``+ make``), a ruled title."""
+# The closing rule is its last three characters: a longer one would be measured again from
+# every character of a long line (quadratic).
 SECTION_TITLE = re.compile(
-    rb"(?:_{3,}|-{3,}|={3,}|\*{3,}|#{3,}) ?\S.*\S ?(?:_{3,}|-{3,}|={3,}|\*{3,}|#{3,})$"
+    rb"(?:_{3,}|-{3,}|={3,}|\*{3,}|#{3,}) ?\S.*\S ?(?:_{3}|-{3}|={3}|\*{3}|#{3})$"
     rb"|##\[group\]|::group::"
 )
 """A line (stripped) that titles a runner's section or a CI step: ``____ test_x ____``,
@@ -293,10 +304,13 @@ def _word_at_start(text: bytes, kept: bytes, word: bytes) -> bool:
     (``TypeError``), but not as the capitalised head of one (``ErrorRenderer``)."""
     pos = kept.find(word)
     while pos >= 0:
-        end = pos + len(word)
         starts = pos == 0 or not kept[pos - 1 : pos].isalpha()
         if not starts:
             starts = text[pos - 1 : pos].islower() and text[pos : pos + 1].isupper()
+        if not starts:
+            pos = kept.find(word, pos + 1)
+            continue
+        end = pos + len(word)
         while text[end : end + 1].islower():
             end += 1  # the rest of the capitalised word: ``Failover`` in ``FailoverProxy``
         head = (
@@ -305,7 +319,7 @@ def _word_at_start(text: bytes, kept: bytes, word: bytes) -> bool:
             and text[end : end + 1].isupper()
             and text[end + 1 : end + 2].islower()
         )
-        if starts and not head:
+        if not head:
             return True
         pos = kept.find(word, pos + 1)
     return False
