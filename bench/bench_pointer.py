@@ -1,24 +1,35 @@
-"""What the pointer shows: recall of the failure reason, pointer sizes, capture speed.
+"""What the pointer shows: recall of the failure reason at several budgets, generalization,
+pointer sizes, capture speed.
 
 1. Recall on the LogChunks development corpus (``/work/shared/corpus/logchunks-dev.tar.xz``
    or ``$TOOLSWAP_LOGCHUNKS``; skipped when absent): a log counts as found when the first
    line of its labelled failure chunk with at least 12 characters of text, normalised
    (ANSI escapes, CR, a leading ISO timestamp and repeated whitespace removed; first 60
    characters), appears in the pointer normalised the same way. Only logs over the bash
-   threshold count.
-2. Recall on outputs of real programs run here (bench/_real_outputs.py: gcc/make/ld,
-   python, pytest, node, git, tar, find, ls, sqlite3, bash -x, sha256sum, perl...), each
-   with its failure in the middle of a long output.
-3. Mean and max pointer bytes over both corpora.
+   threshold count. At pointer budgets of 4, 8, 16 and 32 KiB (the default), two figures:
+   the fit (the shipped sharing parameters, chosen on this corpus) and the held-out one
+   (leave one project out: each project's logs are scored with the parameters of ``GRID``
+   that do best on the other projects' logs; nothing is chosen by looking at the project
+   being scored). No rule in the pointer names a project, a repository or a file.
+2. Recall on outputs of real programs run here, at the same budgets: the original corpus
+   (tests/real_outputs.py: gcc/make/ld, python, pytest, node, git, tar, find, ls, sqlite3,
+   bash -x, sha256sum, perl...), more of them used while tuning (tests/real_outputs_more.py
+   ``TUNING_CASES``) and two sets kept out of tuning (``HELD_OUT_CASES``,
+   ``HELD_OUT_LATE_CASES``), each with its failure in the middle of a long output.
+3. Mean and max pointer bytes, per budget, and the pointer of an output with nothing like
+   a failure (``seq 1 100000``).
 4. Capture of 256 MiB of build-log-like text that contains failure words, against the
    floor (pipe read + sha256 + write + fsync).
 
-``TOOLSWAP_BENCH_QUICK=1`` uses tiny sizes; ``TOOLSWAP_BENCH_NO_CAPTURE=1`` skips 4;
-``TOOLSWAP_BENCH_VERBOSE=1`` lists the corpus logs whose failure reason the pointer missed.
+``TOOLSWAP_BENCH_QUICK=1`` uses a subset and tiny sizes; ``TOOLSWAP_BENCH_NO_CAPTURE=1``
+skips 4; ``TOOLSWAP_BENCH_VERBOSE=1`` lists the corpus logs whose failure reason the pointer
+missed at 32 and 8 KiB.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import os
 import re
@@ -29,13 +40,17 @@ import sys
 import tarfile
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import toolswap.pointer as pointer
 from _floor import capture_floor
 from real_outputs import REAL_CASES, RealCase
-from toolswap import ExternalizerSettings, ToolResultExternalizer
+from real_outputs_more import HELD_OUT_CASES, HELD_OUT_LATE_CASES, TUNING_CASES
+from toolswap import ArtifactReference, ExternalizerSettings, ToolResultExternalizer
+from toolswap.capture import CaptureStats
 
 QUICK = os.environ.get("TOOLSWAP_BENCH_QUICK") == "1"
 DATA = Path(__file__).resolve().parent / ".data"
@@ -78,21 +93,73 @@ def _corpus_dir() -> Path | None:
     return target
 
 
-def _externalizer(root: Path) -> ToolResultExternalizer:
-    return ToolResultExternalizer(root, settings=ExternalizerSettings())
+def _externalizer(root: Path, **settings: int) -> _Recording:
+    return _Recording(root, settings=ExternalizerSettings(**settings))
 
 
-def corpus_recall(root: Path) -> tuple[int, int, list[int], list[str]]:
-    """(found, counted, pointer sizes, files missed) over the LogChunks logs."""
+class _Recording(ToolResultExternalizer):
+    """The externalizer, keeping what the last capture learned so the bench can render
+    the same capture's pointer at other budgets and with other policies."""
+
+    last: tuple[CaptureStats, ArtifactReference] | None = None
+
+    def make_pointer(self, stats: CaptureStats, artifact: ArtifactReference) -> str:
+        self.last = (stats, artifact)
+        return super().make_pointer(stats, artifact)
+
+    def pointer_at(self, budget: int, policy: pointer._Policy = pointer.POLICY) -> str:
+        """The last capture's pointer with another budget (and policy), as the
+        externalizer would render it."""
+        assert self.last is not None
+        stats, artifact = self.last
+        s = self.settings
+        return pointer.make_pointer(
+            stats,
+            artifact,
+            head_bytes=s.head_bytes,
+            tail_bytes=s.tail_bytes,
+            salient_bytes=s.salient_bytes,
+            budget=budget,
+            hint=self.read_hint,
+            scope=self._cli_scope(),
+            policy=policy,
+        )
+
+
+BUDGETS = (4 * 1024, 8 * 1024, 16 * 1024, 32 * 1024)
+DEFAULT_BUDGET = 32 * 1024
+# The sharing parameters the fit chose from data (the first, shipped as the default) and the
+# alternatives the held-out figure chooses among, for each project, on the other projects'
+# logs only.
+GRID: tuple[pointer._Policy, ...] = tuple(
+    dataclasses.replace(pointer.POLICY, failure_share=share, tail_share=tail)
+    for share, tail in itertools.product((0.8, 0.5, 0.65), (10, 4, 6))
+)
+assert GRID[0] == pointer.POLICY
+
+
+@dataclass(slots=True)
+class Scored:
+    """One log's results: per budget, per policy of GRID, whether the pointer showed the
+    failure; and the pointer sizes with the default policy."""
+
+    project: str
+    name: str
+    hits: dict[int, list[bool]]
+    sizes: dict[int, int]
+
+
+def corpus_scores(root: Path) -> list[Scored]:
+    """Every LogChunks log over the bash threshold, scored at every budget and policy."""
     corpus = _corpus_dir()
     if corpus is None:
-        return 0, 0, [], []
+        return []
     cases = json.loads((corpus / "cases.json").read_text(encoding="utf-8"))
     if QUICK:
         cases = cases[:40]
     ext = _externalizer(root / "logchunks")
     threshold = ext.settings.bash_max_chars
-    hits, counted, sizes, missed = 0, 0, [], []
+    scored: list[Scored] = []
     for case in cases:
         data = (corpus / "all" / case["file"]).read_bytes()
         if len(data.decode("utf-8", "replace")) <= threshold:
@@ -102,22 +169,49 @@ def corpus_recall(root: Path) -> tuple[int, int, list[int], list[str]]:
             continue
         result = ext.process(data, "bash")
         assert result.artifact is not None
-        counted += 1
-        sizes.append(len(result.context_text.encode()))
-        if found(result.context_text, wanted):
-            hits += 1
-        else:
-            missed.append(case["file"])
+        row = Scored(case["repo"], case["file"], {}, {})
+        for budget in BUDGETS:
+            row.hits[budget] = []
+            for policy in GRID:
+                text = ext.pointer_at(budget, policy)
+                if policy == pointer.POLICY:
+                    row.sizes[budget] = len(text.encode())
+                    if budget == DEFAULT_BUDGET:
+                        assert text == result.context_text  # the same path as process()
+                row.hits[budget].append(found(text, wanted))
+        scored.append(row)
         result.artifact.path.unlink()
-    return hits, counted, sizes, missed
+    return scored
 
 
-def real_recall(root: Path) -> tuple[int, int, list[int], list[str], list[str]]:
-    """(found, counted, pointer sizes, names missed, names skipped) over real programs."""
+def held_out(scored: list[Scored], budget: int) -> tuple[int, int]:
+    """Leave-one-project-out: for each project, the policy of GRID that shows the most
+    failures on the other projects' logs (ties: the earlier one), scored on its own logs.
+
+    Returns:
+        (found, counted)
+    """
+    hits = 0
+    for project in sorted({row.project for row in scored}):
+        others = [row for row in scored if row.project != project]
+        totals = [sum(row.hits[budget][i] for row in others) for i in range(len(GRID))]
+        best = max(range(len(GRID)), key=lambda i: (totals[i], -i))
+        hits += sum(row.hits[budget][best] for row in scored if row.project == project)
+    return hits, len(scored)
+
+
+def real_recall(
+    root: Path, cases: tuple[RealCase, ...] = REAL_CASES
+) -> tuple[dict[int, int], int, dict[int, list[int]], dict[int, list[str]], list[str]]:
+    """Over real programs: (found per budget, counted, pointer sizes per budget, names
+    missed per budget, names skipped)."""
     ext = _externalizer(root / "real")
     work = root / "work"
-    hits, counted, sizes, missed, skipped = 0, 0, [], [], []
-    for case in REAL_CASES:
+    hits = dict.fromkeys(BUDGETS, 0)
+    sizes: dict[int, list[int]] = {b: [] for b in BUDGETS}
+    missed: dict[int, list[str]] = {b: [] for b in BUDGETS}
+    counted, skipped = 0, []
+    for case in cases:
         produced = case.produce(work / case.name)
         if produced is None:
             skipped.append(case.name)
@@ -125,11 +219,13 @@ def real_recall(root: Path) -> tuple[int, int, list[int], list[str], list[str]]:
         result = ext.process(produced.output, "bash")
         assert result.artifact is not None, case.name
         counted += 1
-        sizes.append(len(result.context_text.encode()))
-        if all(found(result.context_text, normalise(w)[:60]) for w in produced.wanted):
-            hits += 1
-        else:
-            missed.append(case.name)
+        for budget in BUDGETS:
+            text = ext.pointer_at(budget)
+            sizes[budget].append(len(text.encode()))
+            if all(found(text, normalise(w)[:60]) for w in produced.wanted):
+                hits[budget] += 1
+            else:
+                missed[budget].append(case.name)
         result.artifact.path.unlink()
     return hits, counted, sizes, missed, skipped
 
@@ -186,33 +282,76 @@ def _pct(hits: int, counted: int) -> str:
     return f"{hits}/{counted} = {100 * hits / counted:.1f}%" if counted else "n/a"
 
 
+def _kib(budget: int) -> str:
+    return f"{budget // 1024} KiB"
+
+
 def main() -> int:
     DATA.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="pointer-", dir=DATA))
+    verbose = os.environ.get("TOOLSWAP_BENCH_VERBOSE") == "1"
     try:
         if QUICK:
             print("(TOOLSWAP_BENCH_QUICK=1: a subset and tiny sizes)")
-        hits, counted, sizes, missed = corpus_recall(root)
-        if counted:
+        scored = corpus_scores(root)
+        if scored:
+            projects = len({row.project for row in scored})
             print(
-                f"LogChunks corpus: failure reason in the pointer {_pct(hits, counted)} "
-                f"(logs over the bash threshold); pointer bytes mean "
-                f"{statistics.mean(sizes):,.0f}, max {max(sizes):,}"
+                f"LogChunks development corpus: {len(scored)} logs over the bash threshold, "
+                f"{projects} projects; the failure reason in the pointer:"
             )
-            if os.environ.get("TOOLSWAP_BENCH_VERBOSE") == "1":
-                for name in missed:
-                    print(f"  missed: {name}")
+            print(
+                "  budget   fit (default policy)   held out (leave one project out)   "
+                "pointer bytes mean / max"
+            )
+            for budget in BUDGETS:
+                fit = sum(row.hits[budget][0] for row in scored)
+                lopo, counted = held_out(scored, budget)
+                sizes = [row.sizes[budget] for row in scored]
+                print(
+                    f"  {_kib(budget):>6}   {_pct(fit, counted):>20}   {_pct(lopo, counted):>32}"
+                    f"   {statistics.mean(sizes):>8,.0f} / {max(sizes):,}"
+                )
+            if verbose:
+                for budget in (DEFAULT_BUDGET, 8 * 1024):
+                    for row in scored:
+                        if not row.hits[budget][0]:
+                            print(f"  missed at {_kib(budget)}: {row.name}")
         else:
             print(f"LogChunks corpus: not found at {CORPUS}; skipped")
-        r_hits, r_counted, r_sizes, r_missed, skipped = real_recall(root)
-        if r_counted:
+        for title, cases in (
+            ("real programs run here (the original corpus)", REAL_CASES),
+            ("more real programs run here (tuned on)", TUNING_CASES),
+            (
+                "more real programs run here, held out (run once, two misses then looked at)",
+                HELD_OUT_CASES,
+            ),
+            (
+                "more real programs run here, held out late (written after every change)",
+                HELD_OUT_LATE_CASES,
+            ),
+        ):
+            hits, counted, sizes_by, missed, skipped = real_recall(root, cases)
+            if not counted:
+                continue
             print(
-                f"real programs run here: failure reason in the pointer "
-                f"{_pct(r_hits, r_counted)}; pointer bytes mean "
-                f"{statistics.mean(r_sizes):,.0f}, max {max(r_sizes):,}"
-                + (f"; missed: {', '.join(r_missed)}" if r_missed else "")
+                f"{title}: {counted} outputs"
                 + (f"; skipped (program absent): {', '.join(skipped)}" if skipped else "")
             )
+            for budget in BUDGETS:
+                sizes = sizes_by[budget]
+                print(
+                    f"  {_kib(budget):>6}   {_pct(hits[budget], counted):>20}   pointer bytes "
+                    f"mean {statistics.mean(sizes):,.0f}, max {max(sizes):,}"
+                    + (f"; missed: {', '.join(missed[budget])}" if missed[budget] else "")
+                )
+        quiet = _externalizer(root / "quiet").process(
+            "".join(f"{i}\n" for i in range(1, 100_001)), "bash"
+        )
+        print(
+            f"an output with nothing like a failure (seq 1 100000): pointer "
+            f"{len(quiet.context_text.encode()):,} bytes"
+        )
         if os.environ.get("TOOLSWAP_BENCH_NO_CAPTURE") == "1":
             return 0
         total = (4 if QUICK else 256) * MIB

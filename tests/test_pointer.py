@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from toolswap import (
     POINTER_TEMPLATE,
@@ -165,7 +167,7 @@ def test_cuts_never_split_a_utf8_sequence(externalizer: ToolResultExternalizer) 
     assert "\ufffd" not in result.context_text
     assert head == "😀" * len(head)
     assert tail == "😀" * len(tail)
-    assert len(head) > 1000 and len(tail) > 1000
+    assert len(head) > 200 and len(tail) > 200  # a quiet output: a short head and tail
 
 
 def test_head_and_tail_never_overlap(externalizer: ToolResultExternalizer) -> None:
@@ -403,3 +405,101 @@ def test_externalized_result_pointer_and_artifact_agree(
     assert result.context_text.startswith(f"[Artifact: {result.artifact.source_id}]\n")
     assert f"SHA-256: {result.artifact.content_sha256}" in result.context_text
     assert f"Full output: {result.artifact.path}" in result.context_text
+
+
+# -- the budget ----------------------------------------------------------------------
+
+_LINE = st.one_of(
+    st.text(st.characters(codec="utf-8", exclude_characters="\n\x00"), max_size=80),
+    st.sampled_from(
+        [
+            "",
+            "error: boom",
+            "src/a.c:3:5: error: 'x' undeclared",
+            "Traceback (most recent call last):",
+            '  File "a.py", line 1, in <module>',
+            "ValueError: bad",
+            "FAILED tests/test_a.py::test_b - assert 1 == 2",
+            "warning: unused variable",
+            "##[group]Run make check",
+            "##[error]Process completed with exit code 2.",
+            "    at com.example.Foo.bar(Foo.java:12)",
+            "[error] x" * 40,
+            "ok",
+            "汇总 ✓ done",
+        ]
+    ),
+)
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    lines=st.lists(_LINE, min_size=1, max_size=30),
+    repeat=st.integers(1, 2_000),
+    budget=st.integers(1024, 64 * 1024),
+    head=st.integers(0, 8 * 1024),
+    tail=st.integers(0, 23 * 1024),
+    deep=st.booleans(),
+    cjk_summary=st.booleans(),
+)
+def test_a_pointer_never_exceeds_its_budget(
+    tmp_path_factory: pytest.TempPathFactory,
+    lines: list[str],
+    repeat: int,
+    budget: int,
+    head: int,
+    tail: int,
+    deep: bool,
+    cjk_summary: bool,
+) -> None:
+    root = tmp_path_factory.mktemp("budget")
+    if deep:
+        root = root.joinpath(*(["d" * 100] * 8))
+    text = "\n".join(lines * repeat)
+    ext = ToolResultExternalizer(
+        root / "s1",
+        settings=ExternalizerSettings(head_bytes=head, tail_bytes=tail, pointer_bytes=budget),
+    )
+
+    result = ext.externalize(text, "tool", summary="汇总" * 120 if cjk_summary else None)
+
+    pointer = result.context_text
+    assert len(pointer.encode()) <= budget
+    assert pointer.startswith(f"[Artifact: {result.artifact.source_id}]\n")
+    if budget >= 4096 and not deep:
+        assert f"Full output: {result.artifact.path}" in pointer  # the whole frame fits
+        assert pointer.splitlines()[-1].startswith(("Read more: ", "This is the whole output."))
+
+
+@pytest.mark.parametrize("budget", [1024, 2048, 4096, 8192, 16384])
+def test_a_binary_or_hostile_output_fits_any_budget(tmp_path: Path, budget: int) -> None:
+    deep = tmp_path.joinpath(*(["d" * 100] * 20)) / "s1"
+    ext = ToolResultExternalizer(deep, settings=ExternalizerSettings(pointer_bytes=budget))
+    outputs: list[str | bytes] = [
+        os.urandom(1 << 16),
+        "x" * 2_000_000,
+        "error: something\n" * 100_000,
+        "日本語" * 300_000,
+    ]
+    for output in outputs:
+        result = ext.externalize(output, "tool", summary="汇总" * 120)
+        assert len(result.context_text.encode()) <= budget
+        assert result.artifact.source_id in result.context_text
+
+
+def test_a_per_tool_budget_applies_to_that_tool_only(session_dir: Path) -> None:
+    ext = ToolResultExternalizer(
+        session_dir,
+        settings=ExternalizerSettings(tool_pointer_bytes={"pytest": 4096}, pointer_bytes=8192),
+    )
+    output = "".join(f"step {i}: error {i % 7} in module {i}\n" for i in range(20_000))
+
+    small = ext.externalize(output, "pytest").context_text
+    large = ext.externalize(output, "make").context_text
+
+    assert 3500 < len(small.encode()) <= 4096
+    assert 7500 < len(large.encode()) <= 8192

@@ -8,11 +8,15 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from real_outputs import REAL_CASES, RealCase
+from real_outputs_more import TUNING_CASES
 from toolswap import ExternalizerSettings, ToolResultExternalizer
 from toolswap.salience import Candidates, clean_for_display, score_line, template
 from toolswap.salience.middle_scan import GrepStream
+from toolswap.salience.vocabulary import LINE_SHAPES, SECTION_TITLE
 
 POINTER_MAX = 32 * 1024
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -22,7 +26,9 @@ def _normalise(text: str) -> str:
     return " ".join(_ANSI.sub("", text).replace("\r", "").split())
 
 
-@pytest.mark.parametrize("case", REAL_CASES, ids=[case.name for case in REAL_CASES])
+@pytest.mark.parametrize(
+    "case", REAL_CASES + TUNING_CASES, ids=[case.name for case in REAL_CASES + TUNING_CASES]
+)
 def test_the_pointer_shows_the_failure_of_a_real_program(
     case: RealCase, externalizer: ToolResultExternalizer, tmp_path: Path
 ) -> None:
@@ -165,10 +171,12 @@ def test_timestamps_are_kept_but_not_counted_against_the_line_budget(
     assert len(row) == len("10001: ") + len(stamp) + 240
 
 
-def test_an_output_just_over_the_threshold_is_shown_whole_without_read_more(
+def test_a_failing_output_just_over_the_threshold_is_shown_whole_without_read_more(
     externalizer: ToolResultExternalizer,
 ) -> None:
-    output = "".join(f"line {i:05d} of a build log\n" for i in range(1_200))  # 31,200 bytes
+    lines = [f"line {i:05d} of a build log\n" for i in range(1_200)]
+    lines[600] = "error: line 00600 failed\n"
+    output = "".join(lines)  # 31,200 bytes
     assert len(output) > 30_000
 
     result = externalizer.process(output, "bash")
@@ -177,6 +185,20 @@ def test_an_output_just_over_the_threshold_is_shown_whole_without_read_more(
     assert f"--- full output (1,200 lines) ---\n{output}" in result.context_text
     assert "Read more" not in result.context_text
     assert len(result.context_text.encode()) <= POINTER_MAX
+
+
+def test_an_output_with_nothing_like_a_failure_gets_a_pointer_that_shows_its_shape(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    output = "".join(f"{i}\n" for i in range(1, 100_001))  # seq 1 100000
+
+    text = externalizer.process(output, "bash").context_text
+
+    assert "no line in this output looks like a failure" in text
+    assert "--- head: lines 1-10 ---\n1\n2\n" in text
+    assert "--- tail: lines 99981-100000 ---\n99981\n" in text
+    assert "Size: 575.1 KiB, 100,000 lines." in text
+    assert len(text.encode()) < 2048
 
 
 @pytest.mark.parametrize("size", [30_001, 31_500, 33_000, 40_000, 64_000])
@@ -243,3 +265,141 @@ def test_a_pointer_for_the_default_settings_stays_within_32_kib_with_many_failur
 
     assert len(text.encode()) <= POINTER_MAX
     assert "more failure-like lines; grep the artifact to see them all" in text
+
+
+@pytest.mark.parametrize(
+    ("line", "reads_as_failure"),
+    [
+        (b"collect2: error: ld returned 1 exit status", True),
+        (b"ZeroDivisionError: division by zero", True),
+        (b'The command "make test" exited with 2.', True),
+        (b"inet_SUITE:t_gethostnative failed on line 696", True),
+        (b"Allow some information gathering to give useful error messages", False),
+        (b"added verror@1.10.0 and http-errors@1.7.3", False),
+        (b"Configure options: --with-timeout=15 --with-fail-on-warn", False),
+        (b"Dependency exceptions ==0.10.0: using exceptions-0.10.0", False),
+        (b"log_errors_max_len => 1024 => 1024", False),
+        (b"tests/test_a.py::test_raises[ERROR: bad input] PASSED", False),
+        (b"  \xe2\x9c\x93 triggers the error callback", False),
+        (b"$ grep -q 'error' build.log", False),
+        (b"Compiling ErrorRenderer and FailoverProxy", False),
+        (b"WARNING: Retrying (Retry(total=4)) after connection broken by 'ConnectionError'", False),
+        (b"2019-06-11 22:05:23 INFO  LoggerTest:162 - firstLine : ERROR", False),
+        (b"npm WARN optional dep failed, continuing fsevents@1.0.17", False),
+        (b"error: request failed after 3 retries", True),
+        (b"An error occurred while loading ./spec/requests/users_spec.rb.", True),
+        (b"==== 1 failed, 199 passed in 0.50s ====", True),
+        (b"> Task :app:compileJava FAILED", True),
+    ],
+)
+def test_a_line_reads_as_a_failure_by_its_shape_not_by_a_word_it_contains(
+    line: bytes, reads_as_failure: bool
+) -> None:
+    assert (score_line(line) >= 4) is reads_as_failure, score_line(line)
+
+
+def test_a_failure_line_is_shown_with_the_lines_that_open_its_block(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"step {i} ok" for i in range(20_000)]
+    lines[5_000:5_003] = [
+        "In file included from vis-lua.h:14:0,",
+        "                 from main.c:15:",
+        "vis-subprocess.h:21:29: error: unknown type name 'fd_set'",
+    ]
+    lines[9_000:9_006] = [
+        "____________________ test_readme ____________________",
+        "",
+        "    def test_readme():",
+        ">       assert render() == expected",
+        "E       AssertionError: assert 'a' == 'b'",
+        "tests/test_readme.py:12: AssertionError",
+    ]
+    lines[14_000:14_004] = [
+        "travis_time:start:0a1b2c3d$ flake8",
+        "./app/rules.py:8:9: E128 continuation line under-indented for visual indent",
+        "./app/rules.py:9:5: E124 closing bracket does not match visual indentation",
+        'The command "flake8" exited with 1.',
+    ]
+
+    text = externalizer.externalize("\n".join(lines), "t").context_text
+
+    assert "5001- In file included from vis-lua.h:14:0," in text
+    assert "5003: vis-subprocess.h:21:29: error: unknown type name 'fd_set'" in text
+    assert re.search(r"^9001[:-] _+ test_readme _+$", text, re.M)
+    assert re.search(r"^14002[:-] \./app/rules\.py:8:9: E128 continuation line", text, re.M)
+    assert '14004: The command "flake8" exited with 1.' in text
+
+
+def test_a_failure_line_that_heads_an_indented_block_comes_with_its_first_lines(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"  case {i}: OK (0.01s)" for i in range(20_000)]
+    lines[9_000:9_006] = [
+        "  tables:                                  FAIL (0.06s)",
+        "",
+        "    ----------------------------------------",
+        "    --- tables.custom",
+        "    +++ out/tables.custom",
+        "    -  29 </table",
+    ]
+
+    text = externalizer.externalize("\n".join(lines), "t").context_text
+
+    assert "9001: tables:" in " ".join(text.split())
+    assert "9004-     --- tables.custom" in text
+
+
+def test_an_output_of_a_failed_command_is_never_called_quiet(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    output = "".join(f"{i}\n" for i in range(1, 100_001))
+
+    text = externalizer.process(output, "bash", exit_code=2).context_text
+
+    assert "looks like a failure" not in text
+    assert "--- tail: lines " in text and "\n100000\n" in text
+    assert len(text.encode()) > 20_000  # head and tail share the budget
+
+
+def test_a_shell_error_without_a_failure_word_is_found() -> None:
+    assert score_line(b"deploy.sh: line 3: DEPLOY_TARGET: unbound variable") >= 3
+
+
+_PIECES = st.sampled_from(
+    [" ", "\t", ":", ".", "7", "x", "c", "E", "1) ", "___ ", " ___", "---- ", " ----"]
+)
+_SHAPED = st.sampled_from([".c:3: ", ":12:5: ", ": line 3: "])
+
+
+@given(st.lists(st.lists(_PIECES | _SHAPED, max_size=8).map("".join), min_size=1, max_size=12))
+@example(["foo", "bar.c:3: x"])
+@example(["1) ", "x"])
+def test_line_shapes_over_many_lines_find_what_each_line_finds_alone(lines: list[str]) -> None:
+    # The forward scan searches many lines at once, grep one at a time: both must find the
+    # same lines. A pattern that reads on past a newline matches the wrong line, and tries
+    # every following line from every line start (seq 1 100000 took 68 s of CPU).
+    data = "\n".join(lines).encode() + b"\n"
+    found = []
+    for match in LINE_SHAPES.finditer(data):
+        assert b"\n" not in match.group(), match
+        found.append(data.count(b"\n", 0, match.start()))
+
+    assert found == [i for i, line in enumerate(lines) if LINE_SHAPES.search(line.encode())]
+
+
+@pytest.mark.parametrize(
+    ("line", "title"),
+    [
+        (b"____ test_x ____", True),
+        (b"---- tests::parse stdout ----", True),
+        (b"=== FAILURES ===", True),
+        (b"___ x ______", True),
+        (b"##[group]Run make check", True),
+        (b"___ " + b"-" * 8000 + b"x", False),
+        (b"-" * 8000, True),
+        (b"--- a/x.c", False),
+    ],
+)
+def test_a_section_title_is_ruled_on_both_sides(line: bytes, title: bool) -> None:
+    assert bool(SECTION_TITLE.match(line)) is title

@@ -531,3 +531,59 @@ def test_every_entry_point_that_takes_a_clock_refuses_a_naive_one_alike(
 ) -> None:
     with pytest.raises(ClockError, match="must give timezone-aware datetimes"):
         call(session_dir)
+
+
+# -- the pointer budget ----------------------------------------------------------------
+
+
+def test_the_pointer_budget_defaults_to_32_kib_for_every_tool() -> None:
+    settings = ExternalizerSettings.from_env({})
+
+    assert settings.pointer_bytes == 32 * KIB
+    assert settings.pointer_bytes_for("bash") == settings.pointer_bytes_for("x") == 32 * KIB
+
+
+def test_the_pointer_budget_is_one_variable_with_per_tool_budgets() -> None:
+    settings = ExternalizerSettings.from_env(
+        {"TOOLSWAP_POINTER_BYTES": "8K, pytest=16KiB ,grep=4096"}
+    )
+
+    assert settings.pointer_bytes == 8 * KIB
+    assert settings.pointer_bytes_for("pytest") == 16 * KIB
+    assert settings.pointer_bytes_for("grep") == 4 * KIB
+    assert settings.pointer_bytes_for("bash") == 8 * KIB
+    only_tools = ExternalizerSettings.from_env({"TOOLSWAP_POINTER_BYTES": "grep=2K"})
+    assert (only_tools.pointer_bytes, only_tools.pointer_bytes_for("grep")) == (32 * KIB, 2 * KIB)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("x", "'x' is not a size"),
+        ("512", "between 1024 bytes and 1 MiB"),
+        ("2M", "between 1024 bytes and 1 MiB"),
+        ("pytest=", "is not a size"),
+        ("=8K", "is not 'SIZE' or 'tool=SIZE'"),
+        ("my tool=8K", "is not 'SIZE' or 'tool=SIZE'"),
+    ],
+)
+def test_a_malformed_pointer_budget_names_the_variable_and_the_entry(
+    raw: str, message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="TOOLSWAP_POINTER_BYTES") as caught:
+        ExternalizerSettings.from_env({"TOOLSWAP_POINTER_BYTES": raw})
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"pointer_bytes": 1023},
+        {"pointer_bytes": (1 << 20) + 1},
+        {"pointer_bytes": True},
+        {"tool_pointer_bytes": {"grep": 10}},
+    ],
+)
+def test_a_pointer_budget_out_of_range_is_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError, match="pointer_bytes"):
+        ExternalizerSettings(**kwargs)  # type: ignore[arg-type]

@@ -101,6 +101,9 @@ class CaptureStats:
         """The outline of a structured output (JSON, JSON Lines, a table); empty for text."""
         return self.outline_source() if self.outline_source is not None else ""
 
+    unlisted: int = 0
+    """Failure-like lines found besides ``salient`` (not read back: they rank lower)."""
+
     @property
     def line_count(self) -> int:
         if self.byte_size == 0:
@@ -157,9 +160,12 @@ class StreamCapture:
     Args:
         dir_fd: the open ``tool-results`` directory.
         head_keep: bytes of the head to keep for the preview.
-        head_shown: bytes the pointer's head preview shows; failure lines that end inside
-            them are not collected again (default: collect from the first byte).
+        head_shown: bytes the pointer's head preview always shows; failure lines that end
+            inside them are not collected again (default: collect from the first byte).
         tail_keep: bytes of the tail to keep for the preview.
+        preview_zones: the most bytes the pointer's head and tail may show (its budget
+            decides how much they do): failure lines inside them are read back too, but
+            never crowd out those of the middle.
         scan_limit: how far into the output the failure-line scan reads.
         tail_scan: when the output is longer than ``scan_limit``, how many of its last
             bytes are also scanned for failure lines.
@@ -179,9 +185,11 @@ class StreamCapture:
         scan_limit: int,
         tail_scan: int = 0,
         inspect: Inspect | None = None,
+        preview_zones: tuple[int, int] = (0, 0),
     ) -> None:
         self._dir_fd = dir_fd
         self._inspect = inspect
+        self._zones = preview_zones
         self.tmp_name = temporary_filename(os.getpid(), os.urandom(8).hex())
         self._error: BaseException | None = None
         """The first write error (a full disk, an I/O error): from then on the output is
@@ -415,7 +423,10 @@ class StreamCapture:
         if self._error is None and not self._counter.binary:
             fd = self._fd
             salient = self._scanner.salient_lines(
-                lambda count, offset: durable.current().pread(fd, count, offset), self._counter.size
+                lambda count, offset: durable.current().pread(fd, count, offset),
+                self._counter.size,
+                head_zone=self._zones[0],
+                tail_zone=self._zones[1],
             )
         if self._worker is not None:
             self._worker.join()
@@ -449,6 +460,7 @@ class StreamCapture:
             ),
             tail_scan_start=None if self._middle_scanned else tail_scan_start,
             outline_source=outline,
+            unlisted=scanner.unlisted,
         )
 
     def _start_outline(self) -> Callable[[], str] | None:

@@ -264,10 +264,12 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             capture = StreamCapture(
                 dir_fd,
                 # Enough head for the default summary's first line whatever head_bytes is,
-                # and for a pointer that shows an output whole when it fits.
-                head_keep=max(s.head_bytes, 1024, POINTER_MAX_BYTES) + _HEAD_SLACK,
-                head_shown=s.head_bytes,
+                # and for a pointer that shows an output whole when it fits. Failure lines
+                # are collected from the first byte: the budget decides how much head shows.
+                head_keep=max(s.head_bytes, 1024, POINTER_MAX_BYTES, s.pointer_bytes_for(tool_name))
+                + _HEAD_SLACK,
                 tail_keep=s.tail_bytes,
+                preview_zones=(s.head_bytes, s.tail_bytes),
                 scan_limit=s.salient_scan_bytes,
                 tail_scan=s.salient_tail_scan_bytes,
                 inspect=inspect_output if s.structured_outline else None,
@@ -417,6 +419,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             exit_code=code,
             head_bytes=self.settings.head_bytes,
             tail_bytes=self.settings.tail_bytes,
+            budget=self.settings.pointer_bytes_for(tool_name),
         )
         return ArtifactWriteError(
             message, preview=preview, byte_size=stats.byte_size, exit_code=code
@@ -434,6 +437,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             head_bytes=s.head_bytes,
             tail_bytes=s.tail_bytes,
             salient_bytes=s.salient_bytes,
+            budget=s.pointer_bytes_for(artifact.source_tool),
             hint=self.read_hint,
             scope=self._cli_scope() if self.read_hint == "cli" else "",
             command=cli_command() if self.read_hint == "cli" else "toolswap",

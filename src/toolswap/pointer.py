@@ -1,8 +1,9 @@
 """The context pointer (what the model sees instead of a large output) and the default
 summary.
 
-The pointer is the agent-facing product surface: one template, bounded to 32 KiB, that says
-plainly that the whole output is saved and exactly which call reads more.
+The pointer is the agent-facing product surface: one template, within a budget (32 KiB
+unless ``TOOLSWAP_POINTER_BYTES`` says otherwise), that says plainly that the whole output
+is saved and exactly which call reads more.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from typing import Literal
 from .artifact import ArtifactReference
 from .capture import CaptureStats
 from .errors import InvalidArgumentError
-from .salience import SalientLine, clean_for_display, timestamp_prefix
+from .salience import FAILURE_SCORE, SalientLine, clean_for_display
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS
 from .structured.hints import structured_section
 
 __all__ = [
+    "COMPACT_TEMPLATE",
     "POINTER_TEMPLATE",
     "ReadHint",
     "default_summary",
@@ -156,7 +158,9 @@ def _cut(stats: CaptureStats, head_budget: int, tail_budget: int) -> _Cut:
     head_end = len(head)
     tail_start = max(size - tail_budget, head_end)
     tail = stats.tail[tail_start - stats.tail_offset :] if tail_start < size else b""
-    if tail and tail_start > head_end:
+    rel = tail_start - stats.tail_offset
+    at_line_start = rel > 0 and stats.tail[rel - 1] == 0x0A
+    if tail and tail_start > head_end and not at_line_start:
         newline = tail.find(b"\n")
         if 0 <= newline < len(tail) // 2 and newline + 1 < len(tail):
             skip = newline + 1
@@ -170,11 +174,40 @@ def _cut(stats: CaptureStats, head_budget: int, tail_budget: int) -> _Cut:
 _MORE_RESERVE = 80
 STRUCTURED_RAW_BYTES = 512
 """Head, tail and failure lines each shown beside an outline, at most (bytes)."""
-_HEAD_FLOOR = 2048
 SALIENT_HEADER = (
     "--- lines in the omitted part that look like failures, the most telling "
     "(N: line, N- context) ---"
 )
+QUIET_NOTE = "no line in this output looks like a failure (error, exception, failed, ...)"
+
+
+@dataclass(frozen=True, slots=True)
+class _Policy:
+    """How a pointer shares its budget when the output holds failure lines.
+
+    ``failure_share`` and ``tail_share`` are the two numbers chosen from data: on the
+    development corpus, ``bench/bench_pointer.py`` scores a small grid of them and reports,
+    beside this choice's fit, the recall when each project's logs are scored with the
+    values chosen on the other projects only (leave one project out)."""
+
+    head_share: int = 16
+    """The head keeps at least 1/head_share of the room (256 bytes to 2 KiB)."""
+    tail_share: int = 10
+    """The tail keeps at least 1/tail_share of the room."""
+    failure_share: float = 0.8
+    """The failure lines take at most this part of the room before the tail grows: the
+    lines chosen by evidence, with the lines around them, say more per byte than more
+    tail."""
+    quiet_head_lines: int = 10
+    quiet_tail_lines: int = 20
+
+
+POLICY = _Policy()
+_QUIET_HEAD_BYTES = 1024
+_QUIET_TAIL_BYTES = 2048
+_MIN_BODY = 256
+# What a failing output may add to head and tail before it is shown whole rather than cut.
+_WHOLE_EXTRA = 6 * 1024
 
 
 def _row(line: SalientLine) -> str:
@@ -186,12 +219,19 @@ def _row(line: SalientLine) -> str:
 
 
 def _salient_section(
-    lines: tuple[SalientLine, ...], cut: _Cut, first: int, last: int, *, budget: int, hard: int
+    lines: tuple[SalientLine, ...],
+    cut: _Cut,
+    first: int,
+    last: int,
+    *,
+    room: int,
+    unlisted: int = 0,
 ) -> str:
     """The failure lines between line numbers ``first`` and ``last`` (inclusive; windows
     inside long lines: between the head and the tail bytes), chosen by rank with their
-    context lines: at most ``budget`` bytes not counting leading timestamps, and at most
-    ``hard`` bytes in all. Shown in line order."""
+    context lines, in at most ``room`` bytes. A group that does not fit whole is shown
+    without the lines just before and after it, then by its failure line alone. Shown in
+    line order; ``unlisted`` failure-like lines were not read back and count as left out."""
     groups: dict[int, list[SalientLine]] = {}
     for line in lines:
         if (
@@ -204,19 +244,18 @@ def _salient_section(
     if not matched:
         return ""
     used = len(SALIENT_HEADER) + 1 + _MORE_RESERVE
-    used_all = used
     chosen: list[SalientLine] = []
-    left_out = 0
+    left_out = unlisted
     for rank in sorted(matched):
-        rows = [(line, _row(line)) for line in groups[rank]]
-        cost_all = sum(len(row.encode()) + 1 for _, row in rows)
-        cost = cost_all - sum(len(timestamp_prefix(line.text).encode()) for line, _ in rows)
-        if used + cost > budget or used_all + cost_all > hard:
+        for detail in (2, 1, 0):
+            rows = [line for line in groups[rank] if line.detail <= detail]
+            cost = sum(len(_row(line).encode()) + 1 for line in rows)
+            if used + cost <= room:
+                used += cost
+                chosen.extend(rows)
+                break
+        else:
             left_out += 1
-            continue
-        used += cost
-        used_all += cost_all
-        chosen.extend(line for line, _ in rows)
     if not chosen:
         return ""
     out = [SALIENT_HEADER, *(_row(line) for line in sorted(chosen, key=lambda x: x.line_no))]
@@ -225,18 +264,65 @@ def _salient_section(
     return "\n".join(out) + "\n"
 
 
+def _lines_bytes(data: bytes, count: int, *, from_end: bool) -> int:
+    """How many bytes the first (or last) ``count`` lines of ``data`` take."""
+    if from_end:
+        pos = len(data) - 1 if data.endswith(b"\n") else len(data)
+        for _ in range(count):
+            pos = data.rfind(b"\n", 0, pos)
+            if pos < 0:
+                return len(data)
+        return len(data) - pos - 1
+    pos = -1
+    for _ in range(count):
+        pos = data.find(b"\n", pos + 1)
+        if pos < 0:
+            return len(data)
+    return pos + 1
+
+
+def _fit(text: str, budget: int) -> str:
+    """``text`` cut to ``budget`` bytes of UTF-8 at a line boundary (the last resort when
+    even the compact frame does not fit)."""
+    data = text.encode()
+    if len(data) <= budget:
+        return text
+    data = data[: _utf8_end(data, budget - 4)]
+    newline = data.rfind(b"\n")
+    if newline > 0:
+        data = data[: newline + 1]
+    return data.decode("utf-8", "ignore") + "…"
+
+
+COMPACT_TEMPLATE = """\
+[Artifact: {source_id}]
+Size: {size_text}. The full output is saved; page through it instead of running the tool again.
+{body}
+{read_more}"""
+"""The frame when the budget cannot hold ``POINTER_TEMPLATE``'s (a long path or summary
+and a small budget): the source ID, the size and how to read more."""
+
+
 def make_pointer(
     stats: CaptureStats,
     artifact: ArtifactReference,
     *,
     head_bytes: int,
     tail_bytes: int,
-    salient_bytes: int,
+    salient_bytes: int = POINTER_MAX_BYTES,
+    budget: int = POINTER_MAX_BYTES,
     hint: ReadHint = "cli",
     scope: str = "",
     command: str = "toolswap",
+    policy: _Policy = POLICY,
 ) -> str:
-    """Render the bounded context pointer for a captured output (at most 32 KiB of UTF-8).
+    """Render the context pointer for a captured output, at most ``budget`` bytes of UTF-8.
+
+    Head, failure lines and tail share the budget by what the output holds: failure lines
+    first (up to 80% of the room, with the head and the tail kept at their floors), then
+    the tail grows up to ``tail_bytes``, then the head up to ``head_bytes``, then lower
+    ranked lines fill what is left. An output in which no line looks like a failure (of a
+    command not known to have failed) gets a short head and tail and says so.
 
     ``scope`` is appended to the source ID in CLI commands (for example
     ``" --session-dir /path"`` when the source ID alone does not find the session);
@@ -262,39 +348,57 @@ def make_pointer(
         text = POINTER_TEMPLATE.format(
             **fields, size_text=size_text, body=body, read_more="Use the byte reader above."
         )
-        return text
+        if len(text.encode()) > budget:
+            text = COMPACT_TEMPLATE.format(
+                **fields, size_text=size_text, body=body, read_more="Use the byte reader above."
+            )
+        return _fit(text, budget)
     size_text = f"{human_size(stats.byte_size)}, {_lines(stats.line_count)}"
-    # Measure the frame first, then give the tail what is left of the 32 KiB.
-    probe_read_more = _READ_MORE[hint].format(offset=stats.line_count, **fields)
-    frame = POINTER_TEMPLATE.format(
-        **fields, size_text=size_text, body="", read_more=probe_read_more
-    )
-    frame_cost = len(frame.encode()) + 400  # section markers with their numbers
-    # The head never takes the whole budget, whatever the settings and the path length.
-    head_budget = min(head_bytes, max(POINTER_MAX_BYTES - frame_cost - 1024, 0))
-    whole = min(head_bytes + tail_bytes + salient_bytes, POINTER_MAX_BYTES - frame_cost)
-    if stats.byte_size <= min(len(stats.head), whole):
-        # Showing it all costs no more than a cut would: no "read more".
-        body = f"--- full output ({_lines(stats.line_count)}) ---\n" + clean_for_display(
-            stats.head[: stats.byte_size].decode("utf-8", "replace")
+    template = POINTER_TEMPLATE
+    # Measure the frame first (the read-more offset at its widest); the body gets the rest.
+    probe = _READ_MORE[hint].format(offset=stats.line_count, **fields)
+    frame = len(template.format(**fields, size_text=size_text, body="", read_more=probe).encode())
+    if frame + _MIN_BODY > budget:
+        template = COMPACT_TEMPLATE
+        frame = len(
+            template.format(**fields, size_text=size_text, body="", read_more=probe).encode()
         )
-        if not body.endswith("\n"):
+    room = max(budget - frame, 0)
+
+    def finish(body: str, read_more: str) -> str:
+        if body and not body.endswith("\n"):
             body += "\n"
-        return POINTER_TEMPLATE.format(
-            **fields, size_text=size_text, body=body, read_more="This is the whole output."
-        )
+        text = template.format(**fields, size_text=size_text, body=body, read_more=read_more)
+        return _fit(text, budget)
+
+    # A command that failed or was interrupted is never called quiet, whatever it printed.
+    quiet = _quiet(stats) and not artifact.exit_code and not artifact.interrupted
+    whole_cap = head_bytes + tail_bytes + min(salient_bytes, _WHOLE_EXTRA)
+    whole = f"--- full output ({_lines(stats.line_count)}) ---\n"
+    if quiet:
+        shape = _quiet_budgets(stats, room, head_bytes, tail_bytes, policy)
+        whole_cap = min(whole_cap, sum(shape) + len(whole))
+    if stats.byte_size <= len(stats.head) and stats.byte_size + len(whole) + 1 <= min(
+        room, whole_cap
+    ):
+        # Showing it all costs no more than a cut would: no "read more".
+        body = whole + clean_for_display(stats.head[: stats.byte_size].decode("utf-8", "replace"))
+        return finish(body, "This is the whole output.")
+
     # A structured output's outline comes first and stands for most of the raw text: head,
     # tail and failure lines shrink to a glimpse of the bytes themselves.
     outline = structured_section(stats.outline, hint, fields)
     if outline:
-        head_budget = min(head_budget, STRUCTURED_RAW_BYTES)
+        head_bytes = min(head_bytes, STRUCTURED_RAW_BYTES)
         tail_bytes = min(tail_bytes, STRUCTURED_RAW_BYTES)
         salient_bytes = min(salient_bytes, STRUCTURED_RAW_BYTES)
-    limit = POINTER_MAX_BYTES - frame_cost - len(outline.encode())
-    head_budget = min(head_budget, max(limit - 1024, 0))
 
-    def salient_for(cut: _Cut, budget: int) -> str:
-        if cut.tail_start <= cut.head_end:
+    def render(cut: _Cut, section: str) -> str:
+        # The outline's room is measured with the section markers below.
+        return outline + _body(stats, cut, section, quiet=quiet)
+
+    def section_for(cut: _Cut, space: int) -> str:
+        if cut.tail_start <= cut.head_end or quiet:
             return ""
         tail_first = stats.newline_count - cut.tail.count(b"\n") + 1
         # The list never takes more room than the part it stands for.
@@ -304,66 +408,118 @@ def make_pointer(
             cut,
             cut.head.count(b"\n") + 1,
             tail_first - 1,
-            budget=min(salient_bytes, omitted),
-            hard=min(budget, omitted),
+            room=min(space, salient_bytes, omitted + len(SALIENT_HEADER) + _MORE_RESERVE),
+            unlisted=stats.unlisted,
         )
 
-    def fit(head_budget: int, tail_budget: int) -> tuple[_Cut, str, int]:
+    markers = len(render(_cut(stats, 0, 0), "").encode()) + 64  # the section markers
+    space = max(room - markers, 0)
+    if quiet:
+        head_budget, tail_budget = _quiet_budgets(stats, space, head_bytes, tail_bytes, policy)
         cut = _cut(stats, head_budget, tail_budget)
-        salient = salient_for(cut, limit - len(cut.head))
-        return cut, salient, len(cut.head) + len(salient.encode()) + len(cut.tail) - limit
+        section = ""
+    else:
+        head_floor = min(head_bytes, max(256, min(2048, space // policy.head_share)))
+        tail_floor = min(tail_bytes, space // policy.tail_share)
+        cut = _cut(stats, head_floor, tail_floor)
+        first_room = min(int(space * policy.failure_share), space - len(cut.head) - len(cut.tail))
+        # Warnings and names take part too: a failure's context is often one of them.
+        first = section_for(cut, first_room)
+        used = len(first.encode()) + _MORE_RESERVE if first else 0
+        # What the failure lines leave goes to the tail, then to the head.
+        tail_budget = max(min(tail_bytes, space - len(cut.head) - used), 0)
+        cut = _cut(stats, head_floor, tail_budget)
+        head_budget = max(min(head_bytes, space - len(cut.tail) - used), len(cut.head))
+        cut = _cut(stats, head_budget, tail_budget)
+        section = section_for(cut, space - len(cut.head) - len(cut.tail))
+    body = render(cut, section)
+    while len(body.encode()) > room and (cut.tail or section or cut.head):
+        # The markers were estimated: give back the excess, from the tail first.
+        excess = len(body.encode()) - room
+        if cut.tail:
+            cut = _cut(stats, len(cut.head), max(len(cut.tail) - excess, 0))
+        elif section:
+            section = section_for(cut, len(section.encode()) - excess)
+        else:
+            cut = _cut(stats, max(len(cut.head) - excess, 0), 0)
+        body = render(cut, section)
+    offset = cut.head.count(b"\n") if cut.tail_start > cut.head_end or cut.tail else 0
+    return finish(body, _READ_MORE[hint].format(offset=offset, **fields))
 
-    cut, salient, over = fit(head_budget, tail_bytes)
-    if over > 0 and head_budget > _HEAD_FLOOR:
-        # The failure lines take their room from the head first (down to 2 KiB): the tail
-        # is where a failing run usually explains itself.
-        cut, salient, over = fit(max(_HEAD_FLOOR, head_budget - over), tail_bytes)
-    if over > 0:
-        # Then the tail gives way; lines it no longer shows join the middle.
-        room = limit - len(cut.head) - len(salient.encode())
-        cut = _cut(stats, len(cut.head), max(room, 0))
-        salient = salient_for(cut, limit - len(cut.head) - len(cut.tail))
+
+def _quiet(stats: CaptureStats) -> bool:
+    """Whether every byte was searched and no line looks like a failure."""
+    if _unscanned(stats):
+        return False
+    return not any(line.score >= FAILURE_SCORE for line in stats.salient if not line.context)
+
+
+def _unscanned(stats: CaptureStats) -> tuple[int, int] | None:
+    """The bytes no failure-line scan covered (start, end), or None."""
+    end = stats.byte_size if stats.tail_scan_start is None else stats.tail_scan_start
+    return (stats.scanned_bytes, end) if stats.scanned_bytes < end else None
+
+
+def _quiet_budgets(
+    stats: CaptureStats, space: int, head_bytes: int, tail_bytes: int, policy: _Policy
+) -> tuple[int, int]:
+    """Head and tail bytes that show the shape of an output without failures: a few
+    lines (at most 1 KiB and 2 KiB), within the room and the settings."""
+    head = min(
+        head_bytes,
+        space // 3,
+        _QUIET_HEAD_BYTES,
+        _lines_bytes(stats.head, policy.quiet_head_lines, from_end=False),
+    )
+    tail = min(
+        tail_bytes,
+        max(space - head, 0),
+        _QUIET_TAIL_BYTES,
+        _lines_bytes(stats.tail, policy.quiet_tail_lines, from_end=True),
+    )
+    return head, tail
+
+
+def _body(stats: CaptureStats, cut: _Cut, section: str, *, quiet: bool) -> str:
+    """The pointer's body: head, what was omitted (and where it was not searched), the
+    failure lines, the tail."""
     head_last_line = cut.head.count(b"\n")
     tail_first_line = stats.newline_count - cut.tail.count(b"\n") + 1
     parts: list[str] = []
     head_text = clean_for_display(cut.head.decode("utf-8", "replace"))
     if cut.tail_start <= cut.head_end and not cut.tail:
         parts.append(f"--- full output ({_lines(stats.line_count)}) ---\n{head_text}")
-        offset = 0
-    else:
-        omitted = cut.tail_start - cut.head_end
-        first_omitted = head_last_line + 1
-        parts.append(f"--- head: lines 1-{max(head_last_line, 1)} ---\n{head_text}")
-        if not head_text.endswith("\n"):
-            parts.append("\n")
-        if omitted > 0:
-            last_omitted = max(tail_first_line - 1, first_omitted)
-            scan_note = ""
-            unscanned_to = (
-                stats.byte_size if stats.tail_scan_start is None else (stats.tail_scan_start)
+        return "".join(parts)
+    omitted = cut.tail_start - cut.head_end
+    first_omitted = head_last_line + 1
+    parts.append(f"--- head: lines 1-{max(head_last_line, 1)} ---\n{head_text}")
+    if not head_text.endswith("\n"):
+        parts.append("\n")
+    if omitted > 0:
+        last_omitted = max(tail_first_line - 1, first_omitted)
+        note = ""
+        unscanned = _unscanned(stats)
+        if unscanned is not None and max(unscanned[0], cut.head_end) < min(
+            unscanned[1], cut.tail_start
+        ):
+            note = (
+                f"; failure lines were looked for only in the first "
+                f"{human_size(stats.scanned_bytes)}"
             )
-            if max(stats.scanned_bytes, cut.head_end) < min(unscanned_to, cut.tail_start):
-                scan_note = (
-                    f"; failure lines were looked for only in the first "
-                    f"{human_size(stats.scanned_bytes)}"
-                )
-                if unscanned_to < stats.byte_size:
-                    scan_note += f" and the last {human_size(stats.byte_size - unscanned_to)}"
-            parts.append(
-                f"--- omitted: lines {first_omitted}-{last_omitted} "
-                f"({human_size(omitted)}){scan_note} ---\n"
-            )
-            parts.append(salient)
+            if unscanned[1] < stats.byte_size:
+                note += f" and the last {human_size(stats.byte_size - unscanned[1])}"
+        elif quiet:
+            note = f"; {QUIET_NOTE}"
         parts.append(
-            f"--- tail: lines {tail_first_line}-{stats.line_count} ---\n"
-            + clean_for_display(cut.tail.decode("utf-8", "replace"))
+            f"--- omitted: lines {first_omitted}-{last_omitted} ({human_size(omitted)}){note} ---\n"
         )
-        offset = head_last_line
-    body = outline + "".join(parts)
-    if not body.endswith("\n"):
-        body += "\n"
-    read_more = _READ_MORE[hint].format(offset=offset, **fields)
-    return POINTER_TEMPLATE.format(**fields, size_text=size_text, body=body, read_more=read_more)
+        parts.append(section)
+    parts.append(
+        f"--- tail: lines {tail_first_line}-{stats.line_count} ---\n"
+        + clean_for_display(cut.tail.decode("utf-8", "replace"))
+    )
+    body = "".join(parts)
+    return body if body.endswith("\n") else body + "\n"
 
 
 UNSAVED_TEMPLATE = """\
@@ -382,17 +538,20 @@ def make_unsaved_preview(
     exit_code: int | None,
     head_bytes: int,
     tail_bytes: int,
+    budget: int = POINTER_MAX_BYTES,
 ) -> str:
-    """The bounded preview given when an output could not be written to an artifact."""
+    """The preview given when an output could not be written to an artifact: head and
+    tail, at most ``budget`` bytes of UTF-8."""
     status = "" if exit_code is None else f"; exit status {exit_code}"
     fields = {"reason": _clip(" ".join(reason.split()), 300), "tool": tool, "status": status}
     if stats.binary:
         size_text = f"{human_size(stats.byte_size)}, binary"
-        return UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body="")
+        return _fit(UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body=""), budget)
     size_text = f"{human_size(stats.byte_size)}, {_lines(stats.line_count)}"
     frame = len(UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body="").encode()) + 200
-    head_budget = min(head_bytes, max(POINTER_MAX_BYTES - frame - 1024, 0))
-    tail_budget = min(tail_bytes, max(POINTER_MAX_BYTES - frame - head_budget, 0))
+    room = max(budget - frame, 0)
+    head_budget = min(head_bytes, max(room // 4, min(room, 256)))
+    tail_budget = min(tail_bytes, max(room - head_budget, 0))
     cut = _cut(stats, head_budget, tail_budget)
     if cut.tail_start <= cut.head_end and not cut.tail:
         body = clean_for_display(cut.head.decode("utf-8", "replace"))
@@ -406,4 +565,4 @@ def make_unsaved_preview(
         body += clean_for_display(cut.tail.decode("utf-8", "replace"))
     if body and not body.endswith("\n"):
         body += "\n"
-    return UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body=body)
+    return _fit(UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body=body), budget)

@@ -9,8 +9,11 @@ Environment (``TOOLSWAP_*`` wins where both name the same thing):
 - ``TOOLSWAP_TOOL_THRESHOLDS``: per-tool settings, comma separated:
   ``pytest=200kb,grep=20000chars,secret_tool=never,mcp_x=0`` (``never`` keeps a tool
   inline whatever its size; ``0`` externalizes any non-empty output).
-- ``TOOLSWAP_HEAD_BYTES`` / ``TOOLSWAP_TAIL_BYTES``: pointer preview sizes (6144 / 24576),
-  as sizes (``6144``, ``6K``).
+- ``TOOLSWAP_POINTER_BYTES``: the pointer budget (default 32 KiB), a size, optionally with
+  per-tool budgets after it: ``8K``, ``16K,pytest=32K,grep=4K``. The pointer never exceeds
+  it; head, failure lines and tail share it by what the output holds.
+- ``TOOLSWAP_HEAD_BYTES`` / ``TOOLSWAP_TAIL_BYTES``: the most the pointer's head and tail
+  show (6144 / 24576), as sizes (``6144``, ``6K``).
 - ``TOOLSWAP_OUTLINE``: ``off`` (or ``0``, ``false``, ``no``) captures JSON, JSON Lines and
   tables as text, with no structure outline in the pointer (default ``on``).
 
@@ -34,15 +37,22 @@ if TYPE_CHECKING:
     from fractions import Fraction
 
 __all__ = [
+    "POINTER_MAX_BYTES",
+    "POINTER_MIN_BYTES",
     "ExternalizerSettings",
     "ToolThreshold",
     "parse_duration",
+    "parse_pointer_bytes",
     "parse_size",
     "parse_threshold",
     "require_aware",
 ]
 
 POINTER_MAX_BYTES = 32 * 1024
+"""The default pointer budget (the spec's 6 KiB head + 24 KiB tail and the frame)."""
+POINTER_MIN_BYTES = 1024
+"""The smallest pointer budget accepted: the frame (source ID, size, how to read more)."""
+POINTER_LARGEST_BYTES = 1 << 20
 SUMMARY_MAX_CHARS = 240
 
 
@@ -227,6 +237,46 @@ def parse_threshold(text: str) -> ToolThreshold:
         ) from None
 
 
+def _pointer_budget(name: str, text: str) -> int:
+    value = parse_size(text)
+    if not POINTER_MIN_BYTES <= value <= POINTER_LARGEST_BYTES:
+        raise ConfigurationError(
+            f"{name}={text.strip()!r}: a pointer budget is between {POINTER_MIN_BYTES} bytes "
+            f"and 1 MiB (8K, 32KiB)"
+        )
+    return value
+
+
+def parse_pointer_bytes(text: str) -> tuple[int | None, dict[str, int]]:
+    """``TOOLSWAP_POINTER_BYTES``: a budget and/or per-tool budgets, comma separated:
+    ``8K``, ``16K,pytest=32K,grep=4K``, ``grep=4K`` (each a :func:`parse_size`).
+
+    Returns:
+        (the budget for every other tool, or None when not given; the per-tool budgets).
+
+    Raises:
+        ConfigurationError: an entry is not a size, or it is under 1 KiB or over 1 MiB.
+    """
+    default: int | None = None
+    tools: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        tool, sep, size = item.rpartition("=")
+        tool = tool.strip()
+        if sep and (not tool or any(ch.isspace() for ch in tool)):
+            raise ConfigurationError(
+                f"TOOLSWAP_POINTER_BYTES entry {item!r} is not 'SIZE' or 'tool=SIZE'"
+            )
+        try:
+            value = _pointer_budget("TOOLSWAP_POINTER_BYTES", size)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"TOOLSWAP_POINTER_BYTES entry {item!r}: {exc}") from None
+        if sep:
+            tools[tool] = value
+        else:
+            default = value
+    return default, tools
+
+
 def _parse_tool_rules(raw: str) -> dict[str, ToolThreshold]:
     rules: dict[str, ToolThreshold] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
@@ -251,11 +301,19 @@ class ExternalizerSettings:
     bash_max_chars: int = 30_000
     threshold_bytes: int = 50 * 1024
     head_bytes: int = 6 * 1024
+    """The most the pointer's head shows (less when the budget is needed elsewhere)."""
     tail_bytes: int = 24 * 1024
-    salient_bytes: int = 6 * 1024
-    """Budget for the failure lines listed from the omitted middle (never more than the
-    part they stand for). When the pointer would otherwise exceed 32 KiB it is taken from
-    the head (down to 2 KiB), then from the tail."""
+    """The most the pointer's tail shows (less when failure lines explain the failure or
+    the budget is small)."""
+    pointer_bytes: int = POINTER_MAX_BYTES
+    """The pointer budget: no pointer is longer (UTF-8 bytes, frame included). Head,
+    failure lines and tail share it by what the output holds; an output with nothing that
+    looks like a failure gets a small pointer that shows its shape."""
+    tool_pointer_bytes: Mapping[str, int] = field(default_factory=dict)
+    """Per-tool budgets, by exact tool name; they win over ``pointer_bytes``."""
+    salient_bytes: int = POINTER_LARGEST_BYTES
+    """The most the failure lines listed from the omitted middle may take (the budget
+    bounds them first; never more than the part they stand for)."""
     salient_scan_bytes: int = 16 << 20
     """How far into the output the Python failure-line scan reads.
 
@@ -280,6 +338,7 @@ class ExternalizerSettings:
             "threshold_bytes",
             "head_bytes",
             "tail_bytes",
+            "pointer_bytes",
             "salient_bytes",
             "salient_scan_bytes",
             "salient_tail_scan_bytes",
@@ -299,6 +358,19 @@ class ExternalizerSettings:
         for tool, rule in self.tools.items():
             if not isinstance(rule, ToolThreshold):
                 raise ConfigurationError(f"tools[{tool!r}] must be a ToolThreshold")
+        for where, budget in (
+            ("pointer_bytes", self.pointer_bytes),
+            *((f"tool_pointer_bytes[{t!r}]", b) for t, b in self.tool_pointer_bytes.items()),
+        ):
+            if (
+                not isinstance(budget, int)
+                or isinstance(budget, bool)
+                or not POINTER_MIN_BYTES <= budget <= POINTER_LARGEST_BYTES
+            ):
+                raise ConfigurationError(
+                    f"{where} must be an integer between {POINTER_MIN_BYTES} and "
+                    f"{POINTER_LARGEST_BYTES}, not {budget!r}"
+                )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ExternalizerSettings:
@@ -334,7 +406,18 @@ class ExternalizerSettings:
         raw_rules = env.get("TOOLSWAP_TOOL_THRESHOLDS")
         if raw_rules:
             changes["tools"] = _parse_tool_rules(raw_rules)
+        raw_budget = env.get("TOOLSWAP_POINTER_BYTES")
+        if raw_budget and raw_budget.strip():
+            budget, per_tool = parse_pointer_bytes(raw_budget)
+            if budget is not None:
+                changes["pointer_bytes"] = budget
+            if per_tool:
+                changes["tool_pointer_bytes"] = per_tool
         return replace(settings, **changes) if changes else settings  # type: ignore[arg-type]
+
+    def pointer_bytes_for(self, tool_name: str) -> int:
+        """The pointer budget for ``tool_name``'s outputs."""
+        return self.tool_pointer_bytes.get(tool_name, self.pointer_bytes)
 
     def rule_for(self, tool_name: str) -> ToolThreshold:
         """The rule that decides ``tool_name``'s outputs."""

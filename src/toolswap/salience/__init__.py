@@ -40,6 +40,7 @@ from .scan import ForwardScan
 from .scan import Scanner as Scanner
 from .vocabulary import (
     BROAD_GREP_PATTERN,
+    FAILURE_SCORE,
     GREP_PATTERN,
     GREP_WORDS,
     LINE_PATTERNS,
@@ -50,6 +51,7 @@ from .vocabulary import template as template
 
 __all__ = [
     "BROAD_GREP_PATTERN",
+    "FAILURE_SCORE",
     "GREP_PATTERN",
     "GREP_WORDS",
     "LINE_PATTERNS",

@@ -5,12 +5,13 @@ takes). Lines that share a template are listed once, with how many others are li
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .candidates import Entry
-from .display import SALIENT_LINE_CHARS, WINDOW_BEFORE, display_line
-from .vocabulary import ASCII_LOWER, FIND_WORDS, OVERLAP
+from .display import ANSI_BYTES, SALIENT_LINE_CHARS, TIMESTAMP_BYTES, WINDOW_BEFORE, display_line
+from .vocabulary import ASCII_LOWER, EXIT_FAILED, FIND_WORDS, OVERLAP, SECTION_TITLE, STEP_MARKER
 
 __all__ = ["Pread", "SalientLine", "resolve"]
 
@@ -18,6 +19,13 @@ _CONTEXT_READ = 4096
 _LONG_LINE_READ = 1 << 20
 _LONG_LINE_MAX = 8 << 20
 _TRACEBACK_READ = 64 << 10
+_OPENER_READ = 8192
+_OPENER_LINES = 40
+_INTRODUCERS = 4
+_BODY_LINES = 3
+_EXIT_WINDOW = 3
+# A marker that closes a step: what lies above it belongs to another block.
+_END_MARKER = re.compile(rb"##\[endgroup\]|::endgroup::|travis_fold:end|section_end:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +43,13 @@ class SalientLine:
     """When ``text`` is a window inside a long line: the artifact byte it starts at."""
     similar: int = 0
     """How many other lines share this line's template (they are not listed)."""
+    score: float = 0.0
+    """How strongly the failure line of this line's group reads as the reason of a failure
+    (``vocabulary.score_line``: 4 or more says something failed, under 3 is a warning or a
+    name)."""
+    detail: int = 0
+    """What a short pointer drops first: 0 the failure line, 1 the opening line of its
+    block (or a traceback's last line), 2 the line just before or after it."""
 
 
 Pread = Callable[[int, int], bytes]
@@ -117,12 +132,179 @@ def _traceback_start(pread: Pread, line_offset: int, line_no: int) -> tuple[int,
     return None
 
 
-def resolve(
-    entries: Iterable[Entry], pread: Pread, size: int, *, limit: int = 64
-) -> tuple[SalientLine, ...]:
-    """Read the best ``limit`` candidates back with their context lines.
+def _plain(raw: bytes) -> bytes:
+    """A line as its shape is judged: no ANSI escapes, no leading timestamp, no CR."""
+    if b"\x1b" in raw:
+        raw = ANSI_BYTES.sub(b"", raw)
+    raw = TIMESTAMP_BYTES.sub(b"", raw)
+    if b"\r" in raw:
+        raw = raw.rstrip(b"\r")
+        raw = raw[raw.rfind(b"\r") + 1 :]
+    return raw
 
-    Returns every line once, in line order; ``rank`` says how telling each one is.
+
+def _indent(line: bytes) -> int:
+    return len(line) - len(line.lstrip(b" \t"))
+
+
+_SHAPE_KEY = re.compile(
+    rb"^(?:\[[^\]\s]{1,24}\]|[A-Z]{1,8}[!:]?(?=\s)|[\w-]{1,16}(?:!|:(?=\s))"
+    rb"|\d{1,4}[.)](?=\s)|[-*+](?=\s)|\xe2\x80\xa2(?=\s)|\xe2\x9c[\x97\x98](?=\s))"
+)
+
+
+def _shape_key(line: bytes) -> bytes | None:
+    """What a runner starts each line of a report or a list with, once the indentation is
+    removed (``[error]``, ``npm ERR!``, ``E``, ``error:``, ``12.``, ``-``, ``✗``), or None."""
+    match = _SHAPE_KEY.match(line.lstrip(b" \t"))
+    if match is None:
+        return None
+    key = match.group(0).lower()
+    return b"N." if key[:1].isdigit() else key
+
+
+def _run_start(rows: list[bytes], end: int, depth: int, key: bytes | None) -> int:
+    """The first of the lines that, going up from ``rows[end]``, share its indentation
+    ``depth`` and its shape ``key`` (more indented lines between them continue them).
+
+    Returns:
+        Its index in ``rows``.
+    """
+    first = end
+    if key is None:
+        return first
+    for i in range(end - 1, max(end - _OPENER_LINES, -1), -1):
+        text = _plain(rows[i])
+        if not text.strip():
+            if depth == 0:
+                break
+            continue
+        indent = _indent(text)
+        if indent > depth:
+            continue
+        if indent < depth or _shape_key(text) != key:
+            break
+        first = i
+    return first
+
+
+def _block_openers(before: list[bytes], line: bytes) -> list[int]:
+    """How many lines above ``line`` the lines that open its block lie (``before`` holds
+    the lines above it): the first of the lines shaped like it (``[error]``, ``npm ERR!``,
+    ``E``, list items ``12.``), then the line that heads them: the nearest less indented
+    line, or for lines that are not indented, those that introduce them with a ':' or ','
+    (``In file included from x.h:3:,``, ``a.c: In function 'f':``), extended to the first
+    of its own kind. Never past a step marker's end, nor a blank line unless indented."""
+    me = _plain(line)
+    if not me.strip():
+        return []
+    depth = _indent(me)
+    rows = [*before, line]
+    mine = len(rows) - 1
+    first = _run_start(rows, mine, depth, _shape_key(me))
+    found = [first] if first != mine else []
+    head: int | None = None
+    if depth:
+        for i in range(first - 1, -1, -1):
+            text = _plain(rows[i])
+            if not text.strip():
+                continue
+            if _END_MARKER.match(text.lstrip()):
+                break
+            if _indent(text) < depth:
+                head = i
+                break
+    else:
+        # Lines that introduce the block end with ':' or ',' (a wrapped list of them).
+        i = first
+        while i > 0 and first - i < _INTRODUCERS:
+            text = _plain(rows[i - 1]).rstrip()
+            if not text.endswith((b":", b",")) or STEP_MARKER.match(text.lstrip()):
+                break
+            i -= 1
+        head = i if i < first else None
+    if head is not None:
+        text = _plain(rows[head])
+        found.append(_run_start(rows, head, _indent(text), _shape_key(text)))
+    return sorted({mine - i for i in found if i < mine})
+
+
+def _body(pread: Pread, offset: int, size: int, line: bytes) -> list[tuple[int, bytes]]:
+    """The lines after a failure line (at ``offset``, where the next line starts) worth
+    showing with it, each with how many lines below it lies: the next one, or, when the
+    failure line heads a more indented block (``tables: FAIL`` above its diff, ``1) test``
+    above ``Failure/Error:``), its first ``_BODY_LINES`` non-blank lines."""
+    block = pread(_CONTEXT_READ, offset)
+    rows = block.split(b"\n")
+    if offset + len(block) < size or not block.endswith(b"\n"):
+        rows = rows[:-1]  # the last may go on past what was read
+    rows = rows[: _BODY_LINES * 3]
+    if not rows:
+        return []
+    depth = _indent(_plain(line))
+    found: list[tuple[int, bytes]] = []
+    for ahead, raw in enumerate(rows, 1):
+        text = _plain(raw)
+        if not text.strip():
+            continue
+        if _indent(text) <= depth:
+            break
+        found.append((ahead, raw))
+        if len(found) >= _BODY_LINES:
+            break
+    if not found and rows[0].strip():
+        found = [(1, rows[0])]
+    return found
+
+
+def _lines_before(pread: Pread, line_offset: int) -> list[bytes]:
+    """Up to ``_OPENER_LINES`` whole lines that end just before ``line_offset``."""
+    if line_offset <= 0:
+        return []
+    start = max(line_offset - _OPENER_READ, 0)
+    before = pread(line_offset - start, start).split(b"\n")[:-1]
+    if start > 0:
+        before = before[1:]  # its first line may have begun further back
+    return before[-_OPENER_LINES:]
+
+
+def _section_title(before: list[bytes]) -> int | None:
+    """How many lines above lies the title of the runner's section or the CI step a line
+    belongs to (``____ test_x ____``, ``---- name stdout ----``, ``##[group]Run make``),
+    within the lines ``before`` it; None when there is none."""
+    for back, raw in enumerate(reversed(before), 1):
+        text = _plain(raw).strip()
+        if _END_MARKER.match(text):
+            return None
+        if SECTION_TITLE.match(text):
+            return back
+    return None
+
+
+def _exit_window(before: list[bytes]) -> list[int]:
+    """For a line that says a command failed (``exited with 1``): how many lines above
+    lie the last ``_EXIT_WINDOW`` non-blank lines of its output (the failure is usually
+    there)."""
+    found: list[int] = []
+    for back, raw in enumerate(reversed(before), 1):
+        text = _plain(raw).strip()
+        if not text:
+            continue
+        if STEP_MARKER.match(text) or _END_MARKER.match(text):
+            break
+        found.append(back)
+        if len(found) >= _EXIT_WINDOW:
+            break
+    return found
+
+
+def resolve(
+    entries: Iterable[tuple[int, Entry]], pread: Pread, size: int
+) -> tuple[SalientLine, ...]:
+    """Read candidates (each with its rank, 0 the most telling) back with their context
+    lines.
+
+    Returns every line once, in line order.
     """
     rows: dict[int, SalientLine] = {}
 
@@ -131,18 +313,28 @@ def resolve(
         if old is None or (old.context and not line.context) or old.rank > line.rank:
             rows[line.line_no] = line
 
-    for rank, entry in enumerate(entries):
-        if rank >= limit:
-            break
+    for rank, entry in entries:
+        score = entry.score
+
+        def context(
+            line_no: int, raw: bytes, detail: int, rank: int = rank, score: float = score
+        ) -> None:
+            put(
+                SalientLine(
+                    line_no, display_line(raw), rank=rank, context=True, score=score, detail=detail
+                )
+            )
+
         line, line_end, goes_on = _line_at(pread, entry.line_offset, size)
         match_offset = entry.match_offset
         if match_offset is None and (goes_on or len(line) > SALIENT_LINE_CHARS * 2):
             found = _locate(pread, entry.line_offset, size)
             if found is not None and found - entry.line_offset > SALIENT_LINE_CHARS // 2:
                 match_offset = max(found - WINDOW_BEFORE, entry.line_offset)
+        window = b""
         if match_offset is not None:
-            window = pread(SALIENT_LINE_CHARS * 4, match_offset)
-            text = window.split(b"\n", 1)[0].decode("utf-8", "ignore")
+            window = pread(SALIENT_LINE_CHARS * 4, match_offset).split(b"\n", 1)[0]
+            text = window.decode("utf-8", "ignore")
             put(
                 SalientLine(
                     entry.line_no,
@@ -150,27 +342,49 @@ def resolve(
                     rank=rank,
                     byte_offset=match_offset,
                     similar=entry.count - 1,
+                    score=score,
                 )
             )
             if goes_on:
                 line_end = _skip_line(pread, entry.line_offset, size)
         else:
-            put(SalientLine(entry.line_no, display_line(line), rank=rank, similar=entry.count - 1))
+            put(
+                SalientLine(
+                    entry.line_no,
+                    display_line(line),
+                    rank=rank,
+                    similar=entry.count - 1,
+                    score=score,
+                )
+            )
         before = _previous_line(pread, entry.line_offset)
         if before is not None and before.strip():
-            put(SalientLine(entry.line_no - 1, display_line(before), rank=rank, context=True))
+            context(entry.line_no - 1, before, 2)
         if line_end < size:
-            after, _, _ = _line_at(pread, line_end, size)
-            if after.strip():
-                put(SalientLine(entry.line_no + 1, display_line(after), rank=rank, context=True))
+            for ahead, after in _body(pread, line_end, size, line):
+                context(entry.line_no + ahead, after, 2)
         if _is_traceback_start(line) and line_end < size:
             end = _traceback_end(pread, line_end, entry.line_no)
             if end is not None:
-                put(SalientLine(end[0], display_line(end[1]), rank=rank, context=True))
-        elif before is not None and before[:1].isspace():
+                context(end[0], end[1], 1)
+            continue
+        start = None
+        if before is not None and before[:1].isspace():
             start = _traceback_start(pread, entry.line_offset, entry.line_no)
-            if start is not None:
-                put(SalientLine(start[0], display_line(start[1]), rank=rank, context=True))
+        if start is not None:
+            context(start[0], start[1], 1)
+        above = _lines_before(pread, entry.line_offset)
+        backs: list[int] = []
+        if match_offset is None:
+            if start is None:
+                backs.extend(_block_openers(above, line))
+            title = _section_title(above)
+            if title is not None:
+                backs.append(title)
+        if EXIT_FAILED.search(_plain(line if match_offset is None else window)):
+            backs.extend(_exit_window(above))
+        for back in backs:
+            context(entry.line_no - back, above[len(above) - back], 1)
     return tuple(rows[number] for number in sorted(rows))
 
 

@@ -4,14 +4,16 @@ lines the pointer lists."""
 
 from __future__ import annotations
 
-from .candidates import RAW_KEEP, Candidates
+from .candidates import RAW_KEEP, Candidates, Entry
 from .display import SALIENT_LINE_CHARS, WINDOW_BEFORE
 from .resolve import Pread, SalientLine, resolve
-from .vocabulary import ASCII_LOWER, FIND_WORDS, LINE_SHAPES, OVERLAP
+from .vocabulary import ASCII_LOWER, FAILURE_SCORE, FIND_WORDS, LINE_SHAPES, OVERLAP
 
 __all__ = ["ForwardScan", "Scanner"]
 
 _CARRY_MAX = 4096
+_MIDDLE_LIMIT = 64
+_EDGE_LIMIT = 32
 _SCAN_PIECE = 256 << 10
 
 
@@ -177,6 +179,8 @@ class Scanner:
         self.size = 0
         self.scanned = 0
         """How many leading bytes the forward scan was fed."""
+        self.unlisted = 0
+        """Failure-like lines of the middle that ``salient_lines`` did not read back."""
 
     @property
     def newlines(self) -> int:
@@ -233,6 +237,23 @@ class Scanner:
         newlines."""
         self.candidates.merge(found, lines=newlines_before, offset=offset)
 
-    def salient_lines(self, pread: Pread, size: int) -> tuple[SalientLine, ...]:
-        """The best candidates read back with their context, in line order."""
-        return resolve(self.candidates.ranked(), pread, size)
+    def salient_lines(
+        self, pread: Pread, size: int, *, head_zone: int = 0, tail_zone: int = 0
+    ) -> tuple[SalientLine, ...]:
+        """The best candidates read back with their context, in line order.
+
+        The pointer's head and tail may show lines within the first ``head_zone`` and the
+        last ``tail_zone`` bytes (how much depends on the budget): the best 64 candidates
+        outside them are read back, and the best 32 inside them, so lines the head or the
+        tail will show never crowd out the middle."""
+        middle: list[tuple[int, Entry]] = []
+        edges: list[tuple[int, Entry]] = []
+        self.unlisted = 0
+        for rank, entry in enumerate(self.candidates.ranked()):
+            inside = entry.line_offset < head_zone or entry.line_offset >= size - tail_zone
+            chosen = edges if inside else middle
+            if len(chosen) < (_EDGE_LIMIT if inside else _MIDDLE_LIMIT):
+                chosen.append((rank, entry))
+            elif not inside and entry.score >= FAILURE_SCORE:
+                self.unlisted += entry.count
+        return resolve(sorted(middle + edges, key=lambda pair: pair[0]), pread, size)

@@ -16,12 +16,16 @@ from .display import ANSI_BYTES, TIMESTAMP_BYTES
 __all__ = [
     "ASCII_LOWER",
     "BROAD_GREP_PATTERN",
+    "EXIT_FAILED",
+    "FAILURE_SCORE",
     "FIND_WORDS",
     "GREP_PATTERN",
     "GREP_WORDS",
     "LINE_PATTERNS",
     "LINE_SHAPES",
     "OVERLAP",
+    "SECTION_TITLE",
+    "STEP_MARKER",
     "VOCABULARY",
     "score_line",
     "template",
@@ -84,13 +88,24 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"deprecat", 1),
     (b"warn", 1),
 )
+FAILURE_SCORE = 2.0
+"""A line scored at least this (``score_line``) looks like a failure; below it, a warning,
+a deprecation or only a name."""
 # Line shapes of test-runner summaries, valid both as Python ``re`` and as POSIX ERE
 # (grep -E): ``  1) test name`` (mocha, RSpec, PHPUnit, ExUnit), pytest's
-# ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers.
+# ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers, and a
+# diagnostic's location (``lib/a.js:12:5: Extra semicolon``, ``./x.py:8:9: E128 ...``,
+# the shell's ``deploy.sh: line 3: X: unbound variable``): linters and shells report
+# without a failure word.
+# A tab is written as itself: inside a bracket expression, ERE reads ``\t`` as a backslash
+# and a ``t``.
+_TAB = "\t"
 LINE_PATTERNS: tuple[tuple[str, int], ...] = (
-    (r"^[ \t]*[0-9]+\) [^ ]", 3),
+    (rf"^[ {_TAB}]*[0-9]+\) [^ ]", 3),
     (r"^_{3,} .* _{3,}$", 3),
     (r"^-{4} .* -{4}$", 3),
+    (rf"^[ {_TAB}]*[^ {_TAB}:]*\.[A-Za-z0-9]+:[0-9]+(:[0-9]+)?:? [^ ]", 3),
+    (rf"^[^ {_TAB}:]+: line [0-9]+: [^ ]", 3),
 )
 
 
@@ -124,39 +139,118 @@ GREP_PATTERN = "|".join(_ere(word) for word in GREP_WORDS)
 
 ASCII_LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 """``bytes.translate`` table: the vocabulary is matched in ASCII lower case."""
-LINE_SHAPES = re.compile(b"|".join(f"(?:{p})".encode() for p, _ in LINE_PATTERNS), re.M)
-"""``LINE_PATTERNS`` as one bytes pattern, over many lines at once."""
+LINE_SHAPES = re.compile(
+    b"|".join(f"(?:{p})".encode().replace(b"[^", b"[^\n") for p, _ in LINE_PATTERNS), re.M
+)
+"""``LINE_PATTERNS`` as one bytes pattern, over many lines at once (a negated class never
+crosses a newline, as in grep, which sees one line at a time)."""
 _SHAPE_SCORE = max(score for _, score in LINE_PATTERNS)
 # Words that only name something or count zero of it.
+_WHOLE = rb"(?:errors?|exceptions?|fatal|timeout|refused|denied|killed)"
+_STEMS = rb"(?:fail|warn|assert|abort|panic)"  # with any ending: ``failing``, ``warnings``
+_WORDS = rb"(?:" + _WHOLE + rb"|" + _STEMS + rb"\w*)"
+# The cost stays linear in the line: a pattern that spans a run of characters starts where
+# the run starts (a lookbehind) and commits to the run's first failure word (an atomic
+# group); else a long word is searched again from each of its letters (11 ms a line).
 _NOT_A_FAILURE = re.compile(
+    # Each name below starts at a '-', a '/' or where no word character precedes: one test
+    # rules out every other place (most of a line) before the alternatives are tried.
+    rb"(?=\S)(?:(?<!\w)|(?=[-/]))(?:"
     rb"\b(?:0|no|zero)\s+(?:errors?|failures?|failed|warnings?|tests? failed)\b"
     rb"|\b(?:errors?|failures?|failed|warnings?|failing)\s*[:=]\s*0\b"
     rb"|-w(?:no-)?error\S*|-wall|\bwarn(?:ing)?s?_?as_?errors?"
-    rb"|[\w./-]*(?:error|fail|warn|assert|exception|abort|panic)[\w./-]*"
-    rb"\.(?:c|h|cc|cpp|hpp|go|py|pyc|rs|js|ts|java|class|rb|php|o|so|a|html|xml|json|log|txt)\b"
+    rb"|(?<![\w./-])(?>[\w./-]*?(?:error|fail|warn|assert|exception|abort|panic))[\w./-]*"
+    rb"\.(?:c|h|cc|cpp|hpp|go|py|pyc|rs|js|ts|java|class|rb|php|o|so|a|html|xml|json|log|txt|erl)\b"
     rb"|\b(?:on|ignore|allow|expect|handle|raise|throw|catch|log|set|get)_?(?:errors?|fail\w*)\b"
     rb"|\bfail[_-]?fast\b|\bfailover\b|\bwarn_only\b"
     # A word joined to others by ``_`` or ``.`` is an identifier (``display_errors``,
-    # ``assert.active``, ``TRAVIS_ALLOW_FAILURE``, ``test_failure_case``), not a report.
-    rb"|[\w.]*[_.](?:errors?|fail\w*|assert\w*|exceptions?|warn\w*|fatal|panic|abort\w*)\b[\w.]*"
+    # ``log_errors_max_len``, ``assert.active``, ``TRAVIS_ALLOW_FAILURE``), not a report.
+    rb"|(?<![\w.])(?>[\w.]*?[_.]"
+    rb"(?:errors?|fail\w*|assert\w*|exceptions?|warn\w*|fatal|panic|abort\w*))[\w.]*"
     rb"|\b(?:errors?|fail\w*|assert\w*|exceptions?|warn\w*|fatal|panic|abort\w*)[_.]\w[\w.]*"
     # A word inside a path or a URL names a file, not a failure.
-    rb"|[^\s'\"]*/[^\s'\"]*"
+    rb"|(?<![^\s'\"])[^\s'\"]*/[^\s'\"]*|/[^\s'\"]*"
+    # A command-line flag (``--with-timeout=15``), a package and its version
+    # (``http-errors@1.7.3``, ``exceptions-0.10.0``, ``exceptions ==0.10``), a setting
+    # (``dependency=exceptions``), a count of assertions (``11 assertions``).
+    rb"|(?<![\w-])--?[\w-]*" + _WORDS + rb"[\w=.-]*"
+    rb"|(?<![\w.-])(?>[\w.-]*?" + _WORDS + rb")[\w.-]*@[\^~]?\d[\w.-]*"
+    rb"|(?<![\w-])(?:[\w-]*-)?(?:\w*" + _WHOLE + rb"|(?>\w*?" + _STEMS + rb")\w*)-\d+(?:\.\d+)+\b"
+    rb"|\b" + _WORDS + rb"\s*(?:[=<>]=|[<>~^])\s*\d"
+    rb"|\b\d+\s+assert\w*"
+    rb"|(?<![\w.-])[\w.-]+=" + _WORDS + rb"[\w.-]*"
+    # A success (``exited with 0``) and a setting (``timeout: 15 minutes``).
+    rb"|\bexit(?:ed with| code| status)(?: code)?:? \(?0\b|\btimeout\s*[:=]\s*\d"
+    rb")"
 )
-# Shapes of a report: a location before ``error:``, a bracketed or upper-case level word.
+# Shapes of a report: a location before ``error:``, a bracketed or upper-case level word,
+# a test framework's ``failed on line N``, a sanitizer's header.
 _REPORT = re.compile(
     rb"(?:^|[\s:\]])(?:error|fatal|fail(?:ed|ure)?|panic)\b\s*(?:\[[^\]]*\])?\s*[:!]"
     rb"|\[(?:error|fatal|fail(?:ed|ure)?)\]"
     rb"|^\s*(?:error|fatal|fail(?:ed|ure)?|e )\b"
     rb"|\bnpm err"
-    rb"|\w(?:error|exception)\b:",
+    rb"|\w(?:error|exception)\b:"
+    rb"|\bfailed on line \d+|\[compilation failed\]|^==\d+==\s*error: \w*sanitizer"
+    rb"|\bexit(?:ed with| code| status)(?: code)?:? \(?[1-9]",
     re.I,
 )
+# A line that reports a success (``PASSED``, ``... ok``, a check mark; not ``1 failed, 9
+# passed``) or echoes a command (``$ make``, ``+ make``) is no failure, whatever words it
+# holds.
+_SUCCESS = re.compile(
+    rb"\bPASS(?:ED)?\b|\bSUCCESS\b|\[\s*OK\s*\]|^\s*OK\b|\.\.\.\s*ok\b|\bok\s*$"
+    rb"|\xe2\x9c\x93|\xe2\x9c\x94",
+    re.I,
+)
+_COUNTED = re.compile(rb"\b[1-9]\d* (?:failed|failures?|errors?)\b|\bnot ok\b", re.I)
+_ECHO = re.compile(rb"^\s*(?:\$|\+{1,3}) \S")
+# A line logged at a level under error (``INFO``, ``[WARNING]``, ``npm WARN``, ``note:``)
+# reports no failure, whatever it quotes; nor does a retry that may yet succeed.
+_LEVEL = re.compile(
+    rb"^\W{0,3}(?:\d[\d:.,T-]*\s+){0,2}(?:\[[^\]]{0,40}\]\s*){0,3}(?:npm\s+)?\[?"
+    rb"(info|debug|trace|notice|verbose|warn(?:ing)?|deprecat\w*|note|hint)\b",
+    re.I,
+)
+_RETRY = re.compile(rb"\bretr(?:y|ying|ied)\b|\bwill retry\b|\battempt \d+ (?:of|/)", re.I)
+_GAVE_UP = re.compile(rb"gave up|giving up|after \d+ (?:retries|attempts)|exhausted", re.I)
+_WARN_CAP = 1.5
+# A failure noun between two words of a sentence (``give useful error messages``, ``License
+# Exception TSU``) describes; it does not report (``an error occurred while`` does). Two
+# letters before it say as much as a whole word, and are not searched again from each letter.
+_PROSE = re.compile(
+    rb"[a-z]{2} (?:error|exception|failure|fault)s? "
+    rb"(?!occur|happen|while|during|in |at |on |was |has |when|raised|thrown|encounter)[a-z]"
+)
+_VERBS = tuple(w for w, s in VOCABULARY if s >= 4 and w not in (b"error", b"exception", b"assert"))
 _UPPER = re.compile(rb"\b(?:ERROR|FAILED|FAILURE|FAIL|FATAL|PANIC)\b")
+# A path is masked from the start of its word (or from its first '/', after another mask).
 _MASK = re.compile(
-    rb"0x[0-9a-f]+|\b[0-9a-f]{7,}\b|[\w.~-]*/[\w./~@+-]*|\d+(?:[.:,]\d+)*"
+    rb"0x[0-9a-f]+|\b[0-9a-f]{7,}\b|(?<![\w.~-])[\w.~-]*/[\w./~@+-]*|/[\w./~@+-]*|\d+(?:[.:,]\d+)*"
     rb"|'[^'\n]{1,80}'|\"[^\"\n]{1,80}\"|\xe2\x80\x98.{1,80}?\xe2\x80\x99"
 )
+STEP_MARKER = re.compile(
+    rb"##\[(?:end)?group\]|::(?:end)?group::|travis_fold:|section_(?:start|end):"
+    rb"|\$ \S|\+ \S|={3,} ?\S|-{3,} ?\S|\*{3,} ?\S|#{3,} ?\S|_{3,} ?\S"
+)
+"""The start of a line (its indentation, ANSI escapes and timestamp removed) that opens a
+CI step or a runner's section: GitHub Actions ``##[group]``/``::group::``, Travis folds,
+GitLab sections, a shell prompt or trace (``$ make``, ``+ make``), a ruled title."""
+# The closing rule is its last three characters: a longer one would be measured again from
+# every character of a long line (quadratic).
+SECTION_TITLE = re.compile(
+    rb"(?:_{3,}|-{3,}|={3,}|\*{3,}|#{3,}) ?\S.*\S ?(?:_{3}|-{3}|={3}|\*{3}|#{3})$"
+    rb"|##\[group\]|::group::"
+)
+"""A line (stripped) that titles a runner's section or a CI step: ``____ test_x ____``,
+``---- name stdout ----``, ``=== FAILURES ===``, ``##[group]Run make check``."""
+EXIT_FAILED = re.compile(
+    rb"\bexit(?:ed with| code| status)(?: code)?:? \(?[1-9]\d*"
+    rb"|returned (?:a )?non-?zero exit|\bError [1-9]\d*$",
+    re.I,
+)
+"""What a runner says when a command failed: ``The command "make" exited with 2.``,
+``Process completed with exit code 1.``, ``make: *** [all] Error 2``."""
 _TEMPLATE_BYTES = 200
 OVERLAP = 32
 """Bytes carried from one searched piece to the next: longer than any word, so a word cut
@@ -164,15 +258,24 @@ between two pieces is found."""
 
 
 def score_line(raw: bytes) -> float:
-    """How strongly one line (its first bytes) reads as the reason of a failure; 0: not."""
-    lower = raw.translate(ASCII_LOWER)
-    if b"\x1b" in lower:
-        lower = ANSI_BYTES.sub(b"", lower)
-    lower = TIMESTAMP_BYTES.sub(b"", lower)
-    kept = _NOT_A_FAILURE.sub(b" ", lower)
+    """How strongly one line (its first bytes) reads as the reason of a failure; 0: not.
+
+    A word counts where a word starts (``verror`` is none; ``TypeError`` is, and
+    ``ErrorRenderer`` is a name); a report's shape adds one, a failure noun in a sentence
+    takes one and a half; a line that reports a success, echoes a command or is logged at
+    ``INFO`` counts at most 1, a warning or a retry at most 1.5.
+    """
+    text = raw if b"\x1b" not in raw else ANSI_BYTES.sub(b"", raw)
+    if b"\r" in text:
+        # A line redrawn in place: what it says last.
+        states = [state for state in text.split(b"\r") if state.strip()]
+        text = states[-1] if states else b""
+    text = TIMESTAMP_BYTES.sub(b"", text)
+    lower = text.translate(ASCII_LOWER)
+    kept = _NOT_A_FAILURE.sub(lambda m: b" " * len(m.group()), lower)
     best = 0
     for word, score in VOCABULARY:
-        if score > best and word in kept:
+        if score > best and word in kept and _word_at_start(text, kept, word):
             best = score
     if best < _SHAPE_SCORE and LINE_SHAPES.search(kept):
         best = _SHAPE_SCORE
@@ -180,10 +283,46 @@ def score_line(raw: bytes) -> float:
         # Only names and zero counts: keep it as a weak candidate all the same.
         return 0.5 if kept != lower else 0.0
     value = float(best)
-    text = raw if b"\x1b" not in raw else ANSI_BYTES.sub(b"", raw)
     if best >= 3 and (_REPORT.search(text) or _UPPER.search(text)):
         value += 1.0
+    elif _PROSE.search(kept) and not any(verb in kept for verb in _VERBS):
+        value -= 1.5
+    if (_SUCCESS.search(text) and not _COUNTED.search(text)) or _ECHO.match(text):
+        value = min(value, 1.0)
+    level = _LEVEL.match(text)
+    if level is not None:
+        below = level.group(1)[:1].lower() in b"idtv"  # info, debug, trace, verbose
+        value = min(value, 1.0 if below else _WARN_CAP)
+    elif _RETRY.search(text) and not _GAVE_UP.search(text):
+        value = min(value, _WARN_CAP)
     return value
+
+
+def _word_at_start(text: bytes, kept: bytes, word: bytes) -> bool:
+    """Whether ``word`` occurs in ``kept`` (``text`` lower-cased, names blanked) where a
+    word starts: after a non-letter, or as the capitalised end of a compound
+    (``TypeError``), but not as the capitalised head of one (``ErrorRenderer``)."""
+    pos = kept.find(word)
+    while pos >= 0:
+        starts = pos == 0 or not kept[pos - 1 : pos].isalpha()
+        if not starts:
+            starts = text[pos - 1 : pos].islower() and text[pos : pos + 1].isupper()
+        if not starts:
+            pos = kept.find(word, pos + 1)
+            continue
+        end = pos + len(word)
+        while text[end : end + 1].islower():
+            end += 1  # the rest of the capitalised word: ``Failover`` in ``FailoverProxy``
+        head = (
+            text[pos : pos + 1].isupper()
+            and text[pos + 1 : pos + 2].islower()
+            and text[end : end + 1].isupper()
+            and text[end + 1 : end + 2].islower()
+        )
+        if not head:
+            return True
+        pos = kept.find(word, pos + 1)
+    return False
 
 
 def template(raw: bytes) -> bytes:
