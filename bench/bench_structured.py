@@ -22,7 +22,7 @@ from pathlib import Path
 
 from _floor import capture_floor
 from toolswap import ExternalizerSettings, ToolResultExternalizer
-from toolswap.structured.outline import _key_path
+from toolswap.structured._values import _key_path
 
 MIN_BYTES = 60_000
 REPEATS = 3

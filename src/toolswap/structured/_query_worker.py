@@ -38,7 +38,7 @@ def _records(fmt: str, data: bytes) -> Any:
     import csv
     import io
 
-    from .outline import _cell
+    from ._values import _cell
 
     rows = csv.reader(
         io.StringIO(data.decode("utf-8", "replace"), newline=""),

@@ -1,0 +1,228 @@
+"""Field statistics from the records walked whole: each field path's count, its types and
+(while they are few) its values with the first record that has each, every collection's
+record count, kinds, shapes, first and differently shaped records and failure signs.
+The first ``SAMPLE_RECORDS`` records of a collection are walked here; the fast path past
+the sample (``_fast_path``) extends this walker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ._signs import _MAX_FAILURES, _failure_signs
+from ._values import _compact, _key_path, _type_name
+
+__all__ = [
+    "SAMPLE_RECORDS",
+    "_MAX_FIELDS",
+    "_MAX_VALUES",
+    "_VALUE_CHARS",
+    "_Collection",
+    "_Field",
+    "_Plan",
+    "_Walker",
+    "_shape_key",
+]
+
+
+_MAX_FIELDS = 1_000
+_MAX_VALUES = 24
+_VALUE_CHARS = 48
+_MAX_DIFFERENT = 2
+_VALUE_DEPTH = 2
+_FAILURE_DEPTH = 3
+SAMPLE_RECORDS = 200
+"""Records of a collection walked whole for field statistics; the rest are counted and
+checked for failure signs and rare values in their top-level fields, at C speed."""
+
+
+class _Field:
+    __slots__ = ("count", "parent", "tallied", "types", "values")
+
+    def __init__(self, parent: str | None) -> None:
+        self.parent = parent
+        self.count = 0
+        self.tallied = 0
+        """Records past the sample whose value of this field was tallied (fast path)."""
+        self.types: dict[str, int] = {}
+        self.values: dict[str, list[Any]] | None = {}
+        """value -> [count, first record path, that record's text]; None: too many."""
+
+
+class _Collection:
+    """An array whose elements are the records (one per output for JSON Lines and tables)."""
+
+    __slots__ = (
+        "count",
+        "different",
+        "first",
+        "kinds",
+        "oversized",
+        "plans",
+        "shapes",
+        "signatures",
+        "signs",
+        "walked",
+    )
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.walked = 0
+        """Records walked whole (the sample, and later records whose shape is new)."""
+        self.plans: dict[object, _Plan] = {}
+        """Per record shape past the sample: which keys to check and to tally."""
+        self.kinds: dict[str, int] = {}
+        self.first: tuple[str, str] | None = None
+        self.different: list[tuple[str, str]] = []
+        self.signatures: set[frozenset[str]] = set()
+        self.shapes: set[object] = set()
+        """Shapes (see ``_shape_key``) of the records walked whole."""
+        self.signs: dict[tuple[str, ...], list[Any]] = {}
+        """Failure signs seen together (``("status=failed",)``) -> [records that have
+        them, [(record number, path, text)] of the first ``_MAX_FAILURES``]. A sign most
+        records carry is the collection's norm, not a failure (see ``_anomalies``)."""
+        self.oversized = 0
+
+    def note_signs(
+        self, why: list[str], path: str, text: Callable[[], str], number: int | None = None
+    ) -> None:
+        key = tuple(why)
+        entry = self.signs.get(key)
+        if entry is None:
+            if len(self.signs) >= 256:
+                key = ("other failure signs",)
+                entry = self.signs.get(key)
+            if entry is None:
+                entry = self.signs[key] = [0, []]
+        entry[0] += 1
+        if len(entry[1]) < _MAX_FAILURES:
+            entry[1].append((self.count if number is None else number, path, text()))
+
+
+class _Plan:
+    """How a record of one shape past the sample is checked: the keys that can carry a
+    failure sign, and the few-valued fields whose values are tallied."""
+
+    __slots__ = ("signs", "tallies")
+
+    def __init__(self, signs: tuple[str, ...], tallies: list[tuple[str, _Field]]) -> None:
+        self.signs = signs
+        self.tallies = tallies
+
+
+def _shape_key(value: dict[Any, Any]) -> object:
+    """What makes a record's shape new: its keys (in order) and the types of their values
+    (built in C: cheap enough for every record)."""
+    return (tuple(value), tuple(map(type, value.values())))
+
+
+class _Walker:
+    """Field statistics of the records walked whole: every field path's count, types
+    and few values, the collections' shapes, first records and failure signs."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, _Field] = {}
+        self.order: list[str] = []
+        self.collections: dict[str, _Collection] = {}
+        self.fields_dropped = False
+        self.notes: list[str] = []
+
+    def collection(self, pattern: str) -> _Collection:
+        found = self.collections.get(pattern)
+        if found is None:
+            found = self.collections[pattern] = _Collection()
+        return found
+
+    def _field(self, pattern: str, parent: str | None) -> _Field | None:
+        field = self.fields.get(pattern)
+        if field is None:
+            if len(self.fields) >= _MAX_FIELDS:
+                self.fields_dropped = True
+                return None
+            field = self.fields[pattern] = _Field(parent)
+            self.order.append(pattern)
+        return field
+
+    @property
+    def sampled(self) -> bool:
+        """Some records were only counted and checked, not walked whole."""
+        return any(c.walked < c.count for c in self.collections.values())
+
+    def _record_full(
+        self, coll: _Collection, pattern: str, path: str, value: object, *, oversized: bool
+    ) -> None:
+        coll.walked += 1
+        coll.count += 1
+        if len(coll.shapes) < 256 and type(value) is dict:
+            coll.shapes.add(_shape_key(value))
+        kind = _type_name(value)
+        coll.kinds[kind] = coll.kinds.get(kind, 0) + 1
+        if oversized:
+            coll.oversized += 1
+        why: list[str] = []
+        firsts: list[_Field] = []
+        self._walk(value, pattern, None, 0, why, firsts)
+        text: str | None = None
+        if firsts or why or coll.first is None:
+            text = _compact(value)
+        if firsts:
+            for field in firsts:
+                assert field.values is not None
+                for entry in field.values.values():
+                    if entry[1] is None:
+                        entry[1], entry[2] = path, text
+        if coll.first is None:
+            assert text is not None
+            coll.first = (path, text)
+        if isinstance(value, dict):
+            signature = frozenset(value)
+            if signature not in coll.signatures:
+                if len(coll.signatures) < 64:
+                    coll.signatures.add(signature)
+                if coll.count > 1 and len(coll.different) < _MAX_DIFFERENT:
+                    coll.different.append((path, text or _compact(value)))
+        if why:
+            known = text
+            coll.note_signs(why, path, lambda: known or _compact(value))
+
+    def _walk(
+        self,
+        value: object,
+        pattern: str,
+        parent: str | None,
+        depth: int,
+        why: list[str],
+        firsts: list[_Field],
+    ) -> None:
+        field = self._field(pattern, parent)
+        kind = _type_name(value)
+        if field is not None:
+            field.count += 1
+            field.types[kind] = field.types.get(kind, 0) + 1
+            if field.values is not None and depth <= _VALUE_DEPTH and kind in ("str", "bool"):
+                shown = str(value) if kind == "str" else json.dumps(value)
+                if len(shown) > _VALUE_CHARS:
+                    field.values = None
+                else:
+                    entry = field.values.get(shown)
+                    if entry is None:
+                        if len(field.values) >= _MAX_VALUES:
+                            field.values = None
+                        else:
+                            field.values[shown] = [1, None, None]
+                            firsts.append(field)
+                    else:
+                        entry[0] += 1
+            elif field.values is not None and kind not in ("null", "str", "bool"):
+                field.values = None
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if depth < _FAILURE_DEPTH:
+                    _failure_signs(str(key), item, why)
+                self._walk(item, _key_path(pattern, str(key)), pattern, depth + 1, why, firsts)
+        elif isinstance(value, list):
+            inner = pattern + "[]"
+            for item in value:
+                self._walk(item, inner, pattern, depth + 1, why, firsts)

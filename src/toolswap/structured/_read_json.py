@@ -1,0 +1,338 @@
+"""Reading a JSON document for the outline: the envelope (the document with each outermost
+array replaced by a ``_Summary``) from ijson's event stream, the records of a long
+collection from ijson's ``items`` (built in C), a document that is one array by ``json``'s
+C decoder from a sliding window, and the root object's members after a long collection from
+the document's last bytes. ijson is imported only here, and only for a JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ._fast_path import _Accumulator
+from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
+from ._values import _key_path
+
+__all__ = ["_Summary", "_scan_json"]
+
+
+_RECORD_EVENTS = 20_000
+# A collection longer than this is read by ijson's items (records built in C), not from
+# the event stream in Python; shorter arrays stay in the envelope's pass.
+_SWITCH_AFTER = 16
+
+
+class _Summary:
+    """An outermost array in the envelope: its records are counted in a collection."""
+
+    __slots__ = ("pattern",)
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+
+def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> object:
+    """Feed a JSON document's records to ``acc``; return its envelope (the document with
+    every outermost array replaced by a ``_Summary``).
+
+    The envelope and each collection's first ``_SWITCH_AFTER`` records are read from
+    ijson's event stream, in Python. The rest of a longer collection is read by ijson's
+    ``items``, which builds each record in C (the accumulator walks the sample's records
+    and takes its fast path for the others); the envelope's members after that collection
+    are then parsed from the document's last bytes (``_tail_members``)."""
+    head = read(min(limit, 4096), 0).lstrip(b" \t\r\n\xef\xbb\xbf")
+    if head.startswith(b"["):
+        return _scan_top_array(read, limit, acc, size=size)
+    import ijson  # a C extension: only for outputs that look like JSON
+
+    events = ijson.basic_parse(_Bytes(read, limit), use_float=True)
+    switch: tuple[str, str, str, int] | None = None
+    root: list[object] = []
+    # Envelope frames: [container, pending key]; a container is a dict or a _Summary.
+    stack: list[list[Any]] = [[root, None]]
+    collection = ""
+    index = 0
+    building: list[list[Any]] = []
+    record_events = 0
+    skip_depth = 0
+    path_of: list[str] = [""]
+    # ijson's prefix of each envelope frame (None: a key ijson's prefixes cannot name).
+    prefix_of: list[str | None] = [""]
+
+    def put(container: Any, key: Any, value: object) -> None:
+        if isinstance(container, list):
+            container.append(value)
+        elif isinstance(container, dict) and len(container) < 60:
+            container[key] = value
+
+    for event, value in events:
+        if building or skip_depth:
+            # Inside a record: build it (up to _RECORD_EVENTS events, then only count it).
+            if skip_depth:
+                if event in ("start_map", "start_array"):
+                    skip_depth += 1
+                elif event in ("end_map", "end_array"):
+                    skip_depth -= 1
+                    if skip_depth == 0:
+                        acc.record(
+                            collection, f"{path_of[-1] or '.'}[{index}]", None, oversized=True
+                        )
+                        index += 1
+                        if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
+                            switch = (collection, path_of[-1], prefix_of[-1], len(stack))
+                            break
+                continue
+            record_events += 1
+            top = building[-1]
+            if event == "map_key":
+                top[1] = value
+                continue
+            if event in ("start_map", "start_array"):
+                child: Any = {} if event == "start_map" else []
+                if isinstance(top[0], dict):
+                    top[0][top[1]] = child
+                else:
+                    top[0].append(child)
+                building.append([child, None])
+            elif event in ("end_map", "end_array"):
+                done = building.pop()
+                if not building:
+                    acc.record(collection, f"{path_of[-1] or '.'}[{index}]", done[0])
+                    index += 1
+                    if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
+                        switch = (collection, path_of[-1], prefix_of[-1], len(stack))
+                        break
+            elif isinstance(top[0], dict):
+                top[0][top[1]] = value
+            else:
+                top[0].append(value)
+            if building and record_events > _RECORD_EVENTS:
+                skip_depth = len(building)
+                building = []
+            continue
+        frame = stack[-1]
+        container = frame[0]
+        if isinstance(container, _Summary):
+            # The elements of an outermost array are the records.
+            if event == "end_array":
+                stack.pop()
+                path_of.pop()
+                prefix_of.pop()
+                continue
+            if event in ("start_map", "start_array"):
+                building = [[{} if event == "start_map" else [], None]]
+                record_events = 1
+            else:
+                acc.record(collection, f"{path_of[-1] or '.'}[{index}]", value)
+                index += 1
+                if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
+                    switch = (collection, path_of[-1], prefix_of[-1], len(stack))
+                    break
+            continue
+        if event == "map_key":
+            frame[1] = value
+        elif event == "start_map":
+            child = {}
+            put(container, frame[1], child)
+            stack.append([child, None])
+            key = frame[1]
+            path_of.append(path_of[-1] if key is None else _key_path(path_of[-1], str(key)))
+            prefix_of.append(_prefix(prefix_of[-1], key))
+        elif event == "end_map":
+            stack.pop()
+            path_of.pop()
+            prefix_of.pop()
+        elif event == "start_array":
+            key = frame[1]
+            path = path_of[-1] if key is None else _key_path(path_of[-1], str(key))
+            collection = (path or ".") + "[]"
+            summary = _Summary(collection)
+            put(container, key, summary)
+            stack.append([summary, None])
+            path_of.append(path)
+            prefix = _prefix(prefix_of[-1], key)
+            prefix_of.append(None if prefix is None else _prefix(prefix, "item"))
+            index = 0
+        else:
+            put(container, frame[1], value)
+    if switch is not None:
+        pattern, base, prefix, depth = switch
+        records = ijson.items(_Bytes(read, limit), prefix, use_float=True)
+        pending: list[object] = []
+        pending_first = index
+        try:
+            for number, value in enumerate(records):
+                if number >= index:
+                    if not pending:
+                        pending_first = number
+                    pending.append(value)
+                    if len(pending) >= _BATCH:
+                        acc.batch(pattern, base or ".", pending_first, pending)
+                        pending = []
+        except Exception:  # ijson's errors: a document cut at the scan limit ends here
+            if limit >= size:
+                raise
+        finally:
+            if pending:
+                acc.batch(pattern, base or ".", pending_first, pending)
+        # The members after the collection: only those of a collection in the root object
+        # are looked for, and only in a whole document.
+        if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
+            tail = _tail_members(read, size)
+            if tail is None:
+                acc.notes.append(
+                    f"(the members of the document after {base} are not shown: query the artifact)"
+                )
+            else:
+                for key, item in tail.items():
+                    put(stack[1][0], key, item)
+    if not root:
+        raise _NotStructured("no JSON value")
+    return root[0]
+
+
+_BIG_RECORD = 1 << 20
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> _Summary:
+    """A document that is one array (``sqlite3 -json``, ``ruff --output-format json``): its
+    elements are decoded one by one by ``json``'s C decoder (``raw_decode``) from a sliding
+    window of the text, about twice as fast as ijson's events, in memory bounded by the
+    window and the largest record. Raises ``_NotStructured`` if it is not one JSON array."""
+    import codecs
+
+    decoder = json.JSONDecoder()
+    utf8 = codecs.getincrementaldecoder("utf-8")("strict")
+    text = ""
+    pos = 0
+    taken = 0
+
+    def more() -> bool:
+        nonlocal text, pos, taken
+        if taken >= limit:
+            return False
+        block = read(min(_BLOCK, limit - taken), taken)
+        if not block:
+            return False
+        taken += len(block)
+        try:
+            chunk = utf8.decode(block, final=taken >= limit)
+        except UnicodeDecodeError:
+            raise _NotStructured("not UTF-8") from None
+        text = text[pos:] + chunk
+        pos = 0
+        return True
+
+    def skip() -> bool:
+        """Move past whitespace; False at the end of what can be read."""
+        nonlocal pos
+        while True:
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if pos < len(text) or not more():
+                return pos < len(text)
+
+    complete = limit >= size
+    if not skip() or text[pos] != "[":
+        raise _NotStructured("not a JSON array")
+    pos += 1
+    index = 0
+    pending: list[object] = []
+    cut = False
+    closed = False
+    while True:
+        if not skip():
+            cut = True
+            break
+        if text[pos] == "]" and index == 0 and not pending:
+            pos += 1
+            closed = True
+            break
+        while True:
+            try:
+                value, end = decoder.raw_decode(text, pos)
+            except ValueError:
+                value = end = None
+            # A value that ends the window may continue past it (a number cut short).
+            if end is not None and (end < len(text) or taken >= limit):
+                break
+            if not more():
+                break
+        if end is None:
+            if complete or index + len(pending) == 0:
+                raise _NotStructured("not valid JSON")
+            cut = True  # the scan limit cut a record: what was parsed stands
+            break
+        if end - pos > _BIG_RECORD:
+            # Counted, not walked: one huge record would cost the sample its time.
+            if pending:
+                acc.batch(".[]", ".", index, pending)
+                index += len(pending)
+                pending = []
+            acc.record(".[]", f".[{index}]", None, oversized=True)
+            index += 1
+        else:
+            pending.append(value)
+        pos = end
+        if len(pending) >= _BATCH:
+            acc.batch(".[]", ".", index, pending)
+            index += len(pending)
+            pending = []
+        if not skip():
+            cut = True
+            break
+        if text[pos] == ",":
+            pos += 1
+        elif text[pos] == "]":
+            pos += 1
+            closed = True
+            break
+        else:
+            raise _NotStructured("not valid JSON")
+    if pending:
+        acc.batch(".[]", ".", index, pending)
+        index += len(pending)
+    if closed and skip():
+        raise _NotStructured("data after the array")  # then it is not one JSON document
+    if cut and complete:
+        raise _NotStructured("the array does not end")
+    return _Summary(".[]")
+
+
+def _prefix(parent: str | None, key: object) -> str | None:
+    """ijson's prefix for ``key`` under ``parent`` (None when a key holds a dot)."""
+    if parent is None:
+        return None
+    if key is None:
+        return parent
+    name = str(key)
+    if not name or "." in name:
+        return None
+    return f"{parent}.{name}" if parent else name
+
+
+_TAIL_WINDOW = 8192
+
+
+def _tail_members(read: Read, size: int) -> dict[str, object] | None:
+    """The root object's members after the collection read last, from the last bytes: of
+    the last 64 ``]`` in the window, the first after which the rest reads as the end of an
+    object (a ``]`` inside a record is followed by more closing brackets and fails)."""
+    window = min(size, _TAIL_WINDOW)
+    data = read(window, size - window)
+    found: dict[str, object] | None = None
+    pos = len(data)
+    for _ in range(64):
+        pos = data.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        try:
+            value = json.loads(b'{"":0' + data[pos + 1 :])
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            value.pop("", None)
+            found = value
+    return found

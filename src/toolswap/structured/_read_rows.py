@@ -1,0 +1,122 @@
+"""Reading outputs made of rows: JSON Lines, a batch of lines parsed at once (line by line
+when one is not JSON, and too many such lines make it text), and CSV or TSV tables by the
+``csv`` module, whose rows past the sample stay text except for the cells the fast path
+looks at.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+
+from ._fast_path import _Accumulator
+from ._fields import SAMPLE_RECORDS
+from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
+from ._values import _cell, _compact
+
+__all__ = ["_scan_jsonl", "_scan_table"]
+
+
+def _lines(read: Read, limit: int) -> Iterator[bytes]:
+    """Complete lines of the first ``limit`` bytes (a line cut at the limit is left out)."""
+    pos = 0
+    rest = b""
+    while pos < limit:
+        block = read(min(_BLOCK, limit - pos), pos)
+        if not block:
+            break
+        pos += len(block)
+        parts = (rest + block).split(b"\n")
+        rest = parts.pop()
+        yield from parts
+    if rest and pos < limit:
+        yield rest  # the last line of the output, without a newline
+
+
+def _scan_jsonl(read: Read, limit: int, acc: _Accumulator) -> list[int]:
+    """Feed each line's value to ``acc``; return the numbers of lines that are not JSON."""
+    bad: list[int] = []
+    index = 0
+    line_no = 0
+    batch: list[bytes] = []
+
+    def flush() -> None:
+        # A batch of lines parsed by one json.loads of them joined as an array (C speed);
+        # if that fails, or a line held more than one value, line by line.
+        nonlocal index
+        first = line_no - len(batch) + 1
+        lines = [(n, line) for n, line in enumerate(batch, first) if line.strip()]
+        try:
+            joined = json.loads(b"[" + b",".join(line for _, line in lines) + b"]")
+        except ValueError:
+            joined = None
+        if isinstance(joined, list) and len(joined) == len(lines):
+            good: list[object] = joined
+        else:
+            good = []
+            for number, line in lines:
+                try:
+                    good.append(json.loads(line))
+                except ValueError:
+                    bad.append(number)
+                    if len(bad) > max(3, number // 100):
+                        raise _NotStructured("too many lines are not JSON") from None
+        acc.batch(".[]", ".", index, good)
+        index += len(good)
+        batch.clear()
+
+    for line in _lines(read, limit):
+        line_no += 1
+        batch.append(line)
+        if len(batch) >= 512:
+            flush()
+    flush()
+    return bad
+
+
+def _scan_table(read: Read, limit: int, acc: _Accumulator, delimiter: str) -> list[str]:
+    """Feed each row (a dict of typed cells) to ``acc``; return the header."""
+    text = io.TextIOWrapper(
+        io.BufferedReader(_Bytes(read, limit)), encoding="utf-8", errors="replace", newline=""
+    )
+    rows = csv.reader(text, delimiter=delimiter, strict=False)
+    try:
+        header = next(rows)
+    except StopIteration:
+        raise _NotStructured("no header") from None
+    width = len(header)
+    ragged = 0
+    pending: list[dict[str, str]] = []
+    pending_first = 0
+    for index, row in enumerate(rows):
+        if not row:
+            if pending:  # a batch's rows are consecutive
+                acc.batch(".[]", ".", pending_first, pending, _typed)
+                pending = []
+            continue
+        if len(row) != width:
+            ragged += 1
+            if ragged > max(3, index // 100):
+                raise _NotStructured("rows do not match the header")
+        if index < SAMPLE_RECORDS:
+            record = {name: _cell(cell) for name, cell in zip(header, row, strict=False)}
+            acc.record(".[]", f".[{index}]", record)
+            continue
+        # Past the sample a row stays text: only the cells of the columns that can carry a
+        # failure sign (read typed) or have few values are looked at, and a row shown is
+        # typed then (``_typed``).
+        if not pending:
+            pending_first = index
+        pending.append(dict(zip(header, row, strict=False)))
+        if len(pending) >= _BATCH:
+            acc.batch(".[]", ".", pending_first, pending, _typed)
+            pending = []
+    if pending:
+        acc.batch(".[]", ".", pending_first, pending, _typed)
+    return header
+
+
+def _typed(cells: dict[str, str]) -> str:
+    return _compact({name: _cell(cell) for name, cell in cells.items()})

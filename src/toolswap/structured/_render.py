@@ -1,0 +1,259 @@
+"""Rendering the outline within its byte budget: the envelope, each collection's count
+and record shape, the field table (path, types, share, values), the records that look like
+failures or carry a rare value (a failure sign most records carry is the norm and is said
+so), and sample records, each row ranked so that the least important are dropped first
+when the budget is short.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ._fast_path import _Accumulator
+from ._fields import _MAX_FIELDS, SAMPLE_RECORDS, _Collection, _Field
+from ._read_json import _Summary
+from ._signs import _MAX_FAILURES
+from ._values import _compact
+
+__all__ = ["_envelope", "_example", "_render"]
+
+
+def _envelope(value: object, acc: _Accumulator, limit: int = 900) -> str:
+    def render(node: object) -> str:
+        if isinstance(node, _Summary):
+            coll = acc.collections.get(node.pattern)
+            return f"[{_count_kinds(coll)}]" if coll else "[]"
+        if isinstance(node, dict):
+            inner = ", ".join(
+                f"{json.dumps(k, ensure_ascii=False)}: {render(v)}" for k, v in node.items()
+            )
+            return "{" + inner + "}"
+        if isinstance(node, list):
+            return "[" + ", ".join(render(v) for v in node) + "]"
+        return _compact(node, 60)
+
+    text = render(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _count_kinds(coll: _Collection | None) -> str:
+    if coll is None or coll.count == 0:
+        return "empty"
+    names = {"object": "objects", "array": "arrays", "str": "strings", "int": "ints"}
+    kinds = sorted(coll.kinds.items(), key=lambda kv: -kv[1])
+    if len(kinds) == 1:
+        return f"{coll.count:,} {names.get(kinds[0][0], kinds[0][0] + ' values')}"
+    parts = ", ".join(f"{n:,} {names.get(k, k)}" for k, n in kinds)
+    return f"{coll.count:,} records: {parts}"
+
+
+def _types(field: _Field) -> str:
+    kinds = sorted(field.types.items(), key=lambda kv: -kv[1])
+    return "|".join(kind for kind, _ in kinds)
+
+
+def _share(part: int, whole: int) -> str:
+    if whole <= 0 or part >= whole:
+        return "100%"
+    pct = 100 * part / whole
+    if pct >= 10:
+        return f"{pct:.0f}%"
+    if pct >= 1:
+        return f"{pct:.1f}%"
+    return f"{pct:.2g}%"
+
+
+def _shape(acc: _Accumulator, pattern: str) -> str:
+    """``{id: int, name: str, tags: [str], error?: str}``: a record's top-level fields."""
+    parent_count = acc.fields[pattern].count if pattern in acc.fields else 0
+    parts: list[str] = []
+    prefix_len = len(pattern)
+    for path in acc.order:
+        field = acc.fields[path]
+        if field.parent != pattern:
+            continue
+        name = path[prefix_len:].lstrip(".")
+        kind = _types(field)
+        if kind == "array" and path + "[]" in acc.fields:
+            kind = f"[{_types(acc.fields[path + '[]'])}]"
+        optional = "?" if field.count < parent_count else ""
+        parts.append(f"{name}{optional}: {kind}")
+    text = "{" + ", ".join(parts) + "}"
+    return text if len(text) <= 700 else text[:699] + "…"
+
+
+def _anomalies(coll: _Collection) -> tuple[int, list[tuple[str, str, str]], list[str]]:
+    """(records with a failure sign that is rare, the first of them as (path, text, why),
+    rows naming the signs that are the norm).
+
+    A sign carried by more than half of the records (and by more than 3) is what these
+    records are, not what sets one apart (ruff's ``severity: "error"`` on every
+    diagnostic): those records are not listed as failures for it, and the outline says so.
+    """
+    counts: dict[str, int] = {}
+    for tokens, entry in coll.signs.items():
+        for token in tokens:
+            counts[token] = counts.get(token, 0) + entry[0]
+    norm = max(3, coll.count // 2)
+    common = {token for token, n in counts.items() if n > norm}
+    total = 0
+    found: list[tuple[int, str, str, str]] = []
+    for tokens, (n, examples) in coll.signs.items():
+        rare = [token for token in tokens if token not in common]
+        if not rare:
+            continue
+        total += n
+        why = "; ".join(dict.fromkeys(rare[:3]))
+        found.extend((number, path, text, why) for number, path, text in examples)
+    found.sort()
+    notes = [
+        f"  ({counts[token]:,} of {coll.count:,} records have {token}: the norm here, "
+        "not listed as failures)"
+        for token in sorted(common)
+    ]
+    return total, [(p, t, w) for _, p, t, w in found[:_MAX_FAILURES]], notes
+
+
+def _rare_values(field: _Field, records: int) -> list[tuple[str, int, str, str]]:
+    """Values of a few-valued field that a tiny share of records have: (value, count,
+    record path, record text)."""
+    # Only a field with a few values (a kind, a severity) has rare ones: in a field that
+    # names things (a license, a version) every value is rare.
+    if field.values is None or not 2 <= len(field.values) <= max(3, records // 50):
+        return []
+    if records < 50:
+        return []
+    cap = max(1, records // 100)
+    return [
+        (value, entry[0], entry[1], entry[2])
+        for value, entry in field.values.items()
+        if entry[0] <= min(cap, 3) and entry[1] is not None
+    ]
+
+
+def _render(
+    acc: _Accumulator,
+    *,
+    head_line: str,
+    envelope: str | None,
+    extra: list[tuple[int, str]],
+    budget: int,
+) -> str:
+    rows: list[tuple[int, str]] = [(0, head_line)]
+    if envelope is not None:
+        rows.append((0, envelope))
+    rows.extend(extra)
+    failures: list[tuple[int, str]] = []
+    rare_rows: list[tuple[int, str]] = []
+    seen_failure_paths: set[str] = set()
+    samples: list[tuple[int, str]] = []
+    failure_total = 0
+    for pattern, coll in acc.collections.items():
+        if coll.count == 0:
+            continue
+        shape = _shape(acc, pattern) if "object" in coll.kinds else ""
+        rows.append((0, f"{pattern}: {_count_kinds(coll)} {shape}".rstrip()))
+        if coll.oversized:
+            rows.append((1, f"  ({coll.oversized:,} records too large to outline)"))
+        if coll.walked < coll.count:
+            rows.append(
+                (
+                    1,
+                    f"  (fields below: from {coll.walked:,} records walked whole, the first "
+                    f"{min(coll.walked, SAMPLE_RECORDS):,} and those of a new shape; all "
+                    f"{coll.count:,} counted and checked for failure signs and rare values)",
+                )
+            )
+        total, listed, norms = _anomalies(coll)
+        failure_total += total
+        rows.extend((1, note) for note in norms)
+        for path, text, why in listed:
+            seen_failure_paths.add(path)
+            rank = 1 if len(failures) < 3 else 3
+            failures.append((rank, f"{path}: {text}  <- {why}"))
+        if coll.first is not None:
+            samples.append((1, f"{coll.first[0]}: {coll.first[1]}"))
+        samples.extend((4, f"{path}: {text}  (other fields)") for path, text in coll.different)
+    field_rows: list[tuple[int, str]] = []
+    for path in acc.order:
+        field = acc.fields[path]
+        if field.parent is None:
+            continue  # a collection's records themselves: counted above
+        parent = acc.fields.get(field.parent)
+        whole = parent.count if parent is not None else field.count
+        share = field.count / whole if whole else 1.0
+        depth = path.count(".") + path.count("[")
+        rank = 2 if depth <= 5 else 3
+        if share < 0.01:
+            rank = 4
+        amount = f"{field.count:,} items" if path.endswith("[]") else _share(field.count, whole)
+        if path.endswith("[]") and acc.sampled:
+            amount += " in those"
+        line = f"  {path}  {_types(field)}  {amount}"
+        if field.values is not None and 1 < len(field.values) <= 12:
+            top = sorted(field.values.items(), key=lambda kv: -kv[1][0])
+            line += "  values: " + ", ".join(f"{_compact(v, 40)} ×{e[0]:,}" for v, e in top)
+        elif field.values is not None and len(field.values) == 1:
+            (only,) = field.values
+            line += f"  always {_compact(only, 40)}"
+        field_rows.append((rank, line))
+        for value, count, rpath, rtext in _rare_values(field, field.count + field.tallied):
+            if rpath in seen_failure_paths:
+                continue
+            seen_failure_paths.add(rpath)
+            rare_rows.append(
+                (1, f"{rpath}: {rtext}  <- rare {path.rsplit('.', 1)[-1]}={value!r} (×{count})")
+            )
+    if field_rows:
+        rows.append((2, "fields (path, types, share of records that have it):"))
+        rows.extend(field_rows)
+    for note in acc.notes:
+        rows.append((1, note))
+    if acc.fields_dropped:
+        rows.append((2, f"  (more than {_MAX_FIELDS} field paths; the rest are not listed)"))
+    anomalies = failures + rare_rows
+    if anomalies:
+        total = failure_total + len(rare_rows)
+        rows.append((0, f"records that look like failures or are rare ({total:,}):"))
+        rows.extend(anomalies)
+    if samples:
+        rows.append((1, "sample records:"))
+        rows.extend(samples)
+    return _fit(rows, budget)
+
+
+def _fit(rows: list[tuple[int, str]], budget: int) -> str:
+    """Drop the least important rows (the last of the highest rank first) until it fits."""
+    keep = [True] * len(rows)
+    cost = sum(len(text.encode()) + 1 for _, text in rows)
+    note = "(+{} outline lines not shown for room: query the artifact)"
+    order = sorted(range(len(rows)), key=lambda i: (-rows[i][0], -i))
+    dropped = 0
+    for i in order:
+        if cost + (len(note) + 8 if dropped else 0) <= budget:
+            break
+        if rows[i][0] == 0 and cost - len(rows[i][1].encode()) - 1 < 0:
+            break
+        keep[i] = False
+        cost -= len(rows[i][1].encode()) + 1
+        dropped += 1
+    lines = [text for (_, text), k in zip(rows, keep, strict=True) if k]
+    if dropped:
+        lines.append(note.format(dropped))
+    text = "\n".join(lines) + "\n"
+    raw = text.encode()
+    if len(raw) > budget:
+        cut = raw[: max(budget - 2, 0)].decode("utf-8", "ignore")
+        text = cut[: cut.rfind("\n") + 1] if "\n" in cut else ""
+    return text
+
+
+def _example(acc: _Accumulator) -> str:
+    for coll in acc.collections.values():
+        listed = _anomalies(coll)[1]
+        if listed:
+            return listed[0][0]
+    for coll in acc.collections.values():
+        if coll.first is not None:
+            return coll.first[0]
+    return "."

@@ -1,0 +1,100 @@
+"""How the outline writes values: their type names, each field's path as jq writes it
+(``.items[].status``, ``.["a b"]``), a record as compact JSON text with long strings, long
+lists and deep nesting cut, and a table cell's text read as the JSON value it spells
+(``"0"`` is the number 0). Every other part of the outline speaks through these.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+__all__ = ["_IDENTIFIER", "_TYPE_NAMES", "_cell", "_compact", "_key_path", "_type_name"]
+
+
+_RECORD_CHARS = 360
+_STRING_CHARS = 60
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INT = re.compile(r"-?\d+\Z")
+_FLOAT = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?\Z")
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
+_TYPE_NAMES: dict[type, str] = {
+    dict: "object",
+    list: "array",
+    str: "str",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    type(None): "null",
+}
+
+
+_PATHS: dict[tuple[str, str], str] = {}
+
+
+def _key_path(parent: str, key: str) -> str:
+    found = _PATHS.get((parent, key))
+    if found is None:
+        found = _key_path_of(parent, key)
+        if len(_PATHS) < 4096:
+            _PATHS[parent, key] = found
+    return found
+
+
+def _key_path_of(parent: str, key: str) -> str:
+    if _IDENTIFIER.match(key):
+        return f"{parent}.{key}"
+    return f"{parent}[{json.dumps(key, ensure_ascii=False)}]" if parent else f".[{key!r}]"
+
+
+def _shorten(value: object, depth: int = 0) -> object:
+    """The value with long strings, long lists and deep nesting cut, so a sample record
+    shows its shape rather than the start of one long field."""
+    if isinstance(value, str):
+        return value if len(value) <= _STRING_CHARS else value[: _STRING_CHARS - 1] + "…"
+    if isinstance(value, list):
+        if depth >= 4:
+            return f"[{len(value)} items]" if value else []
+        head = [_shorten(v, depth + 1) for v in value[:4]]
+        return [*head, f"…+{len(value) - 4}"] if len(value) > 4 else head
+    if isinstance(value, dict):
+        if depth >= 4:
+            return "{…}" if value else {}
+        return {k: _shorten(v, depth + 1) for k, v in list(value.items())[:24]}
+    return value
+
+
+def _compact(value: object, limit: int = _RECORD_CHARS) -> str:
+    text = json.dumps(_shorten(value), ensure_ascii=False, separators=(",", ":"), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _cell(text: str) -> object:
+    if text == "":
+        return None
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    if text in ("true", "false", "True", "False"):
+        return text.lower() == "true"
+    return text
