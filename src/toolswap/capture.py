@@ -469,7 +469,11 @@ class StreamCapture:
             return None
         from .structured import sniff  # the head alone turns text away, with no thread
 
-        if sniff(bytes(self._head), complete=len(self._head) >= self._counter.size) is None:
+        try:
+            kind = sniff(bytes(self._head), complete=len(self._head) >= self._counter.size)
+        except Exception:  # an outline is a convenience: a surprise never costs the output
+            return None
+        if kind is None:
             return None
         inspect, head, size = self._inspect, bytes(self._head), self._counter.size
         # Its own descriptor: the capture closes its one (and renames the file) meanwhile.

@@ -126,6 +126,19 @@ def test_a_document_that_is_not_valid_json_stays_text(
     assert "--- structure" not in text
 
 
+def test_a_carriage_return_inside_a_comma_line_is_text_and_the_output_is_kept(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    # The csv module refuses a bare carriage return inside an unquoted field ("new-line
+    # character seen in unquoted field"): found by the pointer's budget property test.
+    lines = ",\n0\n\r0\n"
+    assert sniff(lines.encode(), complete=True) is None
+    result = externalizer.externalize(lines * 4000, "tool")
+    assert "--- structure" not in result.context_text
+    data = externalizer.read_bytes(result.artifact, 0, 64).data
+    assert data == (lines * 4000).encode()[:64]
+
+
 def test_an_outline_cut_at_the_scan_limit_says_so() -> None:
     data = _document().encode()
     found = outline("json", _read(data), len(data), scan_limit=100_000)

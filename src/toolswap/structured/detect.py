@@ -85,7 +85,10 @@ def _table_kind(data: bytes, *, complete: bool) -> Format | None:
             continue
         import csv  # not on the start-up path: only for output that looks like a table
 
-        rows = list(csv.reader(lines, delimiter=delimiter, strict=False))
+        try:
+            rows = list(csv.reader(lines, delimiter=delimiter, strict=False))
+        except csv.Error:  # a stray carriage return inside a line: not a table we read
+            continue
         header = rows[0]
         if len(header) < 2 or len(set(header)) != len(header):
             continue
