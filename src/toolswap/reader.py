@@ -348,19 +348,19 @@ class ArtifactReader:
         except FileNotFoundError:
             raise ArtifactNotFoundError(f"{ref.source_id}: the file is missing") from None
         finally:
-            durable.current().close(dir_fd)
+            durable.close_unwritten(dir_fd)
         try:
             if fresh:
                 with _VERIFIED_GUARD:
                     _VERIFIED.pop(_identity(st), None)
             info = self._verified(fd, st, ref)
         except OSError as exc:
-            durable.current().close(fd)
+            durable.close_unwritten(fd)
             raise ArtifactAccessError(
                 f"{ref.source_id}: cannot read the artifact ({exc.strerror}); nothing was returned"
             ) from exc
         except BaseException:
-            durable.current().close(fd)
+            durable.close_unwritten(fd)
             raise
         return _OpenArtifact(fd, ref.source_id, info, _identity(st))
 
@@ -397,7 +397,7 @@ class ArtifactReader:
         """Verify the artifact's full digest now, ignoring the cache."""
         ref = self.reference(source)
         art = self._open(ref, fresh=True)
-        durable.current().close(art.fd)
+        durable.close_unwritten(art.fd)
         return ref
 
     # -- reads -----------------------------------------------------------------------
@@ -476,7 +476,7 @@ class ArtifactReader:
                 continue_byte=continue_byte,
             )
         finally:
-            durable.current().close(art.fd)
+            durable.close_unwritten(art.fd)
 
     def read_artifact(
         self, source: str | ArtifactReference, offset: int = 0, limit: int = 2000
@@ -511,7 +511,7 @@ class ArtifactReader:
                 line_no=line_no,
             )
         finally:
-            durable.current().close(art.fd)
+            durable.close_unwritten(art.fd)
 
     def grep(
         self,
@@ -560,5 +560,5 @@ class ArtifactReader:
             )
             art.check_unchanged()
         finally:
-            durable.current().close(art.fd)
+            durable.close_unwritten(art.fd)
         return GrepResult(ref.source_id, pattern, tuple(matches), truncated)

@@ -332,7 +332,7 @@ def session_lock(path: Path) -> Iterator[None]:
                         "without working locks, such as NFS without a lock daemon?)"
                     ) from exc
             except BaseException:
-                io.close(fd)
+                durable.close_unwritten(fd)
                 raise
             state.fd = fd
         state.depth += 1
@@ -345,4 +345,4 @@ def session_lock(path: Path) -> Iterator[None]:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 finally:
-                    durable.current().close(fd)
+                    durable.close_unwritten(fd)

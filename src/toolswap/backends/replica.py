@@ -162,7 +162,7 @@ class ReplicaBackend(SessionBackend):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 io.unlink(tmp, dir_fd=dir_fd)
-            io.close(dir_fd)
+            durable.close_unwritten(dir_fd)
 
     def objects(self) -> list[StoreObject]:
         b = self._binding
