@@ -223,7 +223,13 @@ def read_trusted(
         return None
     io = _current
     try:
-        return io.pread(fd, limit, 0)
+        data = b""
+        while len(data) < limit:  # a read may return less than asked (POSIX)
+            block = io.pread(fd, limit - len(data), len(data))
+            if not block:
+                break
+            data += block
+        return data
     except OSError as exc:
         raise error(f"{what or path}: cannot read ({exc.strerror})") from exc
     finally:

@@ -220,8 +220,15 @@ class _OpenArtifact:
         )
 
     def pread(self, length: int, offset: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer only at the end of the file)."""
         try:
-            return durable.current().pread(self.fd, length, offset)
+            data = durable.current().pread(self.fd, length, offset)
+            while 0 < len(data) < length:  # a read may return less than asked (POSIX)
+                block = durable.current().pread(self.fd, length - len(data), offset + len(data))
+                if not block:
+                    break
+                data += block
+            return data
         except OSError as exc:
             raise ArtifactAccessError(
                 f"{self.source_id}: cannot read the artifact ({exc.strerror})"

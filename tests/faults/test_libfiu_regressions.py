@@ -4,6 +4,10 @@ the file system itself.
 
 - A ``close`` that reports EIO after a read (a FUSE or network file system's flush) made
   every read-only command die with a traceback.
+- A short ``pwrite`` of ``manifest.head`` (POSIX allows one) left a head whose new hash
+  sat beside its old sequence number: the session was refused for good.
+- A short ``pread`` made ``read --byte-start`` return less than asked and count lines
+  wrongly.
 """
 
 from __future__ import annotations
@@ -44,6 +48,19 @@ class _CloseAfterReadFails(DurableIO):
             self.read_only.discard(fd)
             self.failed += 1
             raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+class _Short(DurableIO):
+    """Every read and write moves a few bytes at most (as POSIX allows)."""
+
+    def pread(self, fd: int, count: int, offset: int) -> bytes:
+        return super().pread(fd, min(count, 7), offset)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        return super().write(fd, data[:5])
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        return super().pwrite(fd, data[:5], offset)
 
 
 def _session() -> list[str]:
@@ -92,3 +109,28 @@ def test_run_whose_read_descriptors_report_eio_at_close_still_saves_the_output()
     assert got.exit_code == 0, got.stderr
     assert '"externalized": true' in got.stdout
     assert io.failed
+
+
+def test_short_reads_and_writes_change_no_command_s_output() -> None:
+    ids = _session()
+
+    for args in _commands(ids):
+        expected = _invoke(args)
+        with substituted(_Short()):
+            got = _invoke(args)
+        assert (got.exit_code, got.stdout) == (expected.exit_code, expected.stdout), args
+
+
+def test_a_head_file_written_in_short_pieces_is_whole_and_the_session_goes_on() -> None:
+    ids = _session()
+
+    with substituted(_Short()):
+        ext = ToolResultExternalizer.open(SESSION, workspace=WORKSPACE)
+        ids.append(ext.externalize(text_output(9, 1200), "bash").artifact.source_id)  # type: ignore[union-attr]
+
+    again = ToolResultExternalizer.open(SESSION, workspace=WORKSPACE)  # a new process
+    later = again.externalize(text_output(10, 1200), "bash").artifact
+    assert later is not None and later.path.name == "tool_result_005.txt"
+    for args in (["verify", "--session", SESSION], ["gc", "plan", "--session", SESSION]):
+        done = _invoke(args)
+        assert done.exit_code == 0, done.stderr
