@@ -131,7 +131,10 @@ class Session:
         session_id = validate_session_id(root.name)
         # The caller chose the parent; a symlink there is followed once. The root itself
         # must be a real directory.
-        root = root.parent.resolve() / root.name
+        try:
+            root = root.parent.resolve() / root.name
+        except (OSError, RuntimeError) as exc:  # a symlink loop, an unreadable component
+            raise ArtifactAccessError(f"cannot use {root.parent}: {exc}") from None
         session = cls(root=root, session_id=session_id)
         url = os.environ.get(STORE_ENV, "").strip()
         url = canonical_store_url(url) if url else ""
@@ -150,6 +153,8 @@ class Session:
                 raise ArtifactAccessError(
                     f"session {session_id!r} does not exist at {root}"
                 ) from None
+            except OSError as exc:
+                raise ArtifactAccessError(f"cannot open {root}: {exc.strerror}") from None
             if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
                 raise ArtifactAccessError(
                     f"session root {root} must be a real directory, not a symlink or a file"

@@ -8,6 +8,7 @@ the file system itself.
   sat beside its old sequence number: the session was refused for good.
 - A short ``pread`` made ``read --byte-start`` return less than asked and count lines
   wrongly.
+- A workspace directory that cannot be listed (EMFILE) raised a raw OSError.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import errno
 import os
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 from toolswap import ToolResultExternalizer
 from toolswap.cli import main
 from toolswap.testing import DurableIO, substituted
 
-from .scenarios import SESSION, WORKSPACE, text_output
+from .scenarios import SESSION, WORKSPACE, clock, text_output
 
 
 class _CloseAfterReadFails(DurableIO):
@@ -134,3 +136,20 @@ def test_a_head_file_written_in_short_pieces_is_whole_and_the_session_goes_on() 
     for args in (["verify", "--session", SESSION], ["gc", "plan", "--session", SESSION]):
         done = _invoke(args)
         assert done.exit_code == 0, done.stderr
+
+
+@pytest.mark.parametrize("command", ["sessions", "grep"])
+def test_workspaces_that_cannot_be_listed_are_a_one_line_typed_error(
+    toolswap_home: Path, command: str
+) -> None:
+    ext = ToolResultExternalizer(toolswap_home / "elsewhere" / SESSION, now=clock)
+    sid = ext.externalize(text_output(1, 1200), "bash").artifact.source_id  # type: ignore[union-attr]
+    projects = toolswap_home / "projects"
+    projects.symlink_to(projects)  # ELOOP when listed: as EMFILE or EIO would
+
+    done = _invoke(["sessions"] if command == "sessions" else ["grep", sid, "ERROR"])
+
+    assert done.exit_code == 1
+    assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("toolswap: ArtifactAccessError: cannot list")
