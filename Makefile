@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench faults clean
+.PHONY: demo test lint typecheck pytest bench faults faults-libfiu clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +30,14 @@ test: lint typecheck pytest
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
-# The bigger fault exploration (every operation, call, error kind and crash, six seeds).
+# The bigger fault exploration (every operation, call, error kind and crash, six seeds;
+# libfiu's 300 seeds when fiu-run is installed).
 faults: $(STAMP)
 	TOOLSWAP_FAULTS=full $(BIN)/python -m pytest -q tests/faults
+
+# Every CLI operation under libfiu's POSIX preload, 300 seeds (apt-get install fiu-utils).
+faults-libfiu: $(STAMP)
+	TOOLSWAP_FAULTS=full $(BIN)/python -m pytest -q tests/faults/test_libfiu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
