@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 # The bigger fault exploration (every operation, call, error kind and crash, six seeds;
+# every store request and database statement of every fleet operation with every fault;
 # libfiu's 300 seeds when fiu-run is installed).
 faults: $(STAMP)
 	TOOLSWAP_FAULTS=full $(BIN)/python -m pytest -q tests/faults

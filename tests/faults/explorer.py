@@ -98,16 +98,18 @@ class Exploration:
         kinds = sorted({kind for _, kind in self.counts}, key=_kind_order)
         operations = list(dict.fromkeys(op for op, _ in self.counts))
         width = max(len(op) for op in operations) if operations else 10
-        head = f"{'operation':<{width}} " + " ".join(f"{k:>11}" for k in kinds) + "  total"
-        rows = [head]
+        widths = [max(11, len(k)) for k in kinds]
+
+        def line(label: str, cells: list[object]) -> str:
+            joined = " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+            return f"{label:<{width}} {joined}"
+
+        rows = [line("operation", list(kinds)) + "  total"]
         for op in operations:
-            cells = [self.counts.get((op, k), 0) for k in kinds]
-            row = f"{op:<{width}} " + " ".join(f"{c:>11}" for c in cells)
-            rows.append(f"{row}  {sum(cells):>5}")
+            counts = [self.counts.get((op, k), 0) for k in kinds]
+            rows.append(f"{line(op, list(counts))}  {sum(counts):>5}")
         totals = [sum(self.counts.get((op, k), 0) for op in operations) for k in kinds]
-        rows.append(
-            f"{'total':<{width}} " + " ".join(f"{c:>11}" for c in totals) + f"  {self.states:>5}"
-        )
+        rows.append(f"{line('total', list(totals))}  {self.states:>5}")
         rows.append(
             f"{self.states} fault states, {self.recovered} distinct states recovered, "
             f"{len(self.violations)} violations, {self.seconds:.1f} s wall, "
@@ -117,7 +119,7 @@ class Exploration:
 
 
 def _kind_order(kind: str) -> tuple[int, str]:
-    return (1 if kind.startswith("power") else 0, kind)
+    return (0 if kind == "none" else 2 if kind.startswith("power") else 1, kind)
 
 
 class Explorer:
