@@ -228,6 +228,8 @@ class Explorer:
     ) -> tuple[World, Outcome | None, BaseException | None]:
         reuse = self._untouched is not None and self._untouched[0] == op.template
         world = self.templates.world(op.template, self.home, reuse=reuse)
+        if world.store is not None:  # the other machine: as the template left it
+            world.store.restore_objects(world.store_objects)
         before = self._untouched[1] if reuse else _signature(world.home)  # type: ignore[index]
         self._untouched = None
         fio.keep_dir = world.keep_dir if keep else None
@@ -325,6 +327,8 @@ _TOKENS = re.compile(r"(\.tmp-\d+-)[0-9a-f]{16}|(\.\d+\.)[0-9a-f]{12}(\.tmp)")
 def _state_key(world: World) -> str:
     """The files of the session and the promises made to callers, as one digest."""
     sha = hashlib.sha256()
+    if world.store is not None:
+        sha.update(repr(sorted(world.store.etags().items())).encode())
     for key in sorted(world.handed_out.items()):
         sha.update(repr(key).encode())
     for key in sorted(world.leases.items()):
@@ -385,15 +389,20 @@ def _recover(world: World) -> Iterator[str]:
         yield why
         return
     yield from oracle.check(world, findings)  # type: ignore[arg-type]
+    if world.store is not None:
+        yield from oracle.check_store(world)
 
     def collect() -> None:
         journal = ArtifactRetentionJournal(sd, now=clock)  # bound to the owner, if any
         plan = plan_cleanup_from_journal(journal, policy=DELETE_ORPHANS, now=later())
         apply_cleanup_from_journal(plan, journal, policy=DELETE_ORPHANS, now=later())
 
-    _, why = _step("journal recovery and gc", collect)  # planning recovers the journal
-    if why:
-        yield why
+    # A store-bound session's leases live in the journal every host shares (PostgreSQL):
+    # its gc is the fleet explorer's (fleet.py).
+    if world.store is None:
+        _, why = _step("journal recovery and gc", collect)  # planning recovers the journal
+        if why:
+            yield why
 
     def capture_and_read() -> str | None:
         artifact = ext.externalize("after the fault\n" * 64, "bash").artifact
@@ -409,3 +418,5 @@ def _recover(world: World) -> Iterator[str]:
     if why or reused:
         yield str(why or reused)
     yield from oracle.check(world)  # nothing leased went, no name came back
+    if world.store is not None:
+        yield from oracle.check_store(world)
