@@ -13,14 +13,14 @@ import pytest
 
 pytest.importorskip("boto3")
 
-from toolswap import ArtifactAccessError, ToolResultExternalizer
+from toolswap import ArtifactAccessError, ArtifactWriteError, ToolResultExternalizer
 from toolswap.testing import substituted
 from toolswap.verify import FindingKind, verify_session
 
 from .bucket import Bucket
 from .explorer import recover
 from .faultfs import Fault, FaultIO
-from .scenarios import Templates, World
+from .scenarios import Templates, World, text_output
 from .store_scenarios import STORE_PREFIX, store_operations
 
 
@@ -87,4 +87,23 @@ def test_verify_whose_copy_from_the_store_cannot_be_written_reports_it_unreadabl
     assert fio.injected
     assert fio.open_descriptors == []
     assert any(f.kind is FindingKind.UNREADABLE and "cannot copy" in f.detail for f in findings)
+    assert list(recover(replica)) == []
+
+
+def test_a_capture_whose_note_of_the_store_version_cannot_be_written_leaks_no_descriptor(
+    replica: World,
+) -> None:
+    # The note (store-versions/<name>) is best effort; with the disk dead from its
+    # temporary file on, the unlink of that file fails too, and the directory must still
+    # be closed. The capture itself fails later with its preview.
+    ext = replica.externalizer()
+    output = text_output(5, 900)
+    fio = FaultIO(fail_on=("open+create", ".tool_result_"), fault=Fault.DEAD_DISK)
+
+    with substituted(fio), pytest.raises(ArtifactWriteError) as failed:
+        ext.externalize(output, "bash")
+
+    assert fio.injected
+    assert output.splitlines()[0] in failed.value.preview
+    assert fio.open_descriptors == []
     assert list(recover(replica)) == []

@@ -214,9 +214,11 @@ class ReplicaBackend(SessionBackend):
                     io.close(fd)
                 io.rename(tmp, filename, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    io.unlink(tmp, dir_fd=dir_fd)
-                io.close(dir_fd)
+                try:
+                    with contextlib.suppress(OSError):
+                        io.unlink(tmp, dir_fd=dir_fd)
+                finally:
+                    durable.close_unwritten(dir_fd)
 
     def _remembered(self, filename: str) -> str | None:
         """The version this host's copy of ``filename`` is, if it noted one."""
