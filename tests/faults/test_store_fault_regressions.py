@@ -5,8 +5,7 @@ durable call of this host fails by name (:attr:`FaultIO.fail_on`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+import os
 from typing import Any
 
 import pytest
@@ -24,18 +23,29 @@ from .scenarios import Templates, World, text_output
 from .store_scenarios import STORE_PREFIX, store_operations
 
 
+@pytest.fixture(scope="module")
+def templates(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Templates:
+    """The explorer's templates, built once for the module in a bucket of its own."""
+    bucket = f"toolswap-regressions-{os.getpid()}"
+    s3_server.client().create_bucket(Bucket=bucket)
+    store_operations(Bucket(s3_server.client(), bucket))  # registers the templates
+    return Templates(tmp_path_factory.mktemp("store-templates") / "templates")
+
+
 @pytest.fixture
-def replica(
-    s3_server: Any, bucket: str, scratch: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[World]:
+def replica(s3_server: Any, templates: Templates, monkeypatch: pytest.MonkeyPatch) -> World:
     """The explorer's ``replica`` state: this host's replica lags two records and holds
     only the first artifact of five."""
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("TOOLSWAP_STORE", f"s3://{bucket}/{STORE_PREFIX}")
+    store = f"s3://toolswap-regressions-{os.getpid()}/{STORE_PREFIX}"
+    monkeypatch.setenv("TOOLSWAP_STORE", store)
     monkeypatch.setattr("toolswap.backends.store._STORES", {})
-    store_operations(Bucket(s3_server.client(), bucket))  # registers the templates
-    yield Templates(scratch / "templates").world("replica", scratch / "state" / "home")
+    # Beside the templates: a state's artifacts are hard links to theirs.
+    world = templates.world("replica", templates.root.parent / "state" / "home")
+    assert world.store is not None
+    world.store.restore_objects(world.store_objects)
+    return world
 
 
 # The temporary file a fetch writes its copy into, then each call on it.
