@@ -30,7 +30,8 @@ test: lint typecheck pytest
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
-# The bigger fault exploration (every operation, call, error kind and crash, six seeds;
+# The bigger fault exploration (every operation, call, error kind and crash, six seeds,
+# store-bound sessions included;
 # every store request and database statement of every fleet operation with every fault;
 # libfiu's 300 seeds when fiu-run is installed).
 faults: $(STAMP)
