@@ -111,8 +111,12 @@ def list_sessions(home: Path | None = None) -> list[SessionEntry]:
         latest: float | None = None
         try:
             files = list(os.scandir(path / TOOL_RESULTS_DIR))
-        except OSError:
+        except FileNotFoundError:  # removed since it was listed
             files = []
+        except OSError as exc:  # EMFILE, EIO: its artifacts are there, unseen; never say 0
+            raise ArtifactAccessError(
+                f"cannot list {path / TOOL_RESULTS_DIR}: {exc.strerror}; retry"
+            ) from None
         for entry in files:
             try:
                 st = entry.stat(follow_symlinks=False)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -153,3 +154,28 @@ def test_workspaces_that_cannot_be_listed_are_a_one_line_typed_error(
     assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
     (line,) = done.stderr.splitlines()
     assert line.startswith("toolswap: ArtifactAccessError: cannot list")
+
+
+def test_sessions_whose_artifacts_cannot_be_listed_is_a_typed_error_not_zero_artifacts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # libfiu failed the opendir of tool-results/ with EMFILE: 'sessions' said the session
+    # held 0 artifacts of 0 bytes. The same system call result, for that directory only.
+    _session()
+    scandir = os.scandir
+
+    def scandir_out_of_descriptors(path: Any) -> Any:
+        if os.fspath(path).endswith("tool-results"):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir_out_of_descriptors)
+
+    done = _invoke(["sessions", "--json"])
+
+    assert done.exit_code == 1
+    assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("toolswap: ArtifactAccessError: cannot list")
+    assert "Too many open files" in line
