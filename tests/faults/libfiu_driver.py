@@ -14,8 +14,9 @@ EIO) passes.
 Per seed: a session with three artifacts, a COMMITTED lease (its reference in the SQLite
 owner) and a PREPARED one whose reference the owner holds; then each operation once,
 armed, each checked: no Python traceback, every error one line of ``toolswap: ...``, what
-a command prints when it succeeds is what it prints without faults, ``run`` hands back
-the command's output (saved whole, or its bounded preview) and exit status; and, disarmed,
+a command prints when it succeeds is what it prints without faults (less the time it
+printed it), ``run`` hands back the command's output (saved whole, or its bounded preview)
+and exit status and ``wrap`` the output it read; and, disarmed,
 the session against the invariants of :mod:`faults.oracle` with ``verify``'s findings.
 After the last operation the session must recover (:func:`faults.explorer.recover`).
 
@@ -34,6 +35,7 @@ import json
 import os
 import pkgutil
 import random
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -204,8 +206,8 @@ class Seed:
     def session_dir(self) -> Path:
         return self.world.session_dir
 
-    def cli(self, *args: str) -> Result:
-        return self.runner.invoke(main, list(args), catch_exceptions=True)
+    def cli(self, *args: str, stdin: bytes | None = None) -> Result:
+        return self.runner.invoke(main, list(args), input=stdin, catch_exceptions=True)
 
 
 def _cli_problems(result: Result, *, ok_codes: tuple[int, ...] = (0,)) -> list[str]:
@@ -256,14 +258,28 @@ def _same_as_without_faults(
         finally:
             injector.disarm()
         problems = _cli_problems(result, ok_codes=ok_codes)
-        if result.exit_code == expected.exit_code == 0 and result.stdout != expected.stdout:
+        got, wanted = _timeless(result.stdout), _timeless(expected.stdout)
+        if result.exit_code == expected.exit_code == 0 and got != wanted:
+            at = next(
+                (i for i, (a, b) in enumerate(zip(got, wanted, strict=False)) if a != b),
+                min(len(got), len(wanted)),
+            )
+            start = max(0, at - 60)
             problems.append(
-                f"printed other output than without faults: {result.stdout[:200]!r} "
-                f"instead of {expected.stdout[:200]!r}"
+                f"printed other output than without faults at character {at}: "
+                f"{got[start : at + 120]!r} instead of {wanted[start : at + 120]!r}"
             )
         return Outcome(problems, result.exit_code, result.stderr or result.stdout[-400:])
 
     return run
+
+
+_AS_OF = re.compile(r'"as_of": "[^"]*"')
+
+
+def _timeless(stdout: str) -> str:
+    """What a command printed, without the time it printed it (``leases``' ``as_of``)."""
+    return _AS_OF.sub('"as_of": "..."', stdout)
 
 
 def _run(seed: Seed, injector: Injector) -> Outcome:
@@ -300,6 +316,44 @@ def _run(seed: Seed, injector: Injector) -> Outcome:
         preview = str(printed.get("context_text") or "")
         head, tail = "\n1\n2\n3\n", f"\n{RUN_LINES - 1}\n{RUN_LINES}"
         if head not in f"\n{preview}" or tail not in preview:
+            problems.append(f"the output was lost: the preview is {preview[:300]!r}")
+        elif len(preview.encode()) > PREVIEW_MAX:
+            problems.append(f"the preview is {len(preview)} characters (unbounded)")
+    return Outcome(problems, result.exit_code, result.stderr)
+
+
+def _wrap(seed: Seed, injector: Injector) -> Outcome:
+    """``tool | toolswap wrap``: the output comes from standard input and is read once, so
+    a save that fails must still show its bounded preview."""
+    output = text_output(seed.number * 10 + 7, 1200).encode()  # over the bash threshold
+    _arm(injector, seed, "wrap")
+    try:
+        result = seed.cli(
+            "wrap", "--json", "--session", SESSION, "--tool", "bash", "--exit-code", "0",
+            stdin=output,
+        )  # fmt: skip
+    finally:
+        injector.disarm()
+    problems = _cli_problems(result)
+    try:
+        printed = json.loads(result.stdout)
+    except ValueError:
+        printed = None
+    if not isinstance(printed, dict):
+        if result.exit_code == 1 and "toolswap: ArtifactWriteError" in result.stderr:
+            problems.append(f"the output read from stdin was lost: {result.stderr[-300:]!r}")
+        elif result.exit_code == 0:
+            problems.append(f"wrap printed no result: {result.stdout[:200]!r}")
+        return Outcome(problems, result.exit_code, result.stderr)
+    artifact = printed.get("artifact")
+    if artifact:
+        if artifact["content_sha256"] != hashlib.sha256(output).hexdigest():
+            problems.append("the saved artifact is not the output wrap read")
+        seed.world.hand_out(artifact["source"]["source_id"], artifact["content_sha256"])
+    else:
+        preview = str(printed.get("context_text") or "")
+        lines = output.decode().splitlines()
+        if lines[0] not in preview or lines[-1] not in preview:
             problems.append(f"the output was lost: the preview is {preview[:300]!r}")
         elif len(preview.encode()) > PREVIEW_MAX:
             problems.append(f"the preview is {len(preview)} characters (unbounded)")
@@ -369,6 +423,15 @@ def _gc(seed: Seed, injector: Injector, *args: str) -> Outcome:
     return Outcome(_cli_problems(result), result.exit_code, result.stderr)
 
 
+def _checkpoint(seed: Seed, injector: Injector) -> Outcome:
+    _arm(injector, seed, "journal checkpoint")
+    try:
+        result = seed.cli("journal", "checkpoint", "--session", SESSION)
+    finally:
+        injector.disarm()
+    return Outcome(_cli_problems(result), result.exit_code, result.stderr)
+
+
 def _probability(seed: int) -> float:
     """The seed's probability; every fourth seed cuts reads and writes short only, often."""
     return SHORT_ONLY if seed % 4 == 0 else PROBABILITIES[seed % len(PROBABILITIES)]
@@ -401,6 +464,14 @@ def operations(seed: Seed, injector: Injector) -> list[tuple[str, Callable[[], O
         ("gc plan", lambda: _gc(seed, injector, "plan")),
         ("gc apply", lambda: _gc(seed, injector, "apply", "--yes")),
         ("verify", same("verify", "verify", "--session", SESSION, "--json", ok=(0, 1))),
+        ("wrap", lambda: _wrap(seed, injector)),
+        ("sessions", same("sessions", "sessions", "--json")),
+        ("leases", same("leases", "leases", "--session", SESSION, "--json")),
+        (
+            "journal verify",
+            same("journal verify", "journal", "verify", "--session", SESSION, "--json"),
+        ),
+        ("journal checkpoint", lambda: _checkpoint(seed, injector)),
     ]
 
 
