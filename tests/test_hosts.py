@@ -81,7 +81,7 @@ async def test_every_serve_recipe_starts_a_server_that_offers_the_read_tools(
     assert len(serve) == 4
     for host, args in serve:
         params = StdioServerParameters(
-            command=TOOLSWAP, args=args, env={"TOOLSWAP_HOME": str(toolswap_home)}
+            command=TOOLSWAP, args=args, env={"TOOLSWAP_HOME": str(toolswap_home), **_pythonpath()}
         )
         with open(tmp_path / "stderr.log", "w", encoding="utf-8") as errlog, anyio.fail_after(60):
             async with (
@@ -91,6 +91,11 @@ async def test_every_serve_recipe_starts_a_server_that_offers_the_read_tools(
                 await session.initialize()
                 names = {t.name for t in (await session.list_tools()).tools}
         assert {"read_artifact", "grep_artifact"} <= names, host
+
+
+def _pythonpath() -> dict[str, str]:
+    """PYTHONPATH, when set: the tree under test, when it is not the installed one."""
+    return {k: v for k, v in os.environ.items() if k == "PYTHONPATH"}
 
 
 def _hook(event: dict[str, Any]) -> str:
@@ -131,3 +136,36 @@ def test_claude_code_hook_is_registered_for_bash_and_its_rewrite_saves_large_out
     # Already wrapped, or not Bash: the hook leaves the call alone.
     assert _hook({"tool_name": "Bash", "tool_input": {"command": rewritten}}) == ""
     assert _hook({"tool_name": "Read", "tool_input": {"file_path": "/etc/hosts"}}) == ""
+
+
+def test_claude_code_hook_pointer_names_reads_that_run_through_the_hook_without_toolswap_on_path(
+    tmp_path: Path, toolswap_home: Path
+) -> None:
+    bare = os.pathsep.join(
+        d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "toolswap").exists()
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TOOLSWAP_WORKSPACE"}
+    env["PATH"] = bare
+
+    def bash(command: str) -> subprocess.CompletedProcess[str]:
+        answer = _hook({"tool_name": "Bash", "tool_input": {"command": command}})
+        if answer:  # what Claude Code runs is the hook's rewrite, if it makes one
+            command = json.loads(answer)["hookSpecificOutput"]["updatedInput"]["command"]
+        return subprocess.run(
+            ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
+    assert bash("toolswap --version").returncode == 127  # not on this PATH
+    pointer = bash("seq 1 200000").stdout
+    (line,) = [x for x in pointer.splitlines() if x.startswith("Read more: ")]
+    read, search = line.removeprefix("Read more: ").split(" | search: ")
+    assert read.startswith(shlex.quote(TOOLSWAP) + " read artifact:claude-bash:")
+
+    page = bash(read)
+    found = bash(search.replace("'PATTERN'", "'^150000$'"))
+
+    assert page.returncode == 0, page.stderr
+    first = int(read.split("--offset ")[1].split()[0])
+    assert page.stdout.splitlines()[0] == str(first + 1)
+    assert found.returncode == 0, found.stderr
+    assert "150000" in found.stdout

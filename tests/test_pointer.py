@@ -15,6 +15,7 @@ from toolswap import (
     ExternalizerSettings,
     ToolResultExternalizer,
 )
+from toolswap._invocation import cli_command
 from toolswap.capture import CaptureStats
 from toolswap.pointer import default_summary, human_size
 
@@ -53,7 +54,12 @@ def _small(read_hint: str = "cli") -> ToolResultExternalizer:
 
 
 def _anonymize(ext: ToolResultExternalizer, text: str) -> str:
-    return text.replace(str(ext.session_dir), "<session>")
+    """The pointer with its session directory and its command (which depend on where the
+    tests run, see :func:`cli_command`) as placeholders."""
+    text = text.replace(str(ext.session_dir), "<session>")
+    return text.replace(f"{cli_command()} read ", "toolswap read ").replace(
+        f"{cli_command()} grep ", "toolswap grep "
+    )
 
 
 def _sections(pointer: str) -> tuple[str, str]:
@@ -336,7 +342,7 @@ def test_pointer_says_plainly_that_the_output_is_saved(
     assert "The full output is saved; page through it instead of running the tool again." in (
         result.context_text
     )
-    assert result.context_text.splitlines()[-1].startswith("Read more: toolswap read ")
+    assert result.context_text.splitlines()[-1].startswith(f"Read more: {cli_command()} read ")
 
 
 # -- summaries -----------------------------------------------------------------------

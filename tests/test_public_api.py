@@ -23,6 +23,8 @@ EXPECTED = [
     "ArtifactPatternError",
     "ArtifactPublicationConflictError",
     "ArtifactPublicationRejected",
+    "ArtifactQueryError",
+    "ArtifactQueryTimeoutError",
     "ArtifactReadError",
     "ArtifactReader",
     "ArtifactReconcileReport",

@@ -117,7 +117,7 @@ def test_a_line_longer_than_the_width_is_split_with_a_continuation_marker(
     assert page.lines[2] == long_line[2000:4000] + CONTINUATION_MARKER
     assert page.lines[3] == long_line[4000:]
     assert page.lines[4] == "after"
-    assert page.next_offset == 3
+    assert page.next_offset is None  # "after" is the last line: offset 3 is past the end
 
 
 def test_single_line_json_is_pageable(externalizer: ToolResultExternalizer) -> None:

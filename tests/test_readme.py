@@ -15,8 +15,12 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    """Every command under ``group``, loading lazily registered ones as help would."""
+    ctx = click.Context(group)
     out: list[tuple[str, click.Command]] = []
-    for name, command in sorted(group.commands.items()):
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, f"`toolswap {prefix}{name}` is listed but cannot be loaded"
         full = f"{prefix}{name}"
         out.append((full, command))
         if isinstance(command, click.Group):

@@ -219,11 +219,12 @@ def test_artifact_tools_page_what_the_wrapper_saved(ext: ToolResultExternalizer)
         return BIG
 
     source_id = _source_id(search_logs())
-    read_artifact, read_artifact_bytes, grep_artifact, list_artifacts = artifact_tools(ext)
+    read_artifact, read_artifact_bytes, grep_artifact, _query, list_artifacts = artifact_tools(ext)
     assert [f.__name__ for f in artifact_tools(ext)] == [
         "read_artifact",
         "read_artifact_bytes",
         "grep_artifact",
+        "query_artifact",
         "list_artifacts",
     ]
     assert "Args:\n    source_id:" in (read_artifact.__doc__ or "")

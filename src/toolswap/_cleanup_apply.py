@@ -38,7 +38,7 @@ from ._cleanup_plan import check_manifest
 from ._cleanup_store import apply_object
 from .artifact import parse_artifact_filename, parse_temporary_filename
 from .crashpoints import crash_point
-from .durable import open_dir_nofollow
+from .durable import not_ours, open_dir_nofollow
 from .errors import ArtifactStoreError, CleanupError
 from .manifest import Manifest
 from .records import CollectedRecord
@@ -180,7 +180,7 @@ def _apply_one(entry: CleanupEntry, context: ApplyContext) -> CleanupEntry:
         return replace(entry, status=S.RACE_DETECTED, reason=why)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        if not_ours(st, directory=False) is not None:
             return replace(entry, status=S.RACE_DETECTED, reason="no longer a regular file we own")
         if (st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino) != (
             entry.size,

@@ -1,12 +1,19 @@
 """The page-fault half of :class:`~toolswap.ToolResultExternalizer`: reads, grep and
-listing, each handed to the session's :class:`~toolswap.reader.ArtifactReader`."""
+listing, each handed to the session's :class:`~toolswap.reader.ArtifactReader` (made, and
+the reader and grep modules imported, on the first read: a capture never needs them)."""
 
 from __future__ import annotations
 
+from functools import cached_property
+from typing import TYPE_CHECKING
+
 from .artifact import ArtifactReference
-from .grep import DEFAULT_TIMEOUT
 from .manifest import Manifest
-from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
+from .session import Session
+
+if TYPE_CHECKING:
+    from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
+    from .structured.query import Language, QueryResult
 
 __all__ = ["PageFaults"]
 
@@ -14,8 +21,15 @@ __all__ = ["PageFaults"]
 class PageFaults:
     """Reading a session's artifacts (mixed into the externalizer)."""
 
-    reader: ArtifactReader
+    session: Session
     manifest: Manifest
+
+    @cached_property
+    def reader(self) -> ArtifactReader:
+        """The session's reader (digest verification, line index, grep)."""
+        from .reader import ArtifactReader
+
+        return ArtifactReader(self.session, self.manifest)
 
     def get_artifact(self, source_id: str) -> ArtifactReference:
         """Rebuild an artifact's reference from its source ID (after a restart too)."""
@@ -55,15 +69,42 @@ class PageFaults:
         max_matches: int = 100,
         ignore_case: bool = False,
         fixed: bool = False,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float | None = None,
     ) -> GrepResult:
-        """See :meth:`ArtifactReader.grep`: a linear-time search stopped at ``timeout`` s."""
-        return self.reader.grep(
+        """See :meth:`ArtifactReader.grep`: a linear-time search stopped at ``timeout`` s
+        (default :data:`toolswap.grep.DEFAULT_TIMEOUT`, 10)."""
+        reader = self.reader
+        from .grep import DEFAULT_TIMEOUT
+
+        return reader.grep(
             artifact,
             pattern,
             context=context,
             max_matches=max_matches,
             ignore_case=ignore_case,
             fixed=fixed,
-            timeout=timeout,
+            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+        )
+
+    def query(
+        self,
+        artifact: ArtifactReference | str,
+        expression: str,
+        *,
+        language: Language = "jq",
+        timeout: float | None = None,
+        max_bytes: int | None = None,
+    ) -> QueryResult:
+        """A jq (or JMESPath) query over a structured artifact, in a child process stopped
+        at ``timeout`` s; results past ``max_bytes`` are left out (``truncated``). This is
+        the call the pointer's ``python`` query line names."""
+        from .structured.query import DEFAULT_QUERY_BYTES, DEFAULT_QUERY_TIMEOUT, query_artifact
+
+        return query_artifact(
+            self.reader,
+            artifact,
+            expression,
+            language=language,
+            timeout=DEFAULT_QUERY_TIMEOUT if timeout is None else timeout,
+            max_bytes=DEFAULT_QUERY_BYTES if max_bytes is None else max_bytes,
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from .grep import DEFAULT_TIMEOUT
 
 __all__ = [
+    "DEFAULT_QUERY_TIMEOUT",
     "GREP_ARTIFACT_DESCRIPTION",
     "GREP_WIDTH",
     "LIST_ARTIFACTS_DESCRIPTION",
@@ -22,13 +23,20 @@ __all__ = [
     "MAX_LIMIT",
     "MAX_MATCHES",
     "PARAMETER_DESCRIPTIONS",
+    "QUERY_ARTIFACT_DESCRIPTION",
     "READ_ARTIFACT_BYTES_DESCRIPTION",
     "READ_ARTIFACT_DESCRIPTION",
     "TOOL_NAMES",
     "tool_docstring",
 ]
 
-TOOL_NAMES = ("read_artifact", "read_artifact_bytes", "grep_artifact", "list_artifacts")
+TOOL_NAMES = (
+    "read_artifact",
+    "read_artifact_bytes",
+    "grep_artifact",
+    "query_artifact",
+    "list_artifacts",
+)
 """The tool names the ``mcp`` pointer hint refers to."""
 
 MAX_BYTES_LENGTH = 1 << 20
@@ -38,6 +46,8 @@ MAX_LIMIT = 2000
 MAX_MATCHES = 500
 """Upper bound on ``max_matches`` for one search."""
 MAX_GREP_TIMEOUT = 120.0
+DEFAULT_QUERY_TIMEOUT = 30.0
+"""Seconds a query may run by default (the artifact's verification not included)."""
 """Upper bound on a model's ``timeout`` for one search, in seconds."""
 GREP_WIDTH = 1000
 """Longest matching line grep_artifact shows whole, in characters; a longer one is shown
@@ -78,6 +88,18 @@ seconds is stopped with an error. A matching line longer than {GREP_WIDTH} chara
 shown as a window around the match that starts with ⟨from byte N⟩: read more of it with \
 read_artifact_bytes(start=N)."""
 
+QUERY_ARTIFACT_DESCRIPTION = """\
+Query a saved tool output that is JSON, JSON Lines, CSV or TSV (its pointer shows a \
+'--- structure: ...' outline with jq paths such as .items[3777] or .[].status). The \
+expression is jq (default) or JMESPath (language="jmespath"). JSON Lines and tables are \
+read as an array of records, so .[5119] is the 5,120th record and a table's cells are \
+numbers, booleans or null where they read as such. Examples: '.items[3777]', \
+'.items[] | select(.status != "ok") | .id', '[.[] | .severity] | group_by(.) | \
+map({(.[0]): length}) | add', 'length'. Returns the results as compact JSON, one per \
+line; a result larger than about 64 KB is saved as a new artifact and you get its \
+pointer. The artifact's SHA-256 is checked first; a query that runs longer than \
+`timeout` seconds is stopped with an error."""
+
 LIST_ARTIFACTS_DESCRIPTION = """\
 List the saved tool outputs (artifacts) of this session, newest last: source ID, the tool \
 that produced it, size, line count and a one-line summary. Use it to find an artifact's \
@@ -97,6 +119,11 @@ PARAMETER_DESCRIPTIONS: dict[str, str] = {
         "one line, e.g. 'ERROR|Traceback'."
     ),
     "context": "Lines to show before and after each match (0-50).",
+    "expression": (
+        "A jq expression such as '.items[3777]' or '.[] | select(.status == \"error\")' "
+        "(or JMESPath with language='jmespath')."
+    ),
+    "language": "'jq' (default) or 'jmespath'.",
     "max_matches": f"Stop after this many matching lines (1-{MAX_MATCHES}).",
     "timeout": (
         f"Seconds the search may run before it is stopped (default {DEFAULT_TIMEOUT:g}, "

@@ -11,7 +11,7 @@ import re
 __all__ = ["encode_output", "utf8_chars"]
 
 # Lone surrogates other than the U+DC80..U+DCFF that ``surrogateescape`` maps back to bytes.
-_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+_LONE_SURROGATE = "[\ud800-\udc7f\udd00-\udfff]"  # compiled on first use (re's cache)
 
 
 def encode_output(text: str) -> bytes:
@@ -20,7 +20,7 @@ def encode_output(text: str) -> bytes:
         return text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         # Not encodable as UTF-8 at all: keep the text, mark each bad spot with U+FFFD.
-        return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8", "surrogateescape")
+        return re.sub(_LONE_SURROGATE, "\ufffd", text).encode("utf-8", "surrogateescape")
 
 
 def utf8_chars(data: bytes) -> int:

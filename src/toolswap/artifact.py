@@ -11,8 +11,12 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidArgumentError, SourceIdError
+
+if TYPE_CHECKING:
+    SHA256_RE: re.Pattern[str]
 
 __all__ = [
     "ArtifactMemoryReference",
@@ -31,10 +35,18 @@ __all__ = [
 ]
 
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# The patterns below are compiled on first use (by re's cache): a capture whose output stays
+# inline matches none of them, and compiling costs start-up time on every command.
 # Canonical numbering only: at least three digits, no extra leading zeros beyond the padding.
-FILENAME_RE = re.compile(r"tool_result_(\d{3,18})\.txt")
-SHA256_RE = re.compile(r"[0-9a-f]{64}")
-PREFIX_RE = re.compile(r"[0-9a-f]{12}")
+_FILENAME = r"tool_result_(\d{3,18})\.txt"
+_SHA256 = r"[0-9a-f]{64}"
+_PREFIX = r"[0-9a-f]{12}"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SHA256_RE":  # a compiled pattern, for the modules that import it
+        return re.compile(_SHA256)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def validate_session_id(session: str) -> str:
@@ -56,7 +68,7 @@ def artifact_filename(number: int) -> str:
 
 def parse_artifact_filename(filename: str) -> int | None:
     """Return the number of a canonical artifact filename, or None if the name is not ours."""
-    match = FILENAME_RE.fullmatch(filename)
+    match = re.fullmatch(_FILENAME, filename)
     if match is None:
         return None
     number = int(match.group(1))
@@ -68,7 +80,7 @@ def parse_artifact_filename(filename: str) -> int | None:
 TMP_PREFIX = ".tmp-"
 TMP_SUFFIX = ".partial"
 # The writer's pid (Linux allows at most 2**22; 10 digits bound any system) and 16 hex.
-_TMP_RE = re.compile(re.escape(TMP_PREFIX) + r"([1-9]\d{0,9})-[0-9a-f]{16}" + re.escape(TMP_SUFFIX))
+_TMP = re.escape(TMP_PREFIX) + r"([1-9]\d{0,9})-[0-9a-f]{16}" + re.escape(TMP_SUFFIX)
 _PID_MAX = 2**31 - 1
 
 
@@ -80,7 +92,7 @@ def temporary_filename(pid: int, token: str) -> str:
 def parse_temporary_filename(filename: str) -> int | None:
     """The writer's pid of a capture's temporary file name, or None if the name is not one
     toolswap writes (a planted name with an impossible pid included)."""
-    match = _TMP_RE.fullmatch(filename)
+    match = re.fullmatch(_TMP, filename)
     if match is None:
         return None
     pid = int(match.group(1))
@@ -128,7 +140,7 @@ def parse_artifact_source_id(source_id: str) -> ParsedSourceId:
             f"invalid source ID {source_id[:200]!r}: {filename[:80]!r} is not an artifact "
             "file name (tool_result_NNN.txt)"
         )
-    if not PREFIX_RE.fullmatch(prefix):
+    if not re.fullmatch(_PREFIX, prefix):
         raise SourceIdError(
             f"invalid source ID {source_id[:200]!r}: the last part must be 12 lowercase hex digits"
         )
@@ -137,7 +149,7 @@ def parse_artifact_source_id(source_id: str) -> ParsedSourceId:
 
 def format_source_id(session: str, filename: str, sha256: str) -> str:
     """Build a source ID and check that it parses back."""
-    if not SHA256_RE.fullmatch(sha256):
+    if not re.fullmatch(_SHA256, sha256):
         raise SourceIdError("sha256 must be 64 lowercase hex digits")
     source_id = f"artifact:{session}:{filename}:{sha256[:12]}"
     parse_artifact_source_id(source_id)
@@ -211,7 +223,7 @@ class ArtifactMemoryReference:
             source=ArtifactSource.from_dict(source),
         )
         parsed = parse_artifact_source_id(ref.source.source_id)
-        if not SHA256_RE.fullmatch(sha) or not sha.startswith(parsed.digest_prefix):
+        if not re.fullmatch(_SHA256, sha) or not sha.startswith(parsed.digest_prefix):
             raise SourceIdError("memory reference digest does not match its source ID")
         return ref
 

@@ -5,7 +5,9 @@ writer thread) and lets it read the finished file back.
 
 Memory stays bounded whatever the output size: the head, a tail buffer, the salience
 module's candidate lines and a small queue of chunks in flight. Hashing and writing run on a worker
-thread (both release the GIL) while the calling thread reads and counts the next chunk.
+thread (both release the GIL) while the calling thread reads and counts the next chunk; a third
+thread hands what was written to grep, so the writer never waits for grep (output already in
+memory arrives faster than grep searches it).
 The failure-line scan, which holds the GIL and is slower than hashing, runs at the end over
 the first and the last bytes of the file (read back from the page cache) while the worker
 fsyncs, so it overlaps the one step that no capture can skip.
@@ -22,8 +24,8 @@ import contextlib
 import hashlib
 import os
 import queue
-import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import durable
@@ -37,6 +39,8 @@ from .salience.middle_scan import GrepStream
 __all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect_media_type"]
 
 _QUEUE_DEPTH = 4
+_FEED_DEPTH = 8
+"""Chunks written but not yet handed to grep (it may lag that far behind the writer)."""
 _READ_BACK = 1 << 20
 _BOUNDARY_PROBE = 64 << 10
 # Where grep takes over from the Python scan (which holds the GIL at about 40 MB/s with the
@@ -44,6 +48,9 @@ _BOUNDARY_PROBE = 64 << 10
 _GREP_HANDOFF = 256 << 10
 # A line longer than this stops grep (which would hold all of it in memory).
 _GREP_MAX_LINE = 8 << 20
+
+Inspect = Callable[[bytes, Callable[[int, int], bytes], int], str]
+"""``inspect(head, read, size)``: the outline of a structured output, or ``""``."""
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -85,6 +92,14 @@ class CaptureStats:
     tail_scan_start: int | None = None
     """Where the scan of the output's last bytes began (None: no such scan). Failure lines
     between ``scanned_bytes`` and here were not looked for."""
+    outline_source: Callable[[], str] | None = None
+    """Gives the outline of a structured output, waiting for the thread that computes it
+    (see ``outline``)."""
+
+    @property
+    def outline(self) -> str:
+        """The outline of a structured output (JSON, JSON Lines, a table); empty for text."""
+        return self.outline_source() if self.outline_source is not None else ""
 
     @property
     def line_count(self) -> int:
@@ -148,6 +163,10 @@ class StreamCapture:
         scan_limit: how far into the output the failure-line scan reads.
         tail_scan: when the output is longer than ``scan_limit``, how many of its last
             bytes are also scanned for failure lines.
+        inspect: ``inspect(head, read, size)`` outlines a structured output (or returns
+            ``""``) from the finished file, on a thread of its own that reads a duplicate
+            of the descriptor: it runs while the file is fsynced and the artifact is
+            recorded, and the stats' ``outline`` waits for it.
     """
 
     def __init__(
@@ -159,9 +178,11 @@ class StreamCapture:
         tail_keep: int,
         scan_limit: int,
         tail_scan: int = 0,
+        inspect: Inspect | None = None,
     ) -> None:
         self._dir_fd = dir_fd
-        self.tmp_name = temporary_filename(os.getpid(), secrets.token_hex(8))
+        self._inspect = inspect
+        self.tmp_name = temporary_filename(os.getpid(), os.urandom(8).hex())
         self._error: BaseException | None = None
         """The first write error (a full disk, an I/O error): from then on the output is
         only counted and its head and tail kept, so the caller still gets a preview."""
@@ -201,6 +222,8 @@ class StreamCapture:
         self._grep_from = 0
         self._grep_off = False
         self._line_run = 0
+        self._feed: queue.Queue[bytes | None] = queue.Queue(_FEED_DEPTH)
+        self._feeder: threading.Thread | None = None
 
     def _drain(self) -> None:
         ended = False
@@ -209,15 +232,17 @@ class StreamCapture:
                 chunk = self._queue.get()
                 if chunk is None:
                     ended = True
+                    self._end_feed()
                     # fsync here, without the GIL, while the caller scans for failure lines.
                     self._written.set()
                     durable.current().fsync(self._fd)
                     return
                 self._sha.update(chunk)
                 write_all(self._fd, chunk)
-                self._feed_grep(chunk)
+                self._to_grep(chunk)
         except BaseException as exc:  # handed to the caller thread in finish()
             self._error = exc
+            self._end_feed()
             self._written.set()
             while not ended and self._queue.get() is not None:
                 pass
@@ -252,8 +277,38 @@ class StreamCapture:
             self._worker = start_helper_thread(self._drain, "toolswap-capture")
         self._queue.put(chunk)
 
+    def _to_grep(self, chunk: bytes) -> None:
+        """Hand a written chunk to grep on a thread of its own (writer side): the writer
+        never waits for grep, which catches up while the rest is written and fsynced."""
+        if self._feeder is None:
+            self._feeder = start_helper_thread(self._feed_all, "toolswap-grep-feed")
+        self._feed.put(chunk)
+
+    def _feed_all(self) -> None:
+        failed = False
+        while (chunk := self._feed.get()) is not None:
+            if failed:
+                continue  # keep taking chunks: the writer must never block on a full queue
+            try:
+                self._feed_grep(chunk)
+            except BaseException as exc:  # handed to the caller thread like a write error
+                if self._error is None:
+                    self._error = exc
+                failed = True
+
+    def _end_feed(self) -> None:
+        """No more chunks for grep (writer side): the feeder ends once it has them all."""
+        if self._feeder is not None:
+            self._feed.put(None)
+
+    def _join_feeder(self) -> None:
+        """Wait until grep has been handed every chunk (caller side, the writer done)."""
+        if self._feeder is not None:
+            self._feeder.join()
+            self._feeder = None
+
     def _feed_grep(self, chunk: bytes) -> None:
-        """Hand what was just written past the Python scan's limit to grep (writer side).
+        """Hand what was just written past the Python scan's limit to grep (feeder thread).
 
         Starts grep when the output first passes the scan limit, at the line boundary the
         forward scan will stop at, so the two searches meet without a gap; grep then runs
@@ -350,7 +405,9 @@ class StreamCapture:
         if self._worker is not None:
             self._queue.put(None)  # the worker writes what is queued, then fsyncs
             self._written.wait()
+            self._join_feeder()  # grep has every byte before the scan ends its input
         self._counter.finish()
+        outline = self._start_outline()
         # The scan reads back what was just written (from the page cache) and holds the
         # GIL; the worker's fsync, running meanwhile, does not need it.
         tail_scan_start = self._scan() if self._error is None else None
@@ -391,7 +448,37 @@ class StreamCapture:
                 else scanner.lines_end
             ),
             tail_scan_start=None if self._middle_scanned else tail_scan_start,
+            outline_source=outline,
         )
+
+    def _start_outline(self) -> Callable[[], str] | None:
+        """Start outlining the finished file on a thread; return what waits for it."""
+        if self._inspect is None or self._error is not None or self._counter.binary:
+            return None
+        from .structured import sniff  # the head alone turns text away, with no thread
+
+        if sniff(bytes(self._head), complete=len(self._head) >= self._counter.size) is None:
+            return None
+        inspect, head, size = self._inspect, bytes(self._head), self._counter.size
+        # Its own descriptor: the capture closes its one (and renames the file) meanwhile.
+        fd = os.dup(self._fd)
+        found: list[str] = [""]
+
+        def run() -> None:
+            try:
+                found[0] = inspect(head, lambda count, offset: os.pread(fd, count, offset), size)
+            except Exception:
+                found[0] = ""  # an outline is a convenience: a surprise never costs output
+            finally:
+                os.close(fd)
+
+        thread = start_helper_thread(run, "toolswap-outline")
+
+        def result() -> str:
+            thread.join()
+            return found[0]
+
+        return result
 
     def partial_stats(self) -> CaptureStats:
         """What is known of an output whose file could not be written: sizes, head, tail
@@ -443,6 +530,7 @@ class StreamCapture:
                 self._queue.put(None)
                 self._worker.join()
                 self._worker = None
+            self._join_feeder()
             if self._grep is not None:
                 self._grep.kill()
                 self._grep = None

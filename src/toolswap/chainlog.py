@@ -29,7 +29,7 @@ from typing import Any
 from . import durable
 from ._lines import iter_lines
 from .crashpoints import crash_point
-from .durable import fsync_dir, write_all
+from .durable import fsync_dir, not_ours, write_all
 from .errors import ChainLogError
 
 __all__ = ["GENESIS_HASH", "SCHEMA_VERSION", "ChainLog", "canonical_json"]
@@ -355,7 +355,7 @@ class ChainLog:
             raise self._fail(f"cannot open for append: {exc.strerror}") from exc
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            if not_ours(st, directory=False) is not None:
                 raise self._fail(
                     "is not a regular file owned by this user; move it aside and restore "
                     "the session's log from a backup"

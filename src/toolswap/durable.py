@@ -27,7 +27,6 @@ import errno
 import fcntl
 import hashlib
 import os
-import secrets
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -48,6 +47,7 @@ __all__ = [
     "fsync_dir",
     "hash_fd",
     "link_new",
+    "not_ours",
     "open_dir_nofollow",
     "open_trusted",
     "read_trusted",
@@ -186,7 +186,7 @@ def open_trusted(
         raise error(f"{name}: cannot open ({why})") from exc
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        if not_ours(st, directory=False) is not None:
             raise error(f"{name} is not a regular file owned by this user")
     except BaseException:
         close_unwritten(fd)
@@ -319,7 +319,7 @@ def open_dir_nofollow(path: PathArg) -> int:
 
 def temporary_name(prefix: str) -> str:
     """A fresh hidden name for a file about to be written and moved into place."""
-    return f".{prefix}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    return f".{prefix}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
 
 
 def write_atomically(
@@ -408,6 +408,18 @@ def unlink_synced(name: str, *, dir_fd: int) -> None:
     _current.fsync(dir_fd)
 
 
+def not_ours(st: os.stat_result, *, directory: bool) -> str | None:
+    """Why ``st`` (an ``lstat``) is not a real directory (or a regular file) of this
+    user, as the end of a sentence about it, or None when it is."""
+    if directory and (stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode)):
+        return "must be a real directory, not a symlink or a file"
+    if not directory and (stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode)):
+        return "must be a regular file, not a symlink"
+    if st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not by this user"
+    return None
+
+
 def ensure_private_dir(path: Path) -> None:
     """Create ``path`` and any missing parents, each with mode 0700; refuse symlinks and
     foreign owners.
@@ -448,9 +460,8 @@ def ensure_private_dir(path: Path) -> None:
         st = os.lstat(path)
     except OSError as exc:
         raise ArtifactAccessError(f"cannot use {path}: {exc.strerror}") from exc
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise ArtifactAccessError(f"{path} must be a real directory, not a symlink or a file")
-    if st.st_uid != os.geteuid():
-        raise ArtifactAccessError(f"{path} is owned by uid {st.st_uid}, not by this user")
+    refusal = not_ours(st, directory=True)
+    if refusal is not None:
+        raise ArtifactAccessError(f"{path} {refusal}")
     if stat.S_IMODE(st.st_mode) & 0o077:
         os.chmod(path, 0o700)

@@ -13,8 +13,10 @@ callers can catch either::
     │   └── ArtifactCollectedError             removed by cleanup; says when and why
     ├── ArtifactIntegrityError (ValueError)    bytes on disk do not match the recorded SHA-256
     ├── ArtifactReadError (ValueError)         a read request is out of range or malformed
-    │   └── ArtifactPatternError               a grep pattern is invalid or not linear-time
+    │   ├── ArtifactPatternError               a grep pattern is invalid or not linear-time
+    │   └── ArtifactQueryError                 a query is invalid or failed, or no JSON/CSV to query
     ├── ArtifactSearchTimeoutError (TimeoutError) a grep did not finish within its deadline
+    │   └── ArtifactQueryTimeoutError          a query did not finish within its deadline
     ├── ChainLogError (ValueError)             a hash-chained log is corrupt or cannot be trusted
     │   └── ArtifactLeaseJournalError          the retention journal is corrupt or behind its owner
     ├── ArtifactRetentionError (ValueError)    a claim or lease operation was refused
@@ -40,6 +42,8 @@ __all__ = [
     "ArtifactPatternError",
     "ArtifactPublicationConflictError",
     "ArtifactPublicationRejected",
+    "ArtifactQueryError",
+    "ArtifactQueryTimeoutError",
     "ArtifactReadError",
     "ArtifactReferenceOwnerError",
     "ArtifactReferenceTombstonedError",
@@ -98,8 +102,17 @@ class ArtifactPatternError(ArtifactReadError):
     run in linear time."""
 
 
+class ArtifactQueryError(ArtifactReadError):
+    """A jq or JMESPath query is invalid or failed on this artifact, or the artifact is not
+    JSON, JSON Lines, CSV or TSV."""
+
+
 class ArtifactSearchTimeoutError(ToolswapError, TimeoutError):
     """A grep did not finish within its deadline; it was stopped and nothing was returned."""
+
+
+class ArtifactQueryTimeoutError(ArtifactSearchTimeoutError):
+    """A query did not finish within its deadline; it was stopped and nothing was returned."""
 
 
 class ChainLogError(ToolswapError, ValueError):

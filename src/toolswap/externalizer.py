@@ -9,10 +9,10 @@ ext.read_artifact(result.artifact, offset=40_000, limit=200)
 from __future__ import annotations
 
 import contextlib
-import shlex
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import durable
 from ._externalizer_cleanup import CleanupMethods
@@ -26,7 +26,6 @@ from .artifact import (
     artifact_filename,
     format_source_id,
 )
-from .capture import CaptureStats, StreamCapture, detect_media_type
 from .durable import open_dir_nofollow
 from .errors import (
     ArtifactAccessError,
@@ -37,18 +36,16 @@ from .errors import (
     InvalidArgumentError,
 )
 from .manifest import Manifest
-from .pointer import (
-    ReadHint,
-    default_summary,
-    human_size,
-    make_pointer,
-    make_unsaved_preview,
-    validate_summary,
-)
-from .reader import ArtifactReader
-from .records import ArtifactRecord
 from .session import Session, toolswap_home, workspace_slug
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings, require_aware
+from .structured import inspect_output
+
+if TYPE_CHECKING:
+    # The spill machinery (capture, failure-line scan, pointer) is imported when an output
+    # is first spilled: a command whose output is returned inline never loads it.
+    from .capture import CaptureStats, StreamCapture
+    from .pointer import ReadHint
+    from .records import ArtifactRecord
 
 __all__ = ["Output", "ToolResultExternalizer"]
 
@@ -81,7 +78,6 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         self._now = now or (lambda: datetime.now(UTC))
         self.read_hint: ReadHint = read_hint
         self.manifest = Manifest.of(self.session)
-        self.reader = ArtifactReader(self.session, self.manifest)
 
     @classmethod
     def open(
@@ -154,7 +150,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         size, unless the tool's rule is ``never``.
         """
         self._check_tool(tool_name)
-        summary = validate_summary(summary)
+        summary = _checked_summary(summary)
         rule = self.settings.rule_for(tool_name)
 
         def spill(chunks: Iterable[bytes]) -> ExternalizedToolResult:
@@ -214,7 +210,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 written).
         """
         self._check_tool(tool_name)
-        summary = validate_summary(summary)
+        summary = _checked_summary(summary)
         return self._capture(
             chunks(output),
             tool_name,
@@ -247,6 +243,10 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
     ) -> ExternalizedToolResult:
         if argv is not None and not all(isinstance(a, str) for a in argv):
             raise InvalidArgumentError("argv must be a sequence of strings")
+        from .capture import StreamCapture, detect_media_type
+        from .pointer import default_summary
+        from .records import ArtifactRecord
+
         s = self.settings
         try:
             self.check_ready()  # before the rest of the output is consumed
@@ -270,6 +270,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 tail_keep=s.tail_bytes,
                 scan_limit=s.salient_scan_bytes,
                 tail_scan=s.salient_tail_scan_bytes,
+                inspect=inspect_output if s.structured_outline else None,
             )
             for chunk in chunks:
                 capture.write(chunk)
@@ -404,6 +405,8 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         exit_code: int | Callable[[], int | None] | None,
         reason: str,
     ) -> ArtifactWriteError:
+        from .pointer import human_size, make_unsaved_preview
+
         stats = capture.partial_stats()
         code = exit_code() if callable(exit_code) else exit_code
         message = f"the output ({human_size(stats.byte_size)}) could not be saved: {reason}"
@@ -421,6 +424,9 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
 
     def make_pointer(self, stats: CaptureStats, artifact: ArtifactReference) -> str:
         """The bounded context pointer for a captured output."""
+        from ._invocation import cli_command
+        from .pointer import make_pointer
+
         s = self.settings
         return make_pointer(
             stats,
@@ -430,10 +436,13 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             salient_bytes=s.salient_bytes,
             hint=self.read_hint,
             scope=self._cli_scope() if self.read_hint == "cli" else "",
+            command=cli_command() if self.read_hint == "cli" else "toolswap",
         )
 
     def _cli_scope(self) -> str:
         """What ``toolswap read`` needs beside the source ID to find this session."""
+        import shlex  # only a pointer needs it
+
         root = self.session.root
         try:
             projects = (toolswap_home() / "projects").absolute()
@@ -449,6 +458,15 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 derived = None
             return "" if workspace == derived else f" --workspace {shlex.quote(workspace)}"
         return f" --session-dir {shlex.quote(str(root))}"
+
+
+def _checked_summary(summary: str | None) -> str | None:
+    """A caller's summary, checked (ValueError before anything is written)."""
+    if summary is None:
+        return None
+    from .pointer import validate_summary
+
+    return validate_summary(summary)
 
 
 def _unclaimed_name(record: object, collected: object) -> str | None:

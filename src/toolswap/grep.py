@@ -37,6 +37,7 @@ __all__ = [
     "MAX_CONTEXT",
     "MAX_TIMEOUT",
     "GrepMatch",
+    "GrepQuery",
     "GrepResult",
     "search",
 ]
@@ -117,31 +118,46 @@ class GrepResult:
 # -- the search ----------------------------------------------------------------------
 
 
-def search(
-    fd: int,
-    pattern: str,
-    *,
-    label: str,
-    context: int = 0,
-    max_matches: int = 100,
-    ignore_case: bool = False,
-    fixed: bool = False,
-    width: int = 2000,
-    timeout: float = DEFAULT_TIMEOUT,
-    cancel: threading.Event | None = None,
-) -> tuple[list[GrepMatch], bool]:
-    """Matches of ``pattern`` in the open file ``fd`` (its offset is moved), and whether
-    ``max_matches`` stopped the search.
+@dataclass(frozen=True, slots=True)
+class GrepQuery:
+    """One search, checked when it is made (before an artifact is opened and verified).
 
     Raises:
         ArtifactPatternError: the pattern is invalid or cannot run in linear time.
-        ArtifactSearchTimeoutError: the search did not finish within ``timeout`` seconds.
-        ArtifactReadError: bad arguments, or the search was cancelled.
+        ArtifactReadError: an argument is out of range.
     """
-    check_args(context=context, max_matches=max_matches, width=width, timeout=timeout)
-    check_searchable(pattern)
+
+    pattern: str
+    context: int = 0
+    max_matches: int = 100
+    ignore_case: bool = False
+    fixed: bool = False
+    """``pattern`` is a plain string, not a regular expression."""
+    width: int = 2000
+    """The longest line shown whole; a longer one is a window around its first match."""
+    timeout: float = DEFAULT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        _check_args(self.context, self.max_matches, self.width, self.timeout)
+        check_searchable(self.pattern)
+        if not (self.fixed or is_literal(self.pattern)):
+            translate(self.pattern, ignore_case=self.ignore_case)
+
+
+def search(
+    fd: int, query: GrepQuery, *, label: str, cancel: threading.Event | None = None
+) -> tuple[list[GrepMatch], bool]:
+    """Matches of ``query`` in the open file ``fd`` (its offset is moved), and whether
+    ``max_matches`` stopped the search.
+
+    Raises:
+        ArtifactSearchTimeoutError: the search did not finish within the query's timeout.
+        ArtifactReadError: the search was cancelled.
+    """
+    pattern, context, timeout, width = query.pattern, query.context, query.timeout, query.width
+    max_matches, ignore_case = query.max_matches, query.ignore_case
     deadline = time.monotonic() + timeout
-    literal = fixed or is_literal(pattern)
+    literal = query.fixed or is_literal(pattern)
     engine = _Engine.find(pattern, literal=literal, ignore_case=ignore_case, timeout=timeout)
     collector = _Collector(context, max_matches, width)
     _Run(engine.argv(max_count=max_matches + 1, context=context), fd, 0, deadline, cancel).run(
@@ -173,18 +189,7 @@ def search(
     return matches, collector.truncated
 
 
-def check_pattern(pattern: str, *, ignore_case: bool = False, fixed: bool = False) -> None:
-    """Refuse a pattern that cannot be searched (before an artifact is opened and verified).
-
-    Raises:
-        ArtifactPatternError: the pattern is invalid or cannot run in linear time.
-    """
-    check_searchable(pattern)
-    if not (fixed or is_literal(pattern)):
-        translate(pattern, ignore_case=ignore_case)
-
-
-def check_args(*, context: int, max_matches: int, width: int, timeout: float) -> None:
+def _check_args(context: int, max_matches: int, width: int, timeout: float) -> None:
     """Refuse out-of-range search arguments (before anything is opened)."""
     if not isinstance(context, int) or isinstance(context, bool) or not 0 <= context <= MAX_CONTEXT:
         raise ArtifactReadError(f"context must be an integer from 0 to {MAX_CONTEXT}")

@@ -22,6 +22,7 @@ __all__ = [
     "OWNER_DB_NAME",
     "RETENTION_CHOICE_NAME",
     "STORE_BINDING_NAME",
+    "STORE_ENV",
     "TOOL_RESULTS_DIR",
 ]
 
@@ -33,3 +34,7 @@ RETENTION_CHOICE_NAME = "retention.json"
 JOURNAL_NAME = "retention-leases.jsonl"
 OWNER_DB_NAME = "memory.sqlite3"
 LOCK_NAME = ".lock"
+
+STORE_ENV = "TOOLSWAP_STORE"
+"""The environment variable naming the shared store new sessions are kept in (here, not in
+:mod:`toolswap.backends.store`, so a local session never imports the store code)."""

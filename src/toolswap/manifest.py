@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from . import durable
 from .artifact import ArtifactReference, parse_artifact_filename
@@ -40,15 +41,12 @@ from .chainlog import GENESIS_HASH, ChainLog
 from .crashpoints import crash_point
 from .errors import ArtifactStoreError, ChainLogError
 from .layout import JOURNAL_NAME, MANIFEST_HEAD_NAME
-from .records import (
-    ArtifactRecord,
-    CollectedRecord,
-    JournalAnchor,
-    ManifestRecord,
-    decode,
-    encode,
-)
 from .session import Session, session_lock
+
+if TYPE_CHECKING:
+    # The typed records are imported when a record is first read or written: a capture in
+    # a session with none yet (and one whose output stays inline) never loads them.
+    from .records import ArtifactRecord, CollectedRecord, JournalAnchor, ManifestRecord
 
 __all__ = [
     "SNAPSHOT_EVERY",
@@ -62,7 +60,8 @@ __all__ = [
 ]
 
 _HEAD_SIZE = 512
-_NAME_IN_RECORD = re.compile(rb"tool_result_(\d{3,18})\.txt")
+_NAME_IN_RECORD = rb"tool_result_(\d{3,18})\.txt"
+"""Compiled on first use (re's cache), not at every start-up."""
 SNAPSHOT_EVERY = 1000
 """A replica that appends a multiple of this many records keeps the chain as one object."""
 _APPEND_STALLS = 12
@@ -83,7 +82,7 @@ class ManifestConflict(ChainLogError):
     process or host changed the artifact's state first); nothing was written."""
 
 
-Expectation = tuple[str, Callable[[ArtifactRecord | None, CollectedRecord | None], str | None]]
+Expectation = tuple[str, Callable[["ArtifactRecord | None", "CollectedRecord | None"], str | None]]
 """``(filename, check)`` for :meth:`Manifest.append`."""
 
 
@@ -131,6 +130,10 @@ class Manifest:
             raise
 
     def _fold_records(self, bodies: list[dict[str, object]]) -> None:
+        if not bodies:
+            return
+        from .records import ArtifactRecord, JournalAnchor, decode
+
         for body in bodies:
             self._hashes.append(str(body["hash"]))
             record = decode(body, self._log.session)
@@ -266,6 +269,8 @@ class Manifest:
             ManifestConflict: ``expect`` refused the record; nothing was written.
             ChainLogError: the record could not be written (nothing was recorded).
         """
+        from .records import encode
+
         body = encode(record)
         backend = self._backend
         with self._lock(), self._log.lock:
@@ -415,7 +420,7 @@ class Manifest:
             while block := durable.current().pread(fd, 1 << 20, offset):
                 offset += len(block)
                 data = tail + block
-                for match in _NAME_IN_RECORD.finditer(data):
+                for match in re.finditer(_NAME_IN_RECORD, data):
                     highest = max(highest, int(match.group(1)))
                 tail = data[-64:]
         except OSError as exc:
@@ -537,3 +542,12 @@ class Manifest:
     def reference(self, record: ArtifactRecord) -> ArtifactReference:
         """The reference of an artifact record (the path from the trusted root)."""
         return record.reference(self._dir)
+
+
+def __getattr__(name: str) -> Any:
+    # The record types this module re-exports, imported on first use (see the imports).
+    if name in ("ArtifactRecord", "CollectedRecord", "JournalAnchor"):
+        from . import records
+
+        return getattr(records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,6 +15,7 @@ from .capture import CaptureStats
 from .errors import InvalidArgumentError
 from .salience import SalientLine, clean_for_display, timestamp_prefix
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS
+from .structured.hints import structured_section
 
 __all__ = [
     "POINTER_TEMPLATE",
@@ -40,8 +41,8 @@ Size: {size_text}. The full output is saved; page through it instead of running 
 
 _READ_MORE: dict[str, str] = {
     "cli": (
-        "Read more: toolswap read {source_id}{scope} --offset {offset} --limit 200 | "
-        "search: toolswap grep {source_id}{scope} 'PATTERN'"
+        "Read more: {command} read {source_id}{scope} --offset {offset} --limit 200 | "
+        "search: {command} grep {source_id}{scope} 'PATTERN'"
     ),
     "mcp": (
         'Read more: read_artifact(source_id="{source_id}", offset={offset}, limit=200) | '
@@ -54,7 +55,7 @@ _READ_MORE: dict[str, str] = {
 }
 _READ_BYTES: dict[str, str] = {
     "cli": (
-        "Read bytes: toolswap read {source_id}{scope} --byte-start 0 --byte-length 65536 --json"
+        "Read bytes: {command} read {source_id}{scope} --byte-start 0 --byte-length 65536 --json"
     ),
     "mcp": 'Read bytes: read_artifact_bytes(source_id="{source_id}", start=0, length=65536)',
     "python": 'Read bytes: externalizer.read_bytes("{source_id}", start=0, length=65536)',
@@ -167,6 +168,8 @@ def _cut(stats: CaptureStats, head_budget: int, tail_budget: int) -> _Cut:
 
 
 _MORE_RESERVE = 80
+STRUCTURED_RAW_BYTES = 512
+"""Head, tail and failure lines each shown beside an outline, at most (bytes)."""
 _HEAD_FLOOR = 2048
 SALIENT_HEADER = (
     "--- lines in the omitted part that look like failures, the most telling "
@@ -231,13 +234,17 @@ def make_pointer(
     salient_bytes: int,
     hint: ReadHint = "cli",
     scope: str = "",
+    command: str = "toolswap",
 ) -> str:
     """Render the bounded context pointer for a captured output (at most 32 KiB of UTF-8).
 
     ``scope`` is appended to the source ID in CLI commands (for example
-    ``" --session-dir /path"`` when the source ID alone does not find the session).
+    ``" --session-dir /path"`` when the source ID alone does not find the session);
+    ``command`` is the shell words that run toolswap there (see
+    :func:`toolswap._invocation.cli_command`).
     """
     fields = {
+        "command": command,
         "scope": scope,
         "source_id": artifact.source_id,
         "summary": artifact.summary,
@@ -276,7 +283,15 @@ def make_pointer(
         return POINTER_TEMPLATE.format(
             **fields, size_text=size_text, body=body, read_more="This is the whole output."
         )
-    limit = POINTER_MAX_BYTES - frame_cost
+    # A structured output's outline comes first and stands for most of the raw text: head,
+    # tail and failure lines shrink to a glimpse of the bytes themselves.
+    outline = structured_section(stats.outline, hint, fields)
+    if outline:
+        head_budget = min(head_budget, STRUCTURED_RAW_BYTES)
+        tail_bytes = min(tail_bytes, STRUCTURED_RAW_BYTES)
+        salient_bytes = min(salient_bytes, STRUCTURED_RAW_BYTES)
+    limit = POINTER_MAX_BYTES - frame_cost - len(outline.encode())
+    head_budget = min(head_budget, max(limit - 1024, 0))
 
     def salient_for(cut: _Cut, budget: int) -> str:
         if cut.tail_start <= cut.head_end:
@@ -344,7 +359,7 @@ def make_pointer(
             + clean_for_display(cut.tail.decode("utf-8", "replace"))
         )
         offset = head_last_line
-    body = "".join(parts)
+    body = outline + "".join(parts)
     if not body.endswith("\n"):
         body += "\n"
     read_more = _READ_MORE[hint].format(offset=offset, **fields)

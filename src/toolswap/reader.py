@@ -17,9 +17,12 @@ import hashlib
 import os
 import queue
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from . import durable
+from ._invocation import cli_command
 from ._lines import iter_lines
 from ._threads import start_helper_thread
 from ._window import CONTINUATION_MARKER, clip_line
@@ -33,17 +36,20 @@ from .errors import (
     ArtifactReadError,
     SourceIdError,
 )
-from .grep import DEFAULT_TIMEOUT, GrepMatch, GrepResult, check_args, check_pattern, search
+from .grep import DEFAULT_TIMEOUT, GrepMatch, GrepQuery, GrepResult, search
 from .manifest import Manifest
 from .session import Session
 
 __all__ = [
     "CONTINUATION_MARKER",
+    "LIST_TIP",
     "ArtifactReader",
     "ByteRange",
     "GrepMatch",
     "GrepResult",
     "LinePage",
+    "VerifiedArtifact",
+    "list_tip",
 ]
 
 _BLOCK = 1 << 20
@@ -265,6 +271,46 @@ class _OpenArtifact:
             pos += len(block)
 
 
+LIST_TIP = "list the session's artifacts with `"
+"""How :func:`list_tip` starts (a face with its own list call replaces the tip)."""
+
+
+def list_tip() -> str:
+    """What to run to see the session's artifacts, as this environment runs toolswap."""
+    return f"{LIST_TIP}{cli_command()} ls`"
+
+
+class VerifiedArtifact:
+    """An artifact opened after its digest was checked against its record (see
+    :meth:`ArtifactReader.open_verified`); valid inside the ``with`` block only."""
+
+    __slots__ = ("_art", "reference")
+
+    def __init__(self, art: _OpenArtifact, reference: ArtifactReference) -> None:
+        self._art = art
+        self.reference = reference
+
+    @property
+    def fd(self) -> int:
+        """A read-only descriptor of the file (closed when the block ends); a child
+        process may inherit it to read the verified bytes."""
+        return self._art.fd
+
+    @property
+    def size(self) -> int:
+        """The artifact's size in bytes (as verified)."""
+        return self._art.info.size
+
+    def pread(self, length: int, offset: int) -> bytes:
+        """Up to ``length`` bytes from ``offset``."""
+        return self._art.pread(length, offset)
+
+    def check_unchanged(self) -> None:
+        """Raise :class:`~toolswap.errors.ArtifactIntegrityError` if the file changed after
+        it was verified (then what was read may not be the recorded output)."""
+        self._art.check_unchanged()
+
+
 class ArtifactReader:
     """Reads a session's artifacts by source ID (or reference), verifying digests first."""
 
@@ -304,11 +350,7 @@ class ArtifactReader:
             lost = self.manifest.behind_head()
             raise ArtifactNotFoundError(
                 f"no artifact {source_id} in session {self.session.session_id!r}; "
-                + (
-                    f"its record may be lost: {lost}"
-                    if lost
-                    else "list the session's artifacts with `toolswap ls`"
-                )
+                + (f"its record may be lost: {lost}" if lost else list_tip())
             )
         ref = self.manifest.reference(record)
         if isinstance(source, ArtifactReference) and source.content_sha256 != ref.content_sha256:
@@ -400,6 +442,22 @@ class ArtifactReader:
         _remember(key, info)
         return info
 
+    @contextmanager
+    def open_verified(self, source: str | ArtifactReference) -> Iterator[VerifiedArtifact]:
+        """Open ``source`` once its SHA-256 matches its record (the cached verification of
+        an unchanged file stands), for reads of its bytes inside the ``with`` block; the
+        descriptor is closed when the block ends.
+
+        Call :meth:`VerifiedArtifact.check_unchanged` after the reads whose result is
+        returned: it is what makes them reads of the recorded output.
+        """
+        ref = self.reference(source)
+        art = self._open(ref)
+        try:
+            yield VerifiedArtifact(art, ref)
+        finally:
+            durable.close_unwritten(art.fd)
+
     def verify(self, source: str | ArtifactReference) -> ArtifactReference:
         """Verify the artifact's full digest now, ignoring the cache."""
         ref = self.reference(source)
@@ -470,9 +528,10 @@ class ArtifactReader:
                 index += 1
                 if index - offset >= limit or not complete:
                     break
-            next_offset = index if index < total and continue_byte is None else None
-            if continue_byte is not None:
-                next_offset = index + 1 if index + 1 < total else None
+            # Only an offset that reads (below line_count) is a next offset: after the last
+            # line, or inside it when it is longer than a page, there is none.
+            after = index + 1 if continue_byte is not None else index
+            next_offset = after if after < ref.line_count else None
             art.check_unchanged()
             return LinePage(
                 source_id=ref.source_id,
@@ -546,25 +605,13 @@ class ArtifactReader:
             ArtifactPatternError: the pattern is invalid or cannot run in linear time.
             ArtifactSearchTimeoutError: the search missed its deadline; it was stopped.
         """
-        check_pattern(pattern, ignore_case=ignore_case, fixed=fixed)
-        check_args(context=context, max_matches=max_matches, width=width, timeout=timeout)
+        query = GrepQuery(pattern, context, max_matches, ignore_case, fixed, width, timeout)
         ref = self.reference(source)
         if ref.binary:
             raise ArtifactReadError(f"{ref.source_id} is binary; grep reads text artifacts")
         art = self._open(ref)
         try:
-            matches, truncated = search(
-                art.fd,
-                pattern,
-                label=ref.source_id,
-                context=context,
-                max_matches=max_matches,
-                ignore_case=ignore_case,
-                fixed=fixed,
-                width=width,
-                timeout=timeout,
-                cancel=cancel,
-            )
+            matches, truncated = search(art.fd, query, label=ref.source_id, cancel=cancel)
             art.check_unchanged()
         finally:
             durable.close_unwritten(art.fd)

@@ -12,26 +12,32 @@ import fcntl
 import hashlib
 import os
 import re
-import stat
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import durable
 from .artifact import validate_session_id
 from .backends.base import LocalBackend, SessionBackend
-from .backends.store import (
-    STORE_ENV,
-    StoreBinding,
-    canonical_store_url,
-    read_binding,
-    write_binding,
-)
-from .durable import ensure_private_dir
+from .durable import ensure_private_dir, not_ours
 from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
-from .layout import JOURNAL_NAME, LOCK_NAME, MANIFEST_HEAD_NAME, MANIFEST_NAME, TOOL_RESULTS_DIR
+from .layout import (
+    JOURNAL_NAME,
+    LOCK_NAME,
+    MANIFEST_HEAD_NAME,
+    MANIFEST_NAME,
+    STORE_BINDING_NAME,
+    STORE_ENV,
+    TOOL_RESULTS_DIR,
+)
+
+if TYPE_CHECKING:
+    # The store code is imported only by a session that is (or is being) bound to a store:
+    # a local session's start-up never loads it.
+    from .backends.store import StoreBinding
 
 __all__ = [
     "Session",
@@ -137,7 +143,10 @@ class Session:
             raise ArtifactAccessError(f"cannot use {root.parent}: {exc}") from None
         session = cls(root=root, session_id=session_id)
         url = os.environ.get(STORE_ENV, "").strip()
-        url = canonical_store_url(url) if url else ""
+        if url:
+            from .backends.store import canonical_store_url
+
+            url = canonical_store_url(url)
         if not create and url and not os.path.lexists(root):
             # A replica of a session another host started is made on first use.
             create = _binding_for(root, session_id, url).store.session_exists(
@@ -155,14 +164,9 @@ class Session:
                 ) from None
             except OSError as exc:
                 raise ArtifactAccessError(f"cannot open {root}: {exc.strerror}") from None
-            if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-                raise ArtifactAccessError(
-                    f"session root {root} must be a real directory, not a symlink or a file"
-                )
-            if st.st_uid != os.geteuid():
-                raise ArtifactAccessError(
-                    f"session root {root} is owned by uid {st.st_uid}, not by this user"
-                )
+            refusal = not_ours(st, directory=True)
+            if refusal is not None:
+                raise ArtifactAccessError(f"session root {root} {refusal}")
         binding = _bind(session, url)
         if binding is None:
             return session
@@ -230,11 +234,15 @@ def session_location(root: Path) -> str | None:
     Raises:
         ConfigurationError: the binding file is unreadable, not ours, or malformed.
     """
+    from .backends.store import read_binding
+
     bound = read_binding(root)
     return bound.url if bound is not None else None
 
 
 def _binding_for(root: Path, session_id: str, url: str) -> StoreBinding:
+    from .backends.store import StoreBinding
+
     try:
         workspace = validate_session_id(root.parent.name)
     except SourceIdError:
@@ -263,6 +271,10 @@ def _holds_anything(session: Session) -> bool:
 
 def _bind(session: Session, url: str) -> StoreBinding | None:
     """The session's store binding: the one it has, or a new one when ``url`` is set."""
+    if not url and not os.path.lexists(session.root / STORE_BINDING_NAME):
+        return None  # a local session: read_binding would say so, after importing the store
+    from .backends.store import read_binding, write_binding
+
     bound = read_binding(session.root)
     if bound is not None:
         if url and url != bound.url:
@@ -324,7 +336,7 @@ def session_lock(path: Path) -> Iterator[None]:
                 ) from exc
             try:
                 st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                if not_ours(st, directory=False) is not None:
                     raise ArtifactAccessError(
                         f"session lock {key} is not a regular file owned by this user; "
                         "move it aside"

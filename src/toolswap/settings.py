@@ -11,6 +11,8 @@ Environment (``TOOLSWAP_*`` wins where both name the same thing):
   inline whatever its size; ``0`` externalizes any non-empty output).
 - ``TOOLSWAP_HEAD_BYTES`` / ``TOOLSWAP_TAIL_BYTES``: pointer preview sizes (6144 / 24576),
   as sizes (``6144``, ``6K``).
+- ``TOOLSWAP_OUTLINE``: ``off`` (or ``0``, ``false``, ``no``) captures JSON, JSON Lines and
+  tables as text, with no structure outline in the pointer (default ``on``).
 
 Sizes and durations have one grammar each, here (:func:`parse_size`, :func:`parse_duration`),
 used by the environment and the CLI alike; ``docs/configuration.md`` spells them out.
@@ -23,10 +25,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from ._utf8 import encode_output, utf8_chars
 from .errors import ClockError, ConfigurationError
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 __all__ = [
     "ExternalizerSettings",
@@ -129,24 +134,35 @@ def _env_size(name: str, raw: str) -> int:
         raise ConfigurationError(f"{name}: {exc}") from None
 
 
+# Patterns are compiled on first use (re's cache): only when a setting is given.
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
-_SIZE = re.compile(rf"(?i)^\s*{_NUMBER}\s*(bytes|b|[kmgt]i?b?)?\s*$")
+_SIZE = rf"(?i)^\s*{_NUMBER}\s*(bytes|b|[kmgt]i?b?)?\s*$"
 _SIZE_POWER = {"b": 0, "k": 1, "m": 2, "g": 3, "t": 4}
-_DURATION = re.compile(rf"(?i)^\s*{_NUMBER}\s*([smhdw])?\s*$")
+_DURATION = rf"(?i)^\s*{_NUMBER}\s*([smhdw])?\s*$"
 _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_CHARS = re.compile(r"(?i)^\s*([0-9]+)\s*(c|chars|characters)\s*$")
+_CHARS = r"(?i)^\s*([0-9]+)\s*(c|chars|characters)\s*$"
 
 
-def _amount(pattern: re.Pattern[str], text: str) -> tuple[Fraction, str] | None:
+def _amount(pattern: str, text: str) -> tuple[Fraction, str] | None:
     """The number and the unit (lowercase, ``""`` when none) of ``text``, or None."""
-    match = pattern.match(text)
+    match = re.match(pattern, text)
     if match is None:
         return None
+    from fractions import Fraction  # only when a size is given: not on every start-up
+
     try:
         number = Fraction(match.group(1))
     except ValueError:  # more digits than Python turns into an int
         return None
     return number, (match.group(2) or "").lower()
+
+
+def _measure(pattern: str, text: str, expected: str) -> tuple[Fraction, str]:
+    """:func:`_amount`, refusing ``text`` that is not ``expected`` (what it must be)."""
+    parsed = _amount(pattern, text)
+    if parsed is None:
+        raise ConfigurationError(f"{text!r} is not {expected}")
+    return parsed
 
 
 def parse_size(text: str) -> int:
@@ -160,13 +176,12 @@ def parse_size(text: str) -> int:
     Raises:
         ConfigurationError: the text is not such a size.
     """
-    parsed = _amount(_SIZE, text)
-    if parsed is None:
-        raise ConfigurationError(
-            f"{text!r} is not a size: use bytes (1048576), or a number and a unit "
-            "B, K/KB/KiB, M/MB/MiB, G/GB/GiB or T/TB/TiB (50KiB, 500M, 1.5G)"
-        )
-    number, unit = parsed
+    number, unit = _measure(
+        _SIZE,
+        text,
+        "a size: use bytes (1048576), or a number and a unit "
+        "B, K/KB/KiB, M/MB/MiB, G/GB/GiB or T/TB/TiB (50KiB, 500M, 1.5G)",
+    )
     return int(number * 1024 ** _SIZE_POWER[(unit or "b")[0]])
 
 
@@ -179,13 +194,12 @@ def parse_duration(text: str) -> float:
     Raises:
         ConfigurationError: the text is not such a duration.
     """
-    parsed = _amount(_DURATION, text)
-    if parsed is None:
-        raise ConfigurationError(
-            f"{text!r} is not a duration: use seconds (90), or a number and a unit "
-            "s, m, h, d or w (90s, 30m, 24h, 7d, 2w)"
-        )
-    number, unit = parsed
+    number, unit = _measure(
+        _DURATION,
+        text,
+        "a duration: use seconds (90), or a number and a unit s, m, h, d or w "
+        "(90s, 30m, 24h, 7d, 2w)",
+    )
     try:
         return float(number * _DURATION_SECONDS[unit or "s"])
     except OverflowError:
@@ -253,6 +267,9 @@ class ExternalizerSettings:
     """Without ``grep``: how many of a long output's last bytes the Python scan reads too
     (read back, and held in memory while they are scanned). With ``grep``, a non-zero
     value lets it search past ``salient_scan_bytes``; zero stops every scan there."""
+    structured_outline: bool = True
+    """Outline JSON, JSON Lines, CSV and TSV outputs in the pointer (off: treated as text;
+    ``query_artifact`` still reads them)."""
     bash_tools: frozenset[str] = frozenset({"bash"})
     tools: Mapping[str, ToolThreshold] = field(default_factory=dict)
     """Per-tool rules, by exact tool name; they win over the bash and default thresholds."""
@@ -274,6 +291,10 @@ class ExternalizerSettings:
             raise ConfigurationError(
                 f"head_bytes + tail_bytes must leave 1 KiB of the {POINTER_MAX_BYTES}-byte "
                 "pointer for its header"
+            )
+        if not isinstance(self.structured_outline, bool):
+            raise ConfigurationError(
+                f"structured_outline must be a bool, not {self.structured_outline!r}"
             )
         for tool, rule in self.tools.items():
             if not isinstance(rule, ToolThreshold):
@@ -301,6 +322,15 @@ class ExternalizerSettings:
                     changes[attr] = (
                         _env_size(name, raw) if scale is None else _positive_int(name, raw) * scale
                     )
+        raw_outline = env.get("TOOLSWAP_OUTLINE")
+        if raw_outline is not None and raw_outline.strip():
+            word = raw_outline.strip().lower()
+            if word in ("off", "0", "false", "no"):
+                changes["structured_outline"] = False
+            elif word not in ("on", "1", "true", "yes"):
+                raise ConfigurationError(
+                    f"TOOLSWAP_OUTLINE={raw_outline!r}: expected 'on' or 'off'"
+                )
         raw_rules = env.get("TOOLSWAP_TOOL_THRESHOLDS")
         if raw_rules:
             changes["tools"] = _parse_tool_rules(raw_rules)

@@ -26,6 +26,7 @@ from ._tool_descriptions import (
     LIST_ARTIFACTS_DESCRIPTION,
     MAX_GREP_TIMEOUT,
     PARAMETER_DESCRIPTIONS,
+    QUERY_ARTIFACT_DESCRIPTION,
     READ_ARTIFACT_BYTES_DESCRIPTION,
     READ_ARTIFACT_DESCRIPTION,
     TOOL_NAMES,
@@ -40,6 +41,7 @@ from .errors import (
     ArtifactCollectedError,
     ArtifactIntegrityError,
     ArtifactNotFoundError,
+    ArtifactQueryError,
     ArtifactReadError,
     SourceIdError,
     ToolswapError,
@@ -47,8 +49,9 @@ from .errors import (
 from .externalizer import ToolResultExternalizer
 from .grep import DEFAULT_TIMEOUT
 from .pointer import human_size
-from .reader import CONTINUATION_MARKER, ArtifactReader, ByteRange
+from .reader import CONTINUATION_MARKER, LIST_TIP, ArtifactReader, ByteRange
 from .session import Session
+from .structured.query import DEFAULT_QUERY_TIMEOUT, Language
 from .workspaces import find_session, holds
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "LIST_ARTIFACTS_DESCRIPTION",
     "MAX_GREP_TIMEOUT",
     "PARAMETER_DESCRIPTIONS",
+    "QUERY_ARTIFACT_DESCRIPTION",
     "READ_ARTIFACT_BYTES_DESCRIPTION",
     "READ_ARTIFACT_DESCRIPTION",
     "TOOL_NAMES",
@@ -155,9 +159,11 @@ def _hint(exc: ToolswapError) -> ToolswapError:
     if isinstance(exc, ArtifactCollectedError):
         return exc
     if isinstance(exc, ArtifactNotFoundError):
+        # The model calls tools here: list_artifacts() replaces the CLI's list command.
+        message = str(exc).partition("; " + LIST_TIP)[0]
         return ArtifactNotFoundError(
-            f"{exc}. Call list_artifacts() to see the saved outputs of this session; if the "
-            "one you need is gone, run the tool again."
+            f"{message}. Call list_artifacts() to see the saved outputs of this session; if "
+            "the one you need is gone, run the tool again."
         )
     if isinstance(exc, ArtifactIntegrityError):
         return ArtifactIntegrityError(
@@ -394,6 +400,48 @@ class ArtifactTools:
 
         return self._call(source_id, run)
 
+    def query_artifact(
+        self,
+        source_id: str,
+        expression: str,
+        language: str = "jq",
+        timeout: float = DEFAULT_QUERY_TIMEOUT,
+    ) -> str:
+        """The results of a jq or JMESPath query, one compact JSON value per line; a result
+        larger than one answer is saved as a new artifact and its pointer returned."""
+        from .structured.query import check_expression, query_artifact
+
+        if language not in ("jq", "jmespath"):
+            raise ArtifactQueryError(f"language must be 'jq' or 'jmespath', not {language!r}")
+        lang: Language = "jq" if language == "jq" else "jmespath"
+        check_expression(expression, lang)  # refused before any artifact is opened
+        if isinstance(timeout, (int, float)) and timeout > MAX_GREP_TIMEOUT:
+            timeout = MAX_GREP_TIMEOUT
+
+        def run(reader: ArtifactReader, sid: str) -> str:
+            result = query_artifact(reader, sid, expression, language=lang, timeout=timeout)
+            plural = "s" if result.count != 1 else ""
+            head = f"[{result.source_id}: {result.count:,} result{plural} of {expression!r}]"
+            answer = f"{head}\n{result.text}"
+            if len(answer.encode()) <= self.max_output_bytes - 256 and not result.truncated:
+                return answer
+            cut = (
+                f" (only the first {human_size(len(result.text.encode()))} of the results "
+                "were kept: narrow the query to see the rest)"
+                if result.truncated
+                else ""
+            )
+            saved = self.externalizer.externalize(
+                result.text,
+                "query_artifact",
+                summary=_clip_summary(f"{result.count:,} results of {expression} on {sid}"),
+            )
+            return f"{head}: too large to show, saved as a new artifact{cut}\n" + (
+                saved.context_text
+            )
+
+        return self._call(source_id, run)
+
     def list_artifacts(self, limit: int = 100) -> str:
         """One line per artifact of the session, newest last (at most ``limit``)."""
         try:
@@ -430,11 +478,16 @@ class ArtifactTools:
         return "\n".join(out)
 
 
+def _clip_summary(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 240 else text[:239] + "…"
+
+
 def artifact_tools(
     externalizer: ToolResultExternalizer | Path | str | None = None,
 ) -> list[Callable[..., str]]:
-    """Plain functions ``read_artifact``, ``read_artifact_bytes``, ``grep_artifact`` and
-    ``list_artifacts`` for an agent framework to register as tools.
+    """Plain functions ``read_artifact``, ``read_artifact_bytes``, ``grep_artifact``,
+    ``query_artifact`` and ``list_artifacts`` for an agent framework to register as tools.
 
     They carry the model-facing descriptions as docstrings and typed parameters, so
     frameworks that build a tool schema from a function (OpenAI Agents SDK
@@ -470,6 +523,14 @@ def artifact_tools(
     ) -> str:
         return tools.grep_artifact(source_id, pattern, context, max_matches, timeout)
 
+    def query_artifact(
+        source_id: str,
+        expression: str,
+        language: str = "jq",
+        timeout: float = DEFAULT_QUERY_TIMEOUT,
+    ) -> str:
+        return tools.query_artifact(source_id, expression, language, timeout)
+
     def list_artifacts() -> str:
         return tools.list_artifacts()
 
@@ -482,5 +543,8 @@ def artifact_tools(
     grep_artifact.__doc__ = tool_docstring(
         GREP_ARTIFACT_DESCRIPTION, "source_id", "pattern", "context", "max_matches", "timeout"
     )
+    query_artifact.__doc__ = tool_docstring(
+        QUERY_ARTIFACT_DESCRIPTION, "source_id", "expression", "language", "timeout"
+    )
     list_artifacts.__doc__ = tool_docstring(LIST_ARTIFACTS_DESCRIPTION)
-    return [read_artifact, read_artifact_bytes, grep_artifact, list_artifacts]
+    return [read_artifact, read_artifact_bytes, grep_artifact, query_artifact, list_artifacts]

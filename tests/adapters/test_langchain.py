@@ -85,7 +85,13 @@ def test_agent_gets_a_pointer_then_greps_and_reads_the_exact_line(tmp_path: Path
 
 def test_read_tools_carry_argument_descriptions() -> None:
     tools = {t.name: t for t in artifact_langchain_tools()}
-    assert set(tools) == {"read_artifact", "read_artifact_bytes", "grep_artifact", "list_artifacts"}
+    assert set(tools) == {
+        "read_artifact",
+        "read_artifact_bytes",
+        "grep_artifact",
+        "query_artifact",
+        "list_artifacts",
+    }
     for name in ("read_artifact", "grep_artifact", "read_artifact_bytes"):
         for arg, schema in tools[name].args.items():
             assert schema.get("description"), (name, arg)

@@ -96,7 +96,13 @@ def test_read_tools_carry_argument_descriptions(tmp_path: Path) -> None:
     )
     asyncio.run(agent.run("hi"))
 
-    assert set(seen) == {"read_artifact", "read_artifact_bytes", "grep_artifact", "list_artifacts"}
+    assert set(seen) == {
+        "read_artifact",
+        "read_artifact_bytes",
+        "grep_artifact",
+        "query_artifact",
+        "list_artifacts",
+    }
     properties = seen["grep_artifact"]["properties"]
     assert isinstance(properties, dict)
     assert all(p.get("description") for p in properties.values())

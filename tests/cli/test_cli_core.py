@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from toolswap import ToolResultExternalizer, __version__
+from toolswap._invocation import cli_command
 from toolswap.cli import main
 
 BIG_COMMAND = [
@@ -95,10 +96,10 @@ def test_the_read_more_command_in_the_pointer_works_as_printed(toolswap_home: Pa
     command = read_more.removeprefix("Read more: ").split(" | ")[0]
     argv = shlex.split(command)
 
-    assert argv[0] == "toolswap"
-    proc = _toolswap(*argv[1:])
+    assert command.startswith(f"{cli_command()} read ")  # as this environment runs toolswap
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, check=False)
 
-    assert proc.returncode == 0
+    assert proc.returncode == 0, proc.stderr
     first = proc.stdout.decode().splitlines()[0]
     offset = int(argv[argv.index("--offset") + 1])
     assert first == f"build step {offset}: ok"
@@ -249,6 +250,19 @@ def test_read_of_a_line_longer_than_a_page_says_which_byte_to_read_on_from(
     rest = _cli("read", sid, "--byte-start", str(byte), "--byte-length", "10")
     assert rest.stdout == "x" * 10
     assert f"[bytes {byte}-{byte + 9} of {(1 << 20) + 7}, from line 1;" in rest.stderr
+
+
+def test_read_of_a_last_line_longer_than_a_page_names_no_next_line(
+    toolswap_home: Path,
+) -> None:
+    ext = ToolResultExternalizer.open("default")
+    sid = ext.externalize("x" * (1 << 20) + "\n", "t").artifact.source_id
+
+    result = _cli("read", sid, "--width", "1000")
+
+    assert "line 1 continues at byte" in result.stderr
+    assert "--offset" not in result.stderr
+    assert _cli("read", sid, "--offset", "0", "--limit", "1").stdout.startswith("x" * 1000)
 
 
 def test_read_json_returns_the_page(toolswap_home: Path) -> None:

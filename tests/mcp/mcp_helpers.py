@@ -20,6 +20,8 @@ import anyio
 import anyio.abc
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+import toolswap
+
 HERE = Path(__file__).resolve().parent
 UPSTREAM = [sys.executable, str(HERE / "upstream_server.py")]
 SESSION = "s1"
@@ -56,7 +58,12 @@ def child_env(**extra: str) -> dict[str, str]:
     env = {
         "TOOLSWAP_HOME": os.environ["TOOLSWAP_HOME"],
         "TOOLSWAP_WORKSPACE": os.environ["TOOLSWAP_WORKSPACE"],
+        # The tree under test, not whichever toolswap the interpreter would find (the SDK
+        # passes no PYTHONPATH: an installed checkout elsewhere would answer instead).
+        "PYTHONPATH": str(Path(toolswap.__file__).resolve().parent.parent),
     }
+    if "PYTHONPATH" in os.environ:  # the tree under test, when it is not the installed one
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     env.update(extra)
     return env
 

@@ -337,3 +337,39 @@ async def test_proxy_exits_cleanly_when_the_host_closes_stdin(errlog: IO[str]) -
     assert status == 0
     errlog.seek(0)
     assert "Traceback" not in errlog.read()
+
+
+async def test_a_schema_a_reference_conforms_to_is_kept_and_a_large_result_conforms(
+    errlog: IO[str], session_path: Path
+) -> None:
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(proxy_argv(), errlog) as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            # The SDK's client validates structured content against the listed schema.
+            result = await session.call_tool("loose_inventory", {"count": 3000})
+            text = _text(result)
+            answer = await session.call_tool(
+                "query_artifact",
+                {"source_id": _source_id(text), "expression": ".records[1000].status"},
+            )
+
+    assert tools["loose_inventory"].output_schema is not None
+    assert "query_artifact" in tools
+    assert not result.is_error
+    assert result.structured_content["toolswap"]["externalized"] is True  # type: ignore[index]
+    # The pointer carries the structure outline, with the odd record's path.
+    assert "--- structure: JSON object" in text
+    assert "3,000 objects" in text and ".records[1000]" in text
+    assert not answer.is_error
+    assert '"lost"' in _text(answer)
+
+
+async def test_structured_content_beside_large_text_gets_its_outline_in_the_note(
+    errlog: IO[str],
+) -> None:
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(proxy_argv(), errlog) as session:
+            result = await session.call_tool("two_parts", {"lines": 5000, "count": 3000})
+
+    notes = [b.text for b in result.content if isinstance(b, TextContent)]
+    assert any("--- structure: JSON object" in n and ".records[1000]" in n for n in notes)

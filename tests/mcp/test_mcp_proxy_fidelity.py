@@ -107,7 +107,7 @@ async def test_json_text_repeated_as_a_structured_subtree_is_saved_once_and_page
     assert '"status": "lost"' in _text(found)
 
 
-async def test_text_and_unrelated_structured_content_give_one_pointer_and_a_one_line_note(
+async def test_text_and_unrelated_structured_content_give_one_pointer_and_an_outlined_note(
     errlog: IO[str], ext: ToolResultExternalizer
 ) -> None:
     with anyio.fail_after(HANG_GUARD):
@@ -118,7 +118,11 @@ async def test_text_and_unrelated_structured_content_give_one_pointer_and_a_one_
     reference = result.structured_content["toolswap"]  # type: ignore[index]
     assert _source_id(pointer) != reference["source_id"]
     assert reference["source_id"] in note and "read_artifact(" in note
-    assert len(note.encode()) < 400
+    # A one-line note, then the structure's outline (not a second pointer: no raw text).
+    first, outline = note.split("\n", 1)
+    assert len(first.encode()) < 400
+    assert outline.startswith("--- structure: JSON object") and ".records[1000]" in outline
+    assert len(outline.encode()) <= 8192 and "--- head" not in outline
     assert _size(result) <= POINTER_MAX + 2048
     saved = {a.source_id: a for a in ext.list_artifacts()}
     assert saved[_source_id(pointer)].path.read_bytes() == big_lines(5000).encode()

@@ -75,3 +75,44 @@ def test_small_results_and_unfinished_results_are_left_alone(tmp_path: Path) -> 
     assert rewriter.tool_result("t", pending, RULE) is None
     assert rewriter.resource_result({"contents": [{"uri": "a://b", "text": "hi"}]}, RULE) is None
     assert ext.list_artifacts() == []
+
+
+def test_a_reference_in_place_that_breaks_the_kept_schema_becomes_a_conforming_one(
+    tmp_path: Path,
+) -> None:
+    import jsonschema
+
+    from toolswap.mcp.rewrite import admits_reference
+
+    # {"content": <string>}: a reference object at the root conforms, one in place of the
+    # string would not.
+    schema = {"type": "object", "properties": {"content": {"type": "string"}}}
+    assert admits_reference(schema)
+    assert not admits_reference({"type": "object", "required": ["content"]})
+    rewriter, _ = _rewriter(tmp_path)
+    text = "".join(f"line {i}: ok\n" for i in range(5000))
+    result = {"content": [{"type": "text", "text": text}], "structuredContent": {"content": text}}
+    shrunk = rewriter.tool_result("read", result, RULE, schema)
+    assert shrunk is not None
+    jsonschema.validate(shrunk["structuredContent"], schema)
+    assert shrunk["structuredContent"]["toolswap"]["externalized"] is True
+    # Without the schema the reference stays in place of the string.
+    loose = rewriter.tool_result("read", result, RULE)
+    assert loose is not None and "toolswap" in loose["structuredContent"]["content"]
+
+
+def test_structured_content_saved_beside_text_brings_its_outline(tmp_path: Path) -> None:
+    rewriter, _ = _rewriter(tmp_path)
+    records = [{"id": i, "status": "lost" if i == 1234 else "ok"} for i in range(3000)]
+    text = "".join(f"line {i}: ok\n" for i in range(3000))
+    result = {
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": {"count": 3000, "records": records},
+    }
+    shrunk = rewriter.tool_result("inventory", result, RULE)
+    assert shrunk is not None
+    note = shrunk["content"][-1]["text"]
+    assert "The structured result is saved too" in note
+    assert "--- structure: JSON object" in note
+    assert "3,000 objects" in note and ".records[1234]" in note
+    assert "query_artifact(" in note

@@ -112,6 +112,12 @@ def big_structured(count: int = 3000) -> Inventory:
 
 
 @server.tool()
+def loose_inventory(count: int = 3000) -> dict[str, Any]:
+    """An inventory whose output schema is any object (a reference object conforms)."""
+    return inventory(count)
+
+
+@server.tool()
 def image(width: int = 256, height: int = 256) -> Image:
     """Return a PNG image of the given size."""
     return Image(data=png(width, height), format="png")

@@ -63,6 +63,8 @@ class Env:
     """The owner: "sqlite", "postgres", or "postgres-journal" (the journal in it too)."""
     dsn: str = ""
     schema: str = ""
+    opened: list[Any] = field(default_factory=list)
+    """Database stores and owners made here, closed when the test ends."""
 
     @property
     def shared_journal(self) -> bool:
@@ -74,7 +76,9 @@ class Env:
             return None
         from toolswap.retention.postgres_journal import PostgresJournalStore
 
-        return PostgresJournalStore(self.dsn, self.session_dir, schema=self.schema)
+        store = PostgresJournalStore(self.dsn, self.session_dir, schema=self.schema)
+        self.opened.append(store)
+        return store
 
     def reference(self, index: int = 0) -> ArtifactMemoryReference:
         return self.ext.get_artifact(self.source_ids[index]).for_memory()
@@ -87,7 +91,9 @@ class Env:
         if self.backend.startswith("postgres"):
             from toolswap.retention.owners.postgres import PostgresMemoryOwner
 
-            return PostgresMemoryOwner(self.dsn, schema=self.schema, **kw)
+            owner = PostgresMemoryOwner(self.dsn, schema=self.schema, **kw)
+            self.opened.append(owner)
+            return owner
         return SqliteMemoryOwner(self.owner_db, **kw)
 
     @property
@@ -209,7 +215,7 @@ class Env:
 
 
 @pytest.fixture
-def env(tmp_path: Path, request: pytest.FixtureRequest) -> Env:
+def env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
     """A session with three artifacts and its owner (SQLite unless parametrized)."""
     backend = getattr(request, "param", "sqlite")
     dsn = schema = ""
@@ -222,7 +228,7 @@ def env(tmp_path: Path, request: pytest.FixtureRequest) -> Env:
         ext.externalize(f"{tag} line\n" * 20_000, "grep").artifact.source_id
         for tag in ("alpha", "beta", "gamma")
     ]
-    return Env(
+    made = Env(
         tmp=tmp_path,
         session_dir=session_dir,
         owner_db=session_dir / "memory.sqlite3",
@@ -232,6 +238,9 @@ def env(tmp_path: Path, request: pytest.FixtureRequest) -> Env:
         dsn=dsn,
         schema=schema,
     )
+    yield made
+    for opened in made.opened:  # deterministically, not when the collector runs
+        opened.close()
 
 
 @pytest.fixture

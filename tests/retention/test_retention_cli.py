@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 
@@ -161,3 +162,32 @@ def test_the_commands_work_on_a_shared_session_in_postgresql(
     assert _cli(env, "journal", "checkpoint").exit_code == 0
     both = _cli(env, "leases", "--owner-db", str(env.owner_db))
     assert both.exit_code == 2
+
+
+def _open_connections() -> set[int]:
+    import psycopg
+
+    return {id(o) for o in gc.get_objects() if isinstance(o, psycopg.Connection) and not o.closed}
+
+
+@pytest.mark.parametrize("env", ["postgres-journal"], indirect=True)
+def test_a_command_closes_its_database_connections_when_it_ends(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not whenever the garbage collector gets to them: the journal and the owner sit in
+    reference cycles, so with the collector off a leaked connection would stay open."""
+    env.publish("a", 0)
+    env.journal().prepare(env.claim(1), transaction_id="b")
+    monkeypatch.setenv("TOOLSWAP_DATABASE_URL", env.dsn)
+    monkeypatch.setenv("TOOLSWAP_DATABASE_SCHEMA", env.schema)
+    gc.collect()
+    gc.disable()
+    try:
+        before = _open_connections()
+        for command in (["leases", "--json"], ["reconcile", "--json"], ["journal", "verify"]):
+            result = _cli(env, *command)
+            assert result.exit_code == 0, result.output
+            assert _open_connections() <= before, command
+    finally:
+        gc.enable()
+        gc.collect()

@@ -40,15 +40,15 @@ def _choice_file(env: Env) -> dict[str, object]:
 
 
 def _publish(env: Env, tx: str, index: int = 0, **kw: object) -> None:
-    retention = open_retention(env.session_dir, create=True, **kw)  # type: ignore[arg-type]
-    owner = retention.owner
-    assert owner is not None
-    ref = env.reference(index)
-    retention.journal.publish_reference(
-        env.claim(index),
-        lambda: owner.publish(tx, ref),  # type: ignore[attr-defined]
-        transaction_id=tx,
-    )
+    with open_retention(env.session_dir, create=True, **kw) as retention:  # type: ignore[arg-type]
+        owner = retention.owner
+        assert owner is not None
+        ref = env.reference(index)
+        retention.journal.publish_reference(
+            env.claim(index),
+            lambda: owner.publish(tx, ref),  # type: ignore[attr-defined]
+            transaction_id=tx,
+        )
 
 
 # -- the same journal and owner as the CLI -----------------------------------------------
@@ -121,9 +121,9 @@ def test_the_recorded_choice_holds_the_schema_but_never_the_database_url(env: En
 def test_the_recorded_schema_is_used_when_only_the_database_url_is_given(env: Env) -> None:
     _publish(env, "a", database_url=env.dsn, schema=env.schema)
 
-    retention = open_retention(env.session_dir, database_url=env.dsn)
-    assert retention.choice.schema == env.schema
-    assert list(retention.journal.recover().claims) == [env.source_ids[0]]
+    with open_retention(env.session_dir, database_url=env.dsn) as retention:
+        assert retention.choice.schema == env.schema
+        assert list(retention.journal.recover().claims) == [env.source_ids[0]]
     listed = _cli(env, "leases", "--database-url", env.dsn, "--json")
     assert listed.exit_code == 0, listed.output
     assert [c["source_id"] for c in json.loads(listed.stdout)["claims"]] == [env.source_ids[0]]
@@ -283,10 +283,10 @@ def test_gc_over_every_session_with_a_database_url_ties_no_session_without_lease
 def test_an_open_in_the_wrong_schema_is_not_recorded_as_the_session_s(env: Env) -> None:
     env.publish("a")  # in env.schema, by hand: the manifest anchors the session's key only
 
-    wrong = open_retention(env.session_dir, database_url=env.dsn, schema=f"{env.schema}_x")
-    assert read_retention_choice(env.session_dir) is None
-    with pytest.raises(ArtifactLeaseJournalError, match="anchored record 2"):
-        wrong.journal.recover()
-    right = open_retention(env.session_dir, database_url=env.dsn, schema=env.schema)
-    assert read_retention_choice(env.session_dir) == right.choice
-    assert list(right.journal.recover().claims) == [env.source_ids[0]]
+    with open_retention(env.session_dir, database_url=env.dsn, schema=f"{env.schema}_x") as wrong:
+        assert read_retention_choice(env.session_dir) is None
+        with pytest.raises(ArtifactLeaseJournalError, match="anchored record 2"):
+            wrong.journal.recover()
+    with open_retention(env.session_dir, database_url=env.dsn, schema=env.schema) as right:
+        assert read_retention_choice(env.session_dir) == right.choice
+        assert list(right.journal.recover().claims) == [env.source_ids[0]]

@@ -25,11 +25,14 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .._verify_model import VerifyFinding
 from ..errors import ArtifactNotFoundError
-from ..records import ArtifactRecord
-from .store import StoreObject
+
+if TYPE_CHECKING:
+    from .._verify_model import VerifyFinding
+    from ..records import ArtifactRecord
+    from .store import StoreObject
 
 __all__ = ["LocalBackend", "SessionBackend"]
 
@@ -110,9 +113,11 @@ class SessionBackend:
             ArtifactIntegrityError: ``check`` refused the bytes (nothing is linked).
             ArtifactStoreError: the store failed.
         """
+        from .._invocation import cli_command
+
         raise ArtifactNotFoundError(
             "the file is missing from tool-results/ although the manifest records it; "
-            "run `toolswap verify`"
+            f"run `{cli_command()} verify`"
         )
 
     def objects(self) -> list[StoreObject]:

@@ -37,7 +37,7 @@ from .. import durable
 from ..artifact import validate_session_id
 from ..crashpoints import crash_point
 from ..errors import ArtifactAccessError, ConfigurationError, SourceIdError
-from ..layout import STORE_BINDING_NAME
+from ..layout import STORE_BINDING_NAME, STORE_ENV
 
 __all__ = [
     "STORE_BINDING_NAME",
@@ -52,7 +52,6 @@ __all__ = [
     "write_binding",
 ]
 
-STORE_ENV = "TOOLSWAP_STORE"
 _BINDING_MAX = 4096
 _S3_URL_RE = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?")
 

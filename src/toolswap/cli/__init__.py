@@ -1,8 +1,8 @@
-"""The ``toolswap`` command line. Each module registers its commands on :data:`main`."""
+"""The ``toolswap`` command line. Each command's module registers it on :data:`main` and is
+imported only when that command runs (see :mod:`toolswap.cli._group`)."""
 
 from __future__ import annotations
 
-from . import core, gc, mcp_cmd, retention, sessions  # noqa: F401  (registers commands)
 from ._group import main
 
 __all__ = ["main"]

@@ -19,7 +19,6 @@ from ..artifact import parse_artifact_source_id
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..session import Session, legacy_workspace_slug, toolswap_home, workspace_slug
-from ..workspaces import find_session
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,6 +93,8 @@ def open_externalizer(
 def session_for_source(source_id: str, workspace: str | None, session_dir: Path | None) -> Session:
     """The session that holds ``source_id``: explicit, the cwd's workspace, or wherever the
     artifact is (the source ID's file name and digest pick it among same-named sessions)."""
+    from ..workspaces import find_session  # reads: not on the capture path
+
     parsed = parse_artifact_source_id(source_id)
     if session_dir is not None:
         return Session.at(session_dir, create=False)

@@ -10,16 +10,17 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
-from ..externalizer import ToolResultExternalizer
-from ..retention import DEFAULT_OWNER_FILENAME, SessionRetention, open_retention
-from ..retention.session_retention import DATABASE_SCHEMA_ENV, DATABASE_URL_ENV, DEFAULT_SCHEMA
-from ..session import Session
 from ._common import open_externalizer, resolve_session, session_for_source
+
+if TYPE_CHECKING:
+    from ..externalizer import ToolResultExternalizer
+    from ..retention import SessionRetention
+    from ..session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])
 Command = Callable[..., None]
@@ -150,14 +151,8 @@ def json_option(help: str = "Print a JSON object.") -> Callable[[F], F]:
 
 
 # -- the retention backend ---------------------------------------------------------------
-
-_OWNER_HELP = (
-    "The memory owner's SQLite database (default: <session>/" + DEFAULT_OWNER_FILENAME + ")."
-)
-_DATABASE_HELP = (
-    f"PostgreSQL URL of a shared session's memory owner and lease journal "
-    f"(env {DATABASE_URL_ENV}); replaces --owner-db."
-)
+# retention is imported when a command that takes these options is registered or run,
+# never by the capture commands.
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,13 +171,18 @@ class BackendOptions:
         """The session's retention (see :func:`toolswap.retention.open_retention`)."""
         if self.owner_db is not None and self.database_url:
             raise click.UsageError("--owner-db and --database-url name two different owners")
-        return open_retention(
+        from ..retention import open_retention
+
+        retention = open_retention(
             session,
             database_url=self.database_url or None,
             schema=self.schema,
             owner_db=self.owner_db,
             require_owner=require_owner,
         )
+        # The command's connections close when it ends, not whenever the collector runs.
+        click.get_current_context().call_on_close(retention.close)
+        return retention
 
 
 def _backend(
@@ -193,23 +193,41 @@ def _backend(
     return BackendOptions(owner_db, database_url, database_schema if given else None)
 
 
-backend_options = bundled(
-    "backend",
-    _backend,
-    click.option(
-        "--owner-db",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help=_OWNER_HELP,
-    ),
-    click.option("--database-url", envvar=DATABASE_URL_ENV, default=None, help=_DATABASE_HELP),
-    click.option(
-        "--database-schema",
-        envvar=DATABASE_SCHEMA_ENV,
-        default=DEFAULT_SCHEMA,
-        show_default=True,
-        help=f"Schema of the PostgreSQL tables (env {DATABASE_SCHEMA_ENV}).",
-    ),
-)
-"""``--owner-db``, ``--database-url`` and ``--database-schema``, passed to the command as
-one ``backend`` (:class:`BackendOptions`)."""
+def backend_options(func: Command) -> Command:
+    """``--owner-db``, ``--database-url`` and ``--database-schema``, passed to the command
+    as one ``backend`` (:class:`BackendOptions`)."""
+    from ..retention import DEFAULT_OWNER_FILENAME
+    from ..retention.session_retention import (
+        DATABASE_SCHEMA_ENV,
+        DATABASE_URL_ENV,
+        DEFAULT_SCHEMA,
+    )
+
+    return bundled(
+        "backend",
+        _backend,
+        click.option(
+            "--owner-db",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help=(
+                f"The memory owner's SQLite database (default: <session>/{DEFAULT_OWNER_FILENAME})."
+            ),
+        ),
+        click.option(
+            "--database-url",
+            envvar=DATABASE_URL_ENV,
+            default=None,
+            help=(
+                "PostgreSQL URL of a shared session's memory owner and lease journal "
+                f"(env {DATABASE_URL_ENV}); replaces --owner-db."
+            ),
+        ),
+        click.option(
+            "--database-schema",
+            envvar=DATABASE_SCHEMA_ENV,
+            default=DEFAULT_SCHEMA,
+            show_default=True,
+            help=f"Schema of the PostgreSQL tables (env {DATABASE_SCHEMA_ENV}).",
+        ),
+    )(func)

@@ -1,12 +1,13 @@
 """MCP commands: ``toolswap mcp serve`` and ``toolswap mcp proxy`` (the ``toolswap[mcp]`` extra).
 
-The SDK is imported inside the commands, so the rest of the CLI works without it.
+Neither imports the MCP SDK (they speak JSON-RPC themselves, see :mod:`toolswap.mcp`); they
+need ``anyio``, which the extra installs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
-from types import ModuleType
 
 import click
 
@@ -29,20 +30,16 @@ def _threshold_option(
         raise click.BadParameter(str(exc)) from None
 
 
-def _import_mcp() -> ModuleType:
-    """``toolswap.mcp``, or exit 1 telling the user how to install the extra."""
-    try:
-        import mcp.server  # noqa: F401  (the SDK itself)
-
-        from .. import mcp as toolswap_mcp
-    except ImportError as exc:
+def _require_anyio() -> None:
+    """Exit 1 telling the user how to install the extra, when ``anyio`` is missing (found,
+    not imported: the proxy starts its upstream first)."""
+    if importlib.util.find_spec("anyio") is None:
         click.echo(
-            f"toolswap: the MCP commands need the MCP SDK ({exc}); install it with: "
-            "pip install '.[mcp]' in the toolswap checkout (docs/configuration.md)",
+            "toolswap: the MCP commands need the mcp extra (no module named 'anyio'); install "
+            "it with: pip install '.[mcp]' in the toolswap checkout (docs/configuration.md)",
             err=True,
         )
         sys.exit(1)
-    return toolswap_mcp
 
 
 @main.group(name="mcp")
@@ -63,11 +60,13 @@ def serve(where: SessionOptions) -> None:
 
     Example MCP host entry: {"command": "toolswap", "args": ["mcp", "serve"]}
     """
-    toolswap_mcp = _import_mcp()
+    _require_anyio()
     import anyio
 
+    from ..mcp.serve import run_server
+
     ext = where.externalizer(read_hint="mcp")
-    anyio.run(toolswap_mcp.run_server, ext)
+    anyio.run(run_server, ext)
 
 
 @mcp_group.command(
@@ -113,13 +112,32 @@ def proxy(
 
     Example: toolswap mcp proxy --threshold 20kb -- npx -y @modelcontextprotocol/server-everything
     """
-    toolswap_mcp = _import_mcp()
-    import anyio
-
+    _require_anyio()
     ext = where.externalizer(read_hint="mcp")
-    status = anyio.run(
-        lambda: toolswap_mcp.run_proxy(
-            list(upstream), ext, threshold=threshold, resource_threshold=resource_threshold
+    from ..mcp.upstream import say, spawn_upstream
+
+    # The upstream boots (a second or more) while the event loop and the proxy load.
+    try:
+        process = spawn_upstream(upstream)
+    except OSError as exc:
+        say(f"cannot start the upstream MCP server {upstream[0]!r}: {exc.strerror or exc}")
+        sys.exit(127)
+    try:
+        import anyio
+
+        from ..mcp.proxy import run_proxy
+
+        status = anyio.run(
+            lambda: run_proxy(
+                list(upstream),
+                ext,
+                threshold=threshold,
+                resource_threshold=resource_threshold,
+                process=process,
+            )
         )
-    )
+    finally:
+        if process.poll() is None:  # the proxy stops it; this is for a failure before that
+            process.kill()
+            process.wait()
     sys.exit(status)

@@ -15,20 +15,24 @@ gets exactly the host's environment). It reads every frame but rewrites only the
   ``isError``, ``_meta`` and every other field are kept;
 - the answer to ``resources/read`` when a content item is over the resource threshold
   (``--resource-threshold``; ``never`` passes resources through whole);
-- the answer to ``tools/list``: the artifact tools are added (on the last page), and an
-  upstream ``outputSchema`` is dropped for tools whose structured results may be replaced,
-  so that hosts which validate structured results against it do not reject the pointer;
+- the answer to ``tools/list``: the artifact tools are added (on the last page). An
+  upstream ``outputSchema`` is kept if a ``{"toolswap": reference}`` object conforms to it
+  (a large structured result is then replaced by one that does) and dropped otherwise, for
+  tools whose structured results may be replaced: the MCP rule is that a tool declaring an
+  output schema returns conforming structured results, and hosts validate them;
 - the answer to ``initialize`` / ``server/discover``: a ``tools`` capability is added if the
   upstream has none;
 - ``tools/call`` of ``read_artifact``, ``read_artifact_bytes``, ``grep_artifact`` and
-  ``list_artifacts``: answered by the proxy itself (the SDK's :class:`MCPServer` from
-  :mod:`toolswap.mcp.server`, shaped for the protocol version of the request).
+  ``list_artifacts``: answered by the proxy itself (:mod:`toolswap.mcp.local`, the same
+  answers as ``toolswap mcp serve``, shaped for the protocol era of the request).
 
 Everything else (small results, tool names, input schemas and descriptions, resources,
 prompts, notifications, progress, cancellation, server-to-client requests, both protocol
 eras) is forwarded as the very bytes received. Working at the frame level, rather than
 re-serving the upstream through the SDK's server and client objects, is what makes that
-byte-for-byte guarantee possible and keeps the proxy neutral to protocol versions.
+byte-for-byte guarantee possible and keeps the proxy neutral to protocol versions. Nothing
+here imports the MCP SDK: the upstream is started first, and the proxy's own start adds
+little to the upstream's.
 
 If the upstream exits, every request it had not answered fails with a JSON-RPC error that
 says so, and the proxy exits with status 1. When the host closes the proxy's stdin, the
@@ -41,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,29 +53,23 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.to_thread
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.shared.exceptions import MCPError
-from mcp.types import (
-    CONNECTION_CLOSED,
-    PROTOCOL_VERSION_META_KEY,
-    SERVER_INFO_META_KEY,
-    CallToolResult,
-    TextContent,
-)
-from mcp.types.methods import serialize_server_result
-from mcp.types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
 
+from .._tool_descriptions import TOOL_NAMES
 from ..errors import ConfigurationError
 from ..externalizer import ToolResultExternalizer
 from ..settings import ToolThreshold
-from ..tools import TOOL_NAMES
-from .rewrite import ResultRewriter
-from .server import create_server
+from .local import (
+    CONNECTION_CLOSED,
+    MODERN_PROTOCOL_VERSIONS,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+    tool_definitions,
+)
+from .rewrite import ResultRewriter, admits_reference
+from .serve import LocalCalls
 from .transport import (
-    READ_CHUNK,
     StdFd,
+    UpstreamProcess,
     describe_exit,
     dumps_frame,
     loads_frame,
@@ -121,6 +120,9 @@ class McpProxy:
         stdout_fd: descriptor the host reads from (default 1).
         env: the upstream's environment (default: exactly the environment the host
             started the proxy with).
+        process: the upstream, already started from ``upstream`` with pipes for stdin and
+            stdout (:func:`~toolswap.mcp.upstream.spawn_upstream`), so that it boots while
+            the proxy loads; default: started by :meth:`run`.
     """
 
     def __init__(
@@ -133,6 +135,7 @@ class McpProxy:
         stdin_fd: int = 0,
         stdout_fd: int = 1,
         env: Mapping[str, str] | None = None,
+        process: subprocess.Popen[bytes] | None = None,
     ) -> None:
         if not upstream:
             raise ConfigurationError("the upstream command line is empty")
@@ -144,20 +147,21 @@ class McpProxy:
         self.env = dict(env) if env is not None else None
         self._stdin_fd = stdin_fd
         self._stdout_fd = stdout_fd
-        self._server: MCPServer[Any] = create_server(externalizer)
-        self._local_tools: list[dict[str, Any]] = []
+        self._calls = LocalCalls(externalizer)
+        self._local_tools = tool_definitions()
+        self._schemas: dict[str, dict[str, Any]] = {}
+        """The upstream ``outputSchema`` of each tool listed with it kept."""
         self._pending: dict[str, _Pending] = {}
         self._tasks: dict[str, str] = {}
         """Task ID -> the tool whose call created it (its result comes by tasks/result)."""
-        self._local: dict[str, anyio.CancelScope] = {}
-        self._handshake_version = LATEST_HANDSHAKE_VERSION
         self._server_info_stamp: object = None
         self._warned_shadowed: set[str] = set()
         self._client_closed = False
         self._client_gone = False
         self._upstream_done = False
         self._write_lock = anyio.Lock()
-        self._proc: anyio.abc.Process | None = None
+        self._process = process
+        self._proc: UpstreamProcess | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._out: StdFd | None = None
 
@@ -185,12 +189,11 @@ class McpProxy:
 
     async def run(self) -> int:
         """Relay until the host or the upstream goes away; return the exit status."""
-        self._local_tools = [
-            tool.model_dump(by_alias=True, mode="json", exclude_none=True)
-            for tool in await self._server.list_tools()
-        ]
         try:
-            proc = await start_upstream(self.upstream, self.env)
+            if self._process is not None:
+                proc = UpstreamProcess(self._process)
+            else:
+                proc = await start_upstream(self.upstream, self.env)
         except OSError as exc:
             say(f"cannot start the upstream MCP server {self.upstream[0]!r}: {exc.strerror or exc}")
             return 127
@@ -220,7 +223,7 @@ class McpProxy:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._reap()
-                await proc.aclose()
+                proc.close()
             stdin.restore()
             self._out.restore()
         return status
@@ -244,13 +247,12 @@ class McpProxy:
     async def _pump_upstream(self) -> None:
         """Upstream -> host, until the upstream closes its stdout."""
         proc = self._proc
-        assert proc is not None and proc.stdout is not None
-        stdout = proc.stdout
+        assert proc is not None
 
         async def receive() -> bytes:
             try:
-                return await stdout.receive(READ_CHUNK)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return await proc.receive()
+            except OSError:
                 return b""
 
         try:
@@ -281,18 +283,16 @@ class McpProxy:
                 self._pending[key] = self._pending_for(method, params)
             elif method == "notifications/cancelled":
                 key = _key(params.get("requestId"))
-                scope = self._local.get(key)
-                if scope is not None:
-                    scope.cancel()
+                if self._calls.cancel(key):
                     return
                 pending = self._pending.get(key)
                 if pending is not None:
                     pending.cancelled = True
         proc = self._proc
-        assert proc is not None and proc.stdin is not None
+        assert proc is not None
         # If the upstream is gone, _pump_upstream sees EOF and fails what is pending.
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            await proc.stdin.send(line)
+        with contextlib.suppress(OSError):
+            await proc.send(line)
 
     def _pending_for(self, method: str, params: dict[str, Any]) -> _Pending:
         if method == "tools/call":
@@ -343,7 +343,11 @@ class McpProxy:
             if _fits(rule, line):
                 return line
             shrunk = await anyio.to_thread.run_sync(
-                self.rewriter.tool_result, pending.tool, result, rule
+                self.rewriter.tool_result,
+                pending.tool,
+                result,
+                rule,
+                self._schemas.get(pending.tool),
             )
             return await self._replace_result(message, shrunk, line)
         if method == "resources/read":
@@ -355,8 +359,6 @@ class McpProxy:
         if method == "tools/list":
             return dumps_frame(message) if self._merge_tools(result) else line
         if method in ("initialize", "server/discover"):
-            if method == "initialize" and isinstance(result.get("protocolVersion"), str):
-                self._handshake_version = result["protocolVersion"]
             meta = result.get("_meta")
             if isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is not None:
                 self._server_info_stamp = meta[SERVER_INFO_META_KEY]
@@ -387,9 +389,15 @@ class McpProxy:
                 and "outputSchema" in tool
                 and not self.rule_for(name).never
             ):
-                # Its structured result may be replaced by a pointer, which would not
-                # match the schema; hosts validate results against it.
-                tool = {k: v for k, v in tool.items() if k != "outputSchema"}
+                schema = tool["outputSchema"]
+                if admits_reference(schema):
+                    # A large structured result becomes a reference object that conforms.
+                    self._schemas[name] = schema
+                else:
+                    # Its structured result may be replaced by a reference, which would
+                    # not conform; hosts validate results against the schema.
+                    self._schemas.pop(name, None)
+                    tool = {k: v for k, v in tool.items() if k != "outputSchema"}
             kept.append(tool)
         if not result.get("nextCursor"):
             kept.extend(self._local_tools)
@@ -408,54 +416,16 @@ class McpProxy:
     # -- answering locally -----------------------------------------------------------
 
     async def _local_call(self, key: str, request_id: object, params: dict[str, Any]) -> None:
-        name = str(params.get("name"))
-        arguments = params.get("arguments")
         meta = params.get("_meta")
         version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
-        modern = version in MODERN_PROTOCOL_VERSIONS
-        if not isinstance(version, str):
-            version = self._handshake_version
-        result: CallToolResult | None = None
-        error: MCPError | None = None
-        with anyio.CancelScope() as scope:
-            self._local[key] = scope
-            try:
-                answer = await self._server.call_tool(
-                    name, arguments if isinstance(arguments, dict) else {}
-                )
-                if isinstance(answer, CallToolResult):
-                    result = answer
-            except ToolError as exc:
-                result = CallToolResult(content=[TextContent(text=str(exc))], is_error=True)
-            except MCPError as exc:
-                error = exc
-            except Exception as exc:  # a bug here must not take the proxy down
-                say(f"{name} failed: {type(exc).__name__}: {exc}")
-                result = CallToolResult(
-                    content=[TextContent(text=f"{name} failed inside the toolswap proxy: {exc}")],
-                    is_error=True,
-                )
-            finally:
-                self._local.pop(key, None)
-        if scope.cancelled_caught:
+        result = await self._calls.call(key, str(params.get("name")), params.get("arguments"))
+        if result is None:
             return  # cancelled by the host: no answer
-        if error is not None or result is None:
-            await self._send_error(
-                request_id,
-                error.error.message if error is not None else "no result",
-                code=error.error.code if error is not None else -32603,
-            )
-            return
-        data = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        with contextlib.suppress(KeyError, ValueError, ValidationError):
-            data = serialize_server_result("tools/call", version, data)
-        if modern:
-            data.setdefault("resultType", "complete")
+        if version in MODERN_PROTOCOL_VERSIONS:
+            result["resultType"] = "complete"
             if self._server_info_stamp is not None:
-                data["_meta"] = {SERVER_INFO_META_KEY: self._server_info_stamp}
-        else:
-            data.pop("resultType", None)
-        await self._to_client(dumps_frame({"jsonrpc": "2.0", "id": request_id, "result": data}))
+                result["_meta"] = {SERVER_INFO_META_KEY: self._server_info_stamp}
+        await self._to_client(dumps_frame({"jsonrpc": "2.0", "id": request_id, "result": result}))
 
     # -- writing to the host ---------------------------------------------------------
 
@@ -496,9 +466,18 @@ async def run_proxy(
     *,
     threshold: ToolThreshold | None = None,
     resource_threshold: ToolThreshold | None = None,
+    process: subprocess.Popen[bytes] | None = None,
 ) -> int:
-    """Run the proxy on this process's stdin/stdout; return the exit status."""
+    """Run the proxy on this process's stdin/stdout; return the exit status.
+
+    Args:
+        process: the upstream, already started (see :class:`McpProxy`).
+    """
     proxy = McpProxy(
-        upstream, externalizer, threshold=threshold, resource_threshold=resource_threshold
+        upstream,
+        externalizer,
+        threshold=threshold,
+        resource_threshold=resource_threshold,
+        process=process,
     )
     return await proxy.run()

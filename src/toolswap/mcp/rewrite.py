@@ -28,7 +28,6 @@ from typing import Any
 
 from ..artifact import ArtifactReference
 from ..externalizer import ToolResultExternalizer
-from ..pointer import human_size
 from ..settings import ToolThreshold
 
 __all__ = ["ResultRewriter"]
@@ -66,9 +65,20 @@ class ResultRewriter:
     # -- tools/call and tasks/result -------------------------------------------------
 
     def tool_result(
-        self, tool: str, result: dict[str, Any], rule: ToolThreshold
+        self,
+        tool: str,
+        result: dict[str, Any],
+        rule: ToolThreshold,
+        schema: dict[str, Any] | None = None,
     ) -> dict[str, Any] | None:
-        """The result with its oversized parts saved and replaced, or None if none is."""
+        """The result with its oversized parts saved and replaced, or None if none is.
+
+        ``schema``: the tool's ``outputSchema`` when the host was shown it (the proxy shows
+        it only if a ``{"toolswap": reference}`` object conforms, see ``admits_reference``).
+        A structured result replaced in place that would not conform is saved whole and
+        replaced by that reference object instead; should even that not conform, the
+        structured content is kept as it came (the MCP rule: a tool that declares an
+        output schema returns conforming structured results)."""
         if result.get("resultType") not in (None, "complete"):
             return None  # input_required and extension results are not tool output
         content = result.get("content")
@@ -128,8 +138,27 @@ class ResultRewriter:
             if text_saved is None and not texts:
                 note = structured_saved.pointer
             else:
+                # Its outline still comes along: the shape is what the context needs.
                 note = _structured_note(structured_saved.artifact)
+                outline = outline_section(structured_saved.pointer)
+                if outline:
+                    note += "\n" + outline
             blocks.append({"type": "text", "text": note})
+
+        if (
+            schema is not None
+            and new_structured is not None
+            and has_structured
+            and not _conforms(new_structured, schema)
+        ):
+            whole = result["structuredContent"]
+            if structured_saved is None:
+                pretty = json.dumps(whole, ensure_ascii=False, indent=2)
+                structured_saved = self._save(pretty, tool, "application/json")
+                blocks.append({"type": "text", "text": _structured_note(structured_saved.artifact)})
+            new_structured = {"toolswap": _reference(structured_saved.artifact)}
+            if not _conforms(new_structured, schema):
+                new_structured = whole  # valid as it came: the schema wins over size
 
         if not changed:
             return None
@@ -193,7 +222,7 @@ class ResultRewriter:
             media[data] = saved.artifact
         artifact = saved.artifact
         return (
-            f"[{artifact.media_type} from {tool}, {human_size(artifact.byte_size)}: saved as "
+            f"[{artifact.media_type} from {tool}, {_size(artifact.byte_size)}: saved as "
             f"an artifact instead of being inlined as base64]\n{saved.pointer}"
         )
 
@@ -369,16 +398,71 @@ def _reference(artifact: ArtifactReference) -> dict[str, Any]:
     }
 
 
+def _size(count: int) -> str:
+    """:func:`toolswap.pointer.human_size`, imported when first needed: after a save, with
+    the rest of the spill machinery (the proxy does not load it to start)."""
+    from ..pointer import human_size
+
+    return human_size(count)
+
+
+def outline_section(pointer: str) -> str:
+    """The structure outline a pointer shows (from ``--- structure:`` to its query line),
+    or ``""``."""
+    start = pointer.find("--- structure:")
+    if start < 0:
+        return ""
+    end = pointer.find("\nQuery: ", start)
+    if end < 0:
+        return ""
+    stop = pointer.find("\n", end + 1)
+    return pointer[start : stop if stop >= 0 else len(pointer)].rstrip("\n")
+
+
+def admits_reference(schema: object) -> bool:
+    """Whether a structured result replaced by ``{"toolswap": reference}`` conforms to
+    ``schema`` (a tool's ``outputSchema``)."""
+    if not isinstance(schema, dict):
+        return False
+    sample = {
+        "toolswap": {
+            "externalized": True,
+            "source_id": "artifact:s:tool_result_001.txt:000000000000",
+            "content_sha256": "0" * 64,
+            "byte_size": 1,
+            "line_count": 1,
+            "media_type": "application/json",
+            "summary": "",
+            "read_with": "",
+            "note": "",
+        }
+    }
+    return _conforms(sample, schema)
+
+
+def _conforms(value: object, schema: dict[str, Any]) -> bool:
+    # The MCP SDK's own dependency (untyped): only where an outputSchema is kept.
+    import jsonschema  # type: ignore[import-untyped]
+
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError:
+        return False
+    except jsonschema.SchemaError:
+        return False
+    return True
+
+
 def _structured_note(artifact: ArtifactReference) -> str:
     return (
         f"[The structured result is saved too, as indented JSON: {artifact.source_id} "
-        f"({human_size(artifact.byte_size)}, {artifact.line_count:,} lines). "
+        f"({_size(artifact.byte_size)}, {artifact.line_count:,} lines). "
         f"Read it with {_read_call(artifact)}]"
     )
 
 
 def _media_note(artifact: ArtifactReference) -> str:
     return (
-        f"[{artifact.media_type}, {human_size(artifact.byte_size)}: saved as "
+        f"[{artifact.media_type}, {_size(artifact.byte_size)}: saved as "
         f"{artifact.source_id}; read it with {_read_call(artifact)}]"
     )

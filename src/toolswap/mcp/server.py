@@ -1,15 +1,16 @@
-"""The toolswap MCP server: ``read_artifact``, ``read_artifact_bytes``, ``grep_artifact`` and
-``list_artifacts`` over one session, built on the SDK's :class:`MCPServer`.
+"""The artifact tools on the SDK's :class:`MCPServer`: ``read_artifact``,
+``read_artifact_bytes``, ``grep_artifact`` and ``list_artifacts`` over one session, for an
+application built on the SDK (mount it, or serve it over another transport).
 
-``toolswap mcp serve`` runs it over stdio; the proxy answers the same tools in-process.
+``toolswap mcp serve`` and the proxy answer the same tools without the SDK
+(:mod:`toolswap.mcp.serve`, :mod:`toolswap.mcp.local`): importing it takes longer than a host
+should wait for ``initialize``. The tests hold the two to the same answers.
+
 Every failure (unknown, collected or tampered artifact, bad pattern, offset past the end)
 comes back as a tool error (``isError: true``) whose text says what to do next; the server
-itself never stops because of one.
-
-Calls run on worker threads and never wait for each other: a search runs in a child process
-(see :mod:`toolswap.grep`) on a pool of its own, so reads are served while searches run, and
-a cancelled call (the client's ``notifications/cancelled``, or the client closing stdin,
-which ends the server) kills its search at once instead of waiting for it.
+itself never stops because of one. Calls run on worker threads and never wait for each
+other: a search runs in a child process (see :mod:`toolswap.grep`) on a pool of its own, so
+reads are served while searches run, and a cancelled call kills its search at once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
@@ -29,6 +30,7 @@ from .. import __version__
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..grep import DEFAULT_TIMEOUT
+from ..structured.query import DEFAULT_QUERY_TIMEOUT
 from ..tools import (
     GREP_ARTIFACT_DESCRIPTION,
     LIST_ARTIFACTS_DESCRIPTION,
@@ -37,24 +39,25 @@ from ..tools import (
     MAX_LIMIT,
     MAX_MATCHES,
     PARAMETER_DESCRIPTIONS,
+    QUERY_ARTIFACT_DESCRIPTION,
     READ_ARTIFACT_BYTES_DESCRIPTION,
     READ_ARTIFACT_DESCRIPTION,
     ArtifactTools,
 )
+from .local import INSTRUCTIONS
 
-__all__ = ["INSTRUCTIONS", "create_server", "run_server"]
+__all__ = ["INSTRUCTIONS", "create_server"]
 
 _T = TypeVar("_T")
 
-INSTRUCTIONS = """\
-Large tool results are saved whole as artifacts; the conversation gets a pointer instead: \
-[Artifact: artifact:<session>:tool_result_NNN.txt:<hash>], a summary, the head and tail, \
-lines from the middle that look like failures, and the exact call that reads more. When a \
-result shows such a pointer, page the saved output with read_artifact or search it with \
-grep_artifact; do not run the original tool again to see what was cut."""
-
 _READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+# A query's result too large to return is saved as a new artifact: the call may write
+# (it adds, never changes or removes, so it is not destructive), and asking twice saves
+# the result twice.
+_MAY_SAVE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
 
 SourceId = Annotated[str, Field(description=PARAMETER_DESCRIPTIONS["source_id"])]
@@ -157,25 +160,38 @@ def create_server(
             run, source_id, pattern, context, max_matches, timeout, cancel=cancel, limiter=searches
         )
 
+    async def query_artifact(
+        source_id: SourceId,
+        expression: Annotated[
+            str, Field(min_length=1, description=PARAMETER_DESCRIPTIONS["expression"])
+        ],
+        language: Annotated[
+            Literal["jq", "jmespath"], Field(description=PARAMETER_DESCRIPTIONS["language"])
+        ] = "jq",
+        timeout: Annotated[
+            float,
+            Field(gt=0, le=MAX_GREP_TIMEOUT, description=PARAMETER_DESCRIPTIONS["timeout"]),
+        ] = DEFAULT_QUERY_TIMEOUT,
+    ) -> str:
+        return await _call(
+            tools.query_artifact, source_id, expression, language, timeout, limiter=searches
+        )
+
     async def list_artifacts() -> str:
         return await _call(tools.list_artifacts)
 
-    for fn, description in (
-        (read_artifact, READ_ARTIFACT_DESCRIPTION),
-        (read_artifact_bytes, READ_ARTIFACT_BYTES_DESCRIPTION),
-        (grep_artifact, GREP_ARTIFACT_DESCRIPTION),
-        (list_artifacts, LIST_ARTIFACTS_DESCRIPTION),
+    for fn, description, hints in (
+        (read_artifact, READ_ARTIFACT_DESCRIPTION, _READ_ONLY),
+        (read_artifact_bytes, READ_ARTIFACT_BYTES_DESCRIPTION, _READ_ONLY),
+        (grep_artifact, GREP_ARTIFACT_DESCRIPTION, _READ_ONLY),
+        (query_artifact, QUERY_ARTIFACT_DESCRIPTION, _MAY_SAVE),
+        (list_artifacts, LIST_ARTIFACTS_DESCRIPTION, _READ_ONLY),
     ):
         server.add_tool(
             fn,
             name=fn.__name__,
             description=description,
-            annotations=_READ_ONLY,
+            annotations=hints,
             structured_output=False,
         )
     return server
-
-
-async def run_server(externalizer: ToolResultExternalizer) -> None:
-    """Serve the artifact tools over stdio until the client closes the connection."""
-    await create_server(externalizer).run_stdio_async()

@@ -1,6 +1,6 @@
 """The MCP proxy's stdio plumbing: JSON-RPC line framing, the proxy's own descriptors, and
-the upstream process (started with exactly the host's environment, stopped with a grace
-period).
+the upstream process (started with exactly the host's environment, see :mod:`.upstream`,
+read and written through the event loop, stopped with a grace period).
 """
 
 from __future__ import annotations
@@ -10,19 +10,20 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
-import anyio.abc
+import anyio.to_thread
+
+from .upstream import host_environment, say, spawn_upstream
 
 __all__ = [
     "READ_CHUNK",
     "STOP_GRACE",
     "LineSplitter",
     "StdFd",
-    "close_quietly",
+    "UpstreamProcess",
     "describe_exit",
     "dumps_frame",
     "host_environment",
@@ -36,29 +37,6 @@ __all__ = [
 READ_CHUNK = 1 << 20
 STOP_GRACE = 5.0
 """Seconds the upstream gets to exit after its stdin closes, and again after SIGTERM."""
-
-_INITIAL_ENVIRON = "/proc/self/environ"
-
-
-def host_environment() -> dict[str, str]:
-    """The environment this process was started with, as the host gave it.
-
-    Python changes its own environment at startup (under the C locale it sets
-    ``LC_CTYPE=C.UTF-8``, PEP 538), and an upstream started with ``os.environ`` would see
-    that change. Linux keeps the environment the process was executed with in
-    ``/proc/self/environ``; elsewhere ``os.environ`` is the best there is.
-    """
-    try:
-        with open(_INITIAL_ENVIRON, "rb") as f:
-            raw = f.read()
-    except OSError:
-        return dict(os.environ)
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        name, sep, value = item.partition(b"=")
-        if sep and name:
-            env[os.fsdecode(name)] = os.fsdecode(value)
-    return env
 
 
 def dumps_frame(message: Mapping[str, Any]) -> bytes:
@@ -169,37 +147,83 @@ class StdFd:
             view = view[written:]
 
 
-async def start_upstream(argv: Sequence[str], env: Mapping[str, str] | None) -> anyio.abc.Process:
-    """Start the upstream with pipes for stdin/stdout; its stderr is the proxy's.
+class UpstreamProcess:
+    """The upstream server's process and its pipes, read and written through the event loop.
 
     Args:
-        argv: the upstream's command line.
-        env: its environment (default: the host's, see :func:`host_environment`).
+        popen: the process, started with pipes for stdin and stdout
+            (:func:`~toolswap.mcp.upstream.spawn_upstream`).
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        assert popen.stdin is not None and popen.stdout is not None
+        self.popen = popen
+        self._stdin: StdFd | None = StdFd(popen.stdin.fileno())
+        self._stdout = StdFd(popen.stdout.fileno())
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` to its stdin.
+
+        Raises:
+            OSError: it no longer reads (BrokenPipeError), or its stdin was closed.
+        """
+        if self._stdin is None:
+            raise BrokenPipeError("the upstream's stdin is closed")
+        await self._stdin.write(data)
+
+    async def receive(self) -> bytes:
+        """The next bytes of its stdout; b"" once it closed it."""
+        return await self._stdout.read()
+
+    def close_stdin(self) -> None:
+        """Close its stdin: the upstream sees end of input (and should exit)."""
+        if self._stdin is None:
+            return
+        self._stdin = None
+        assert self.popen.stdin is not None
+        anyio.notify_closing(self.popen.stdin.fileno())  # wakes a send waiting on it
+        with contextlib.suppress(OSError):
+            self.popen.stdin.close()
+
+    async def wait(self) -> int:
+        """Wait for it to exit; its status."""
+        return await anyio.to_thread.run_sync(self.popen.wait, abandon_on_cancel=True)
+
+    def terminate(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.terminate()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.kill()
+
+    def close(self) -> None:
+        """Close both pipes (the process itself is stopped by :func:`stop_upstream`)."""
+        self.close_stdin()
+        assert self.popen.stdout is not None
+        anyio.notify_closing(self.popen.stdout.fileno())
+        with contextlib.suppress(OSError):
+            self.popen.stdout.close()
+
+
+async def start_upstream(argv: Sequence[str], env: Mapping[str, str] | None) -> UpstreamProcess:
+    """Start the upstream (see :func:`~toolswap.mcp.upstream.spawn_upstream`).
 
     Raises:
         OSError: the command cannot be started.
     """
-    return await anyio.open_process(
-        list(argv),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=None,
-        env=dict(env) if env is not None else host_environment(),
-    )
+    return UpstreamProcess(spawn_upstream(argv, env))
 
 
-async def close_quietly(stream: anyio.abc.ByteSendStream | None) -> None:
-    if stream is None:
-        return
-    with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-        await stream.aclose()
-
-
-async def stop_upstream(proc: anyio.abc.Process) -> int | None:
+async def stop_upstream(proc: UpstreamProcess) -> int | None:
     """Close the upstream's stdin and wait for it to exit; terminate, then kill it."""
     if proc.returncode is not None:
         return proc.returncode
-    await close_quietly(proc.stdin)
+    proc.close_stdin()
     for signal in ("wait", "terminate", "kill"):
         if signal == "terminate":
             proc.terminate()
@@ -208,8 +232,3 @@ async def stop_upstream(proc: anyio.abc.Process) -> int | None:
         with anyio.move_on_after(STOP_GRACE):
             return await proc.wait()
     return proc.returncode
-
-
-def say(message: str) -> None:
-    """A line on the proxy's stderr (the host's log)."""
-    print(f"toolswap mcp proxy: {message}", file=sys.stderr, flush=True)

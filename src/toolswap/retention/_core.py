@@ -89,6 +89,13 @@ class JournalCore:
         """The lock prepare(), every append and gc share (hold it to keep the view still)."""
         return self._store.lock()
 
+    def close(self) -> None:
+        """Close the connections the journal's store and its bound owner keep between
+        operations (a database's; local files keep none). Both stay usable."""
+        self._store.close()
+        if self._owner is not None:
+            self._owner.close()
+
     @property
     def log(self) -> ChainLog:
         """The underlying hash-chained log."""

@@ -65,6 +65,9 @@ class JournalStore(ABC):
     def check_checkpoint(self, hashes: bytes) -> None:
         """Refuse an intact checkpoint that names a record the log does not hold."""
 
+    def close(self) -> None:  # noqa: B027 - a store that keeps nothing open closes nothing
+        """Release what the store keeps open between operations (it stays usable)."""
+
 
 class LocalJournalStore(JournalStore):
     """The journal file of a local session directory, its flock and its checkpoint file."""

@@ -133,6 +133,9 @@ class ArtifactReferenceOwner(ABC):
         """The last journal head acknowledged for ``journal_key`` (None if never)."""
         return None
 
+    def close(self) -> None:  # noqa: B027 - an owner that keeps nothing open closes nothing
+        """Release what the owner keeps open between operations (it stays usable)."""
+
     def acknowledge_journal_head(self, journal_key: str, head: JournalHead) -> None:  # noqa: B027
         """Remember ``head`` for ``journal_key`` if it is ahead of the stored one."""
 

@@ -121,6 +121,17 @@ class SessionRetention:
         database does not exist yet; the journal binds it once it does)."""
         return self.journal.owner
 
+    def close(self) -> None:
+        """Close the database connections the journal and the owner keep between
+        operations (none for a local session); both stay usable."""
+        self.journal.close()
+
+    def __enter__(self) -> SessionRetention:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def open_retention(
     session: Session | Path | str,

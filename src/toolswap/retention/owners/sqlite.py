@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -55,6 +54,7 @@ from typing import Any
 
 from ... import durable
 from ...crashpoints import crash_point
+from ...durable import not_ours
 from ...errors import (
     ArtifactFenceStaleError,
     ArtifactReferenceOwnerError,
@@ -166,14 +166,9 @@ class SqliteMemoryOwner(SqlOwner):
                     f"cannot create the memory owner database {self.path}: {exc.strerror}"
                 ) from exc
             st = os.lstat(self.path)
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-            raise ArtifactReferenceOwnerError(
-                f"memory owner database {self.path} must be a regular file, not a symlink"
-            )
-        if st.st_uid != os.geteuid():
-            raise ArtifactReferenceOwnerError(
-                f"memory owner database {self.path} is owned by uid {st.st_uid}, not by this user"
-            )
+        refusal = not_ours(st, directory=False)
+        if refusal is not None:
+            raise ArtifactReferenceOwnerError(f"memory owner database {self.path} {refusal}")
         if not create and st.st_size == 0:
             # SQLite would open it as a new, empty database: every reference forgotten.
             raise ArtifactReferenceOwnerError(

@@ -1,0 +1,233 @@
+"""Structured output: how much of its shape the pointer shows, on real programs' output.
+
+Each output is produced here by a real program (pip inspect, ruff check as JSON and JSON
+Lines, sqlite3 -json and -csv, git log as TSV, lsblk --json), at least 60 KB; some get one
+anomalous record inserted in the middle. Per output it reports: the share of field paths
+(present in at least 1% of records) the pointer names, whether the exact record count is
+shown, whether the anomalous record is shown (by its jq path), the pointer's bytes, and the
+capture time of `cat FILE` against the floor (pipe read + sha256 + write + fsync).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _floor import capture_floor
+from toolswap import ExternalizerSettings, ToolResultExternalizer
+from toolswap.structured.outline import _key_path
+
+MIN_BYTES = 60_000
+REPEATS = 3
+
+
+def _run(argv: list[str], **kw: object) -> bytes:
+    return subprocess.run(argv, capture_output=True, check=False, **kw).stdout  # type: ignore[call-overload,no-any-return]
+
+
+def _records(fmt: str, data: bytes) -> tuple[str, list[object]]:
+    """(collection pattern, records) as the outline names them."""
+    if fmt == "jsonl":
+        return ".[]", [json.loads(x) for x in data.splitlines() if x.strip()]
+    if fmt in ("csv", "tsv"):
+        rows = list(
+            csv.DictReader(io.StringIO(data.decode()), delimiter="\t" if fmt == "tsv" else ",")
+        )
+        return ".[]", list(rows)
+    doc = json.loads(data)
+    if isinstance(doc, list):
+        return ".[]", doc
+    key, value = max(
+        ((k, v) for k, v in doc.items() if isinstance(v, list)), key=lambda kv: len(kv[1])
+    )
+    return _key_path("", key) + "[]", value
+
+
+def _paths(value: object, pattern: str, out: set[str]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            p = _key_path(pattern, str(k))
+            out.add(p)
+            _paths(v, p, out)
+    elif isinstance(value, list):
+        for v in value:
+            out.add(pattern + "[]")
+            _paths(v, pattern + "[]", out)
+
+
+def _common_paths(pattern: str, records: list[object]) -> list[str]:
+    counts: dict[str, int] = {}
+    for record in records:
+        seen: set[str] = set()
+        _paths(record, pattern, seen)
+        for p in seen:
+            counts[p] = counts.get(p, 0) + 1
+    return [p for p, n in counts.items() if n >= 0.01 * len(records)]
+
+
+def _insert(fmt: str, data: bytes, anomaly: dict[str, object]) -> tuple[bytes, int]:
+    """``data`` with ``anomaly`` inserted as the middle record; returns its index."""
+    if fmt == "jsonl":
+        lines = data.splitlines()
+        mid = len(lines) // 2
+        lines.insert(mid, json.dumps(anomaly).encode())
+        return b"\n".join(lines) + b"\n", mid
+    doc = json.loads(data)
+    target = (
+        doc
+        if isinstance(doc, list)
+        else max((v for v in doc.values() if isinstance(v, list)), key=len)
+    )
+    mid = len(target) // 2
+    template = dict(target[0]) if target and isinstance(target[0], dict) else {}
+    target.insert(mid, {**template, **anomaly})
+    return json.dumps(doc, indent=1 if data.lstrip().startswith(b"[\n") else None).encode(), mid
+
+
+def _outputs(work: Path) -> list[tuple[str, str, bytes, int | None]]:
+    """(name, format, bytes, index of the inserted anomaly)."""
+    out: list[tuple[str, str, bytes, int | None]] = []
+    pip = _run([sys.executable, "-m", "pip", "inspect"])
+    out.append(("pip inspect", "json", pip, None))
+    pip_bad, at = _insert("json", pip, {"error": "METADATA could not be read: invalid UTF-8"})
+    out.append(("pip inspect + error record", "json", pip_bad, at))
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    tree = Path(json.loads(pip)["installed"][0]["metadata_location"]).parent
+    for fmt, flag in (("json", "json"), ("jsonl", "json-lines")):
+        data = _run(
+            [
+                ruff,
+                "check",
+                "--no-cache",
+                "--select",
+                "E,W,F,B,UP",
+                "--exit-zero",
+                "--output-format",
+                flag,
+                str(tree / "pydantic"),
+            ]
+        )
+        out.append((f"ruff {flag}", fmt, data, None))
+        bad, at = _insert(fmt, data, {"code": "E999", "message": "SyntaxError: unexpected indent"})
+        out.append((f"ruff {flag} + E999", fmt, bad, at))
+    db = work / "pkgs.db"
+    rows = [
+        (m["metadata"]["name"], m["metadata"]["version"], f.name, "ok")
+        for m in json.loads(pip)["installed"]
+        for f in Path(m["metadata_location"]).parent.glob(
+            m["metadata"]["name"].replace("-", "_") + "/**/*.py"
+        )
+    ]
+    mid = len(rows) // 2
+    rows[mid] = (*rows[mid][:3], "failed")
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table files(package text, version text, file text, status text)")
+        conn.executemany("insert into files values (?,?,?,?)", rows)
+    out.append(
+        ("sqlite3 -json", "json", _run(["sqlite3", "-json", str(db), "select * from files"]), mid)
+    )
+    csv_data = _run(["sqlite3", "-csv", "-header", str(db), "select * from files"])
+    out.append(("sqlite3 -csv", "csv", csv_data, mid))
+    log = _run(
+        [
+            "git",
+            "-C",
+            str(Path(__file__).resolve().parent.parent),
+            "log",
+            "--format=%H%x09%an%x09%at%x09%s",
+        ]
+    )
+    out.append(("git log (TSV)", "tsv", b"hash\tauthor\ttime\tsubject\n" + log, None))
+    out.append(("lsblk --json", "json", _run(["lsblk", "--json", "--output-all"]), None))
+    return out
+
+
+def _text_capture(path: Path, work: Path) -> float:
+    """The same bytes captured as text (the outline turned off): what "capture speed
+    unchanged" compares with."""
+    ext = ToolResultExternalizer(
+        work / "text-session", settings=ExternalizerSettings(structured_outline=False)
+    )
+    proc = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    start = time.perf_counter()
+    ext.externalize(proc.stdout, "bench", exit_code=proc.wait)
+    elapsed = time.perf_counter() - start
+    proc.stdout.close()
+    return elapsed
+
+
+def _capture(ext: ToolResultExternalizer, path: Path) -> tuple[float, str]:
+    proc = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    start = time.perf_counter()
+    result = ext.externalize(proc.stdout, "bench", exit_code=proc.wait)
+    elapsed = time.perf_counter() - start
+    proc.stdout.close()
+    return elapsed, result.context_text
+
+
+def _floor(path: Path, scratch: Path) -> float:
+    proc = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    elapsed = capture_floor(proc.stdout, scratch)
+    proc.wait()
+    return elapsed
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        ext = ToolResultExternalizer(work / "session")
+        print(
+            f"{'output':28} {'size':>9} {'records':>8} {'paths':>7} {'count':>5} "
+            f"{'anomaly':>7} {'pointer':>8} {'capture/floor':>13} {'s':>9} {'vs text':>7}"
+        )
+        named_all = total_all = 0
+        for name, fmt, data, anomaly in _outputs(work):
+            if len(data) < MIN_BYTES:
+                print(f"{name:28} {len(data):>9,} (under {MIN_BYTES:,} bytes here: skipped)")
+                continue
+            path = work / "out.bin"
+            path.write_bytes(data)
+            pattern, records = _records(fmt, data)
+            paths = _common_paths(pattern, records)
+            floors, captures, texts = [], [], []
+            pointer = ""
+            for _ in range(REPEATS):
+                floors.append(_floor(path, work / "floor.bin"))
+                took, pointer = _capture(ext, path)
+                captures.append(took)
+                texts.append(_text_capture(path, work))
+            named = sum(1 for p in paths if p in pointer)
+            named_all += named
+            total_all += len(paths)
+            count_shown = f"{len(records):,} " in pointer
+            shown = "-"
+            if anomaly is not None:
+                shown = "yes" if f"{pattern[:-2]}[{anomaly}]" in pointer else "NO"
+            ratio = min(captures) / min(floors)
+            print(
+                f"{name:28} {len(data):>9,} {len(records):>8,} {named:>3}/{len(paths):<3} "
+                f"{'yes' if count_shown else 'NO':>5} {shown:>7} {len(pointer.encode()):>8,} "
+                f"{ratio:>12.2f}x {min(captures):>9.3f} {min(captures) / min(texts):>6.2f}x"
+            )
+        if total_all:
+            print(
+                f"field paths named overall: {named_all}/{total_all} "
+                f"({100 * named_all / total_all:.0f}%)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

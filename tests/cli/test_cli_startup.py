@@ -1,0 +1,138 @@
+"""What ``toolswap run`` imports: the capture, and nothing it does not need (start-up cost).
+
+Each case runs the real command in a fresh interpreter and lists ``sys.modules`` at exit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Modules the capture path must not import: each costs start-up time on every command.
+NEVER_ON_THE_CAPTURE_PATH = (
+    "asyncio",
+    "anyio",
+    "mcp",
+    "importlib.metadata",
+    "rich",
+    "secrets",  # with random, base64 and hmac: a temporary name needs only os.urandom
+    "sqlite3",
+    "toolswap.retention",
+    "toolswap.cleanup",
+    "toolswap._cleanup_model",
+    "toolswap._cleanup_plan",
+    "toolswap._cleanup_apply",
+    "toolswap.verify",
+    "toolswap.grep",
+    "toolswap.reader",
+    "toolswap.workspaces",
+    "toolswap.mcp",
+    "toolswap.cli.core",
+    "toolswap.cli.gc",
+    "toolswap.cli.retention",
+    "toolswap.cli.mcp_cmd",
+)
+# Loaded only once an output is spilled to an artifact.
+SPILL_MACHINERY = ("toolswap.capture", "toolswap.pointer", "toolswap.salience")
+# Loaded only by a session bound to a shared store, or once a manifest has records to read
+# or write: a capture in a new local session whose output stays inline needs none of them.
+STORE_AND_RECORDS = ("toolswap.backends.store", "toolswap.backends.replica", "toolswap.records")
+
+_RECORDER = (
+    "import atexit, json, sys\n"
+    "out = sys.argv.pop(1)\n"
+    "def record():\n"
+    "    with open(out, 'w', encoding='utf-8') as f:\n"
+    "        json.dump(sorted(sys.modules), f)\n"
+    "atexit.register(record)\n"
+    "from toolswap.cli import main\n"
+    "main(sys.argv[1:], prog_name='toolswap')\n"
+)
+
+
+def _modules_after(
+    tmp_path: Path, *args: str
+) -> tuple[subprocess.CompletedProcess[bytes], set[str]]:
+    out = tmp_path / "modules.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", _RECORDER, str(out), *args], capture_output=True, check=False
+    )
+    return proc, set(json.loads(out.read_text(encoding="utf-8")))
+
+
+def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_run_with_small_output_imports_neither_the_spill_nor_retention_cleanup_or_sdks(
+    tmp_path: Path,
+) -> None:
+    proc, modules = _modules_after(tmp_path, "run", "--", sys.executable, "-c", "print('small')")
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"small\n"
+    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []
+    assert "shlex" not in modules  # a pointer's read hint quotes with it
+
+
+def test_run_that_spills_imports_the_capture_but_not_retention_cleanup_or_sdks(
+    tmp_path: Path,
+) -> None:
+    big = "for i in range(50_000): print(f'step {i}: ok')"
+    proc, modules = _modules_after(tmp_path, "run", "--", sys.executable, "-c", big)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(b"[Artifact: artifact:")
+    assert "toolswap.capture" in modules
+    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH) == []
+
+
+def test_wrap_imports_nothing_of_retention_cleanup_or_sdks(tmp_path: Path) -> None:
+    out = tmp_path / "modules.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", _RECORDER, str(out), "wrap", "--tool", "t"],
+        input=b"x" * 100_000,
+        capture_output=True,
+        check=False,
+    )
+
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        _loaded(set(json.loads(out.read_text(encoding="utf-8"))), NEVER_ON_THE_CAPTURE_PATH) == []
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--version",), "importlib.metadata"),  # the check above would see it
+        (("read", "--help"), "toolswap.reader"),
+        (("--help",), "toolswap.cli.gc"),  # help lists every command: all are loaded
+    ],
+)
+def test_the_module_check_sees_what_other_commands_import(
+    tmp_path: Path, args: tuple[str, ...], expected: str
+) -> None:
+    proc, modules = _modules_after(tmp_path, *args)
+
+    assert proc.returncode == 0, proc.stderr
+    assert expected in modules
+
+
+def test_small_run_in_a_session_with_artifacts_reads_records_but_loads_no_store_or_spill(
+    tmp_path: Path,
+) -> None:
+    big = "for i in range(50_000): print(f'step {i}: ok')"
+    assert _modules_after(tmp_path, "run", "--", sys.executable, "-c", big)[0].returncode == 0
+
+    proc, modules = _modules_after(tmp_path, "run", "--", sys.executable, "-c", "print('small')")
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"small\n"
+    assert "toolswap.records" in modules  # the readiness check verifies the manifest's records
+    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY) == []
+    assert _loaded(modules, ("toolswap.backends.store", "toolswap.backends.replica")) == []

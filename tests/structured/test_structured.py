@@ -1,0 +1,381 @@
+"""Structured output: recognised from its head, outlined in the pointer, queried with jq."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolswap import ArtifactQueryError, ArtifactQueryTimeoutError, ToolResultExternalizer
+from toolswap.structured import inspect_output, sniff
+from toolswap.structured.outline import outline
+from toolswap.structured.query import query_artifact
+from toolswap.tools import ArtifactTools, artifact_tools
+
+POINTER_BUDGET = 8 * 1024
+
+
+def _items(count: int = 6000, bad: int = 3777) -> list[dict[str, object]]:
+    items: list[dict[str, object]] = [
+        {"id": i, "name": f"item-{i}", "tags": ["a", "b"], "price": i * 1.25, "status": "ok"}
+        for i in range(count)
+    ]
+    items[bad] = {**items[bad], "status": "failed", "error": "upstream timed out"}
+    return items
+
+
+def _document() -> str:
+    return json.dumps({"total": 6000, "page": 1, "items": _items()})
+
+
+def _read(data: bytes):  # type: ignore[no-untyped-def]
+    return lambda count, offset: data[offset : offset + count]
+
+
+# -- detection ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"a": [1, 2, 3]}', "json"),
+        ('{\n  "a": [\n    1\n  ]\n}\n', "json"),
+        ('[{"a": 1}, {"a": 2}]', "json"),
+        ('{"a": 1}\n{"a": 2}\n{"a": 3}\n', "jsonl"),
+        ("id,name,price\n1,a,2.5\n2,b,3\n3,c,4\n", "csv"),
+        ("id\tname\tprice\n1\ta\t2.5\n2\tb\t3\n3\tc\t4\n", "tsv"),
+        ("tests/test_a.py::test_x PASSED\ntests/test_a.py::test_y FAILED\n", None),
+        ("[INFO] building, please wait\n[ERROR] failed, see above\nplain line\n", None),
+        ("hello, world\nthis is prose, with commas\nand more\n", None),
+    ],
+)
+def test_the_format_is_recognised_from_the_content(text: str, expected: str | None) -> None:
+    assert sniff(text.encode(), complete=True) == expected
+
+
+# -- the outline in the pointer ------------------------------------------------------------
+
+
+def test_a_json_document_pointer_shows_its_shape_counts_and_the_failed_record(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    result = externalizer.externalize(_document(), "http_get")
+    text = result.context_text
+
+    assert len(text.encode()) <= POINTER_BUDGET
+    assert '{"total": 6000, "page": 1, "items": [6,000 objects]}' in text
+    assert ".items[]: 6,000 objects {id: int, name: str, tags: [str], price: float" in text
+    for path in ("id", "name", "tags", "tags[]", "price", "status", "error"):
+        assert f".items[].{path}  " in text
+    assert '.items[3777]: {"id":3777' in text
+    assert "status=failed" in text
+    # The outline comes before the raw head, with the exact call that queries it.
+    assert text.index("--- structure: JSON object") < text.index("--- head:")
+    assert f"toolswap query {result.artifact.source_id}" in text
+
+
+def test_json_lines_are_outlined_and_a_line_that_is_not_json_is_named(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [json.dumps(item) for item in _items(3000, bad=1500)]
+    lines[2000] = "Traceback (most recent call last): not JSON"
+    result = externalizer.externalize("\n".join(lines) + "\n", "events")
+    text = result.context_text
+
+    assert "--- structure: JSON Lines, 2,999 records" in text
+    assert "lines that are not JSON: 2001" in text
+    assert ".[1500]:" in text and "error field" in text
+
+
+def test_a_csv_table_is_outlined_with_its_header_and_typed_columns(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["id", "host", "latency_ms", "status"])
+    for i in range(4000):
+        writer.writerow([i, f"host-{i % 17}", i % 250 + 0.5, "error" if i == 2222 else "ok"])
+    text = externalizer.externalize(out.getvalue(), "sqlite3").context_text
+
+    assert "--- structure: CSV table, 4,000 rows" in text
+    assert 'header: ["id","host","latency_ms","status"]' in text
+    assert ".[].latency_ms  float  100%" in text
+    assert '.[2222]: {"id":2222' in text
+
+
+def test_text_that_merely_starts_with_a_bracket_keeps_the_plain_pointer(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    log = "".join(f"[INFO] step {i} done, ok\n" for i in range(5000))
+    text = externalizer.externalize(log, "build").context_text
+    assert "--- structure" not in text
+    assert "--- head: lines 1-" in text
+
+
+def test_a_document_that_is_not_valid_json_stays_text(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    broken = _document()[:-2000] + "]]]"
+    text = externalizer.externalize(broken, "http_get").context_text
+    assert "--- structure" not in text
+
+
+def test_an_outline_cut_at_the_scan_limit_says_so() -> None:
+    data = _document().encode()
+    found = outline("json", _read(data), len(data), scan_limit=100_000)
+    assert found is not None and not found.complete
+    assert f"outline of the first 100,000 of {len(data):,} bytes" in found.text
+
+
+def test_the_outline_fits_its_budget_however_many_fields() -> None:
+    wide = [{f"field_{j}": j for j in range(400)} | {"id": i} for i in range(50)]
+    data = json.dumps(wide).encode()
+    text = inspect_output(data[:32768], _read(data), len(data), budget=2048)
+    assert 0 < len(text.encode()) <= 2048
+    assert ".[]: 50 objects" in text
+    assert "outline lines not shown for room" in text
+
+
+def test_the_outline_of_real_pip_inspect_output_names_every_installed_package(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pip", "inspect"], capture_output=True, check=True)
+    installed = json.loads(proc.stdout)["installed"]
+    text = externalizer.externalize(proc.stdout, "pip").context_text
+    assert f".installed[]: {len(installed):,} objects" in text
+    assert ".installed[].metadata.name  str  100%" in text
+
+
+# -- queries -------------------------------------------------------------------------------
+
+
+def test_one_query_answers_a_question_about_one_field_of_one_record(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    ref = externalizer.externalize(_document(), "http_get").artifact
+    result = query_artifact(externalizer.reader, ref, ".items[3777].error")
+    assert (result.text, result.count, result.format) == ('"upstream timed out"\n', 1, "json")
+    jmes = query_artifact(externalizer.reader, ref, "items[?status!='ok'].id", language="jmespath")
+    assert json.loads(jmes.text) == [3777]
+
+
+def test_json_lines_and_csv_are_queried_as_arrays_of_records(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = "".join(json.dumps(item) + "\n" for item in _items(500, bad=250))
+    jsonl = externalizer.externalize(lines, "events").artifact
+    found = query_artifact(externalizer.reader, jsonl, '[.[] | select(.status != "ok")] | length')
+    assert found.text == "1\n"
+    table = "id,ok,cost\n" + "".join(
+        f"{i},{'true' if i % 2 else 'false'},{i}.5\n" for i in range(3000)
+    )
+    rows = externalizer.externalize(table, "sqlite3").artifact
+    assert query_artifact(externalizer.reader, rows, ".[1001]").text == (
+        '{"id":1001,"ok":true,"cost":1001.5}\n'
+    )
+
+
+def test_a_bad_expression_is_refused_before_the_artifact_is_touched(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    with pytest.raises(ArtifactQueryError, match="not a valid jq expression"):
+        query_artifact(externalizer.reader, "artifact:s1:tool_result_999.txt:000000000000", ".[")
+    with pytest.raises(ArtifactQueryError, match="not a valid JMESPath"):
+        query_artifact(
+            externalizer.reader,
+            "artifact:s1:tool_result_999.txt:000000000000",
+            "items[?",
+            language="jmespath",
+        )
+
+
+def test_a_query_of_text_output_says_to_grep_it(externalizer: ToolResultExternalizer) -> None:
+    ref = externalizer.externalize("plain line\n" * 10_000, "bash").artifact
+    with pytest.raises(ArtifactQueryError, match="grep"):
+        query_artifact(externalizer.reader, ref, ".")
+
+
+def test_a_query_past_its_deadline_is_stopped(externalizer: ToolResultExternalizer) -> None:
+    ref = externalizer.externalize(_document(), "http_get").artifact
+    with pytest.raises(ArtifactQueryTimeoutError):
+        query_artifact(externalizer.reader, ref, "last(range(1e15))", timeout=1.0)
+
+
+def test_a_result_too_large_for_one_answer_is_saved_with_its_own_pointer(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    ref = externalizer.externalize(_document(), "http_get").artifact
+    tools = ArtifactTools(externalizer, max_output_bytes=16 * 1024)
+    answer = tools.query_artifact(ref.source_id, ".items[]")
+    assert "6,000 results" in answer and "saved as a new artifact" in answer
+    assert "--- structure: JSON Lines, 6,000 records" in answer
+    assert len(externalizer.list_artifacts()) == 2
+
+
+def test_artifact_tools_offer_query_artifact(externalizer: ToolResultExternalizer) -> None:
+    ref = externalizer.externalize(_document(), "http_get").artifact
+    tools = {fn.__name__: fn for fn in artifact_tools(externalizer)}
+    answer = tools["query_artifact"](ref.source_id, ".items[3777].status")
+    assert answer.splitlines()[1] == '"failed"'
+    assert "jq" in (tools["query_artifact"].__doc__ or "")
+
+
+def test_the_cli_queries_a_captured_command_output(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    doc = tmp_path / "doc.json"
+    doc.write_text(_document(), encoding="utf-8")
+    run = subprocess.run(
+        [sys.executable, "-m", "toolswap", "run", "--", "cat", str(doc)],
+        capture_output=True,
+        env=env,
+        check=True,
+    )
+    source_id = run.stdout.decode().splitlines()[0].removeprefix("[Artifact: ").rstrip("]")
+    query = subprocess.run(
+        [sys.executable, "-m", "toolswap", "query", source_id, ".items[3777].id"],
+        capture_output=True,
+        env=env,
+    )
+    assert (query.returncode, query.stdout) == (0, b"3777\n")
+    bad = subprocess.run(
+        [sys.executable, "-m", "toolswap", "query", source_id, ".items["],
+        capture_output=True,
+        env=env,
+    )
+    assert bad.returncode == 1 and b"not a valid jq expression" in bad.stderr
+
+
+def test_records_past_the_sample_are_counted_exactly_and_a_late_failure_is_found() -> None:
+    # 5000 records: only the first few hundred are walked whole; the failed one is far past.
+    items = _items(5000, bad=4321)
+    data = json.dumps({"total": 5000, "items": items, "next": "page-2"}).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None and found.complete
+    assert found.records == 5000
+    assert "5,000 objects" in found.text
+    assert ".items[4321]" in found.text and "status=failed" in found.text
+    # The envelope's members after the long collection are read from the document's end.
+    assert '"next": "page-2"' in found.text
+    assert "walked whole" in found.text  # the outline says what was sampled
+
+
+def test_a_record_of_a_new_shape_past_the_sample_has_its_fields_named() -> None:
+    lines = [{"id": i, "kind": "a"} for i in range(3000)]
+    lines[2500] = {"id": 2500, "kind": "a", "retry": {"after": 3, "reason": "busy"}}
+    data = "".join(json.dumps(x) + "\n" for x in lines).encode()
+    found = outline("jsonl", _read(data), len(data))
+    assert found is not None and found.records == 3000
+    assert ".[].retry.reason" in found.text
+
+
+def test_an_outline_computed_on_its_thread_reaches_the_pointer(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    result = externalizer.externalize(_document().encode(), "api")
+    assert "6,000 objects" in result.context_text
+    assert ".items[3777]" in result.context_text
+
+
+def test_a_failure_word_every_record_carries_is_the_norm_and_a_rare_one_is_shown() -> None:
+    # Like ruff's diagnostics: severity "error" on every record says what they are.
+    lines = [{"code": "F401", "severity": "error", "row": i} for i in range(3000)]
+    lines[2700] = {"code": "E999", "severity": "error", "row": 2700, "status": "crashed"}
+    data = "".join(json.dumps(x) + "\n" for x in lines).encode()
+    found = outline("jsonl", _read(data), len(data))
+    assert found is not None and found.records == 3000
+    assert "have severity=error: the norm here" in found.text
+    assert (
+        ".[0]:"
+        not in found.text.split("records that look like failures")[1].split("sample records:")[0]
+    )
+    assert ".[2700]" in found.text and "status=crashed" in found.text
+    assert found.example_path == ".[2700]"
+
+
+def test_a_csv_row_past_the_sample_is_counted_and_a_failed_one_found_typed() -> None:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["name", "size", "status", "exit_code"])
+    for i in range(5000):
+        status = "failed" if i == 4100 else "ok"
+        writer.writerow([f"pkg{i}", i * 10, status, 3 if i == 4600 else 0])
+    data = out.getvalue().encode()
+    found = outline("csv", _read(data), len(data))
+    assert found is not None and found.records == 5000
+    assert "5,000 rows" in found.text
+    assert ".[4100]" in found.text and "status=failed" in found.text
+    # The exit code cell is read as a number: 0 is no failure, 3 is one.
+    assert ".[4600]" in found.text and "exit_code=3" in found.text
+    assert '"size":46000' in found.text  # a row shown is typed
+
+
+def test_toolswap_outline_off_captures_structured_output_as_text(tmp_path: Path) -> None:
+    from toolswap import ExternalizerSettings
+
+    settings = ExternalizerSettings.from_env({"TOOLSWAP_OUTLINE": "off"})
+    assert settings.structured_outline is False
+    ext = ToolResultExternalizer(tmp_path / "session", settings=settings)
+    result = ext.externalize(_document().encode(), "api")
+    assert "--- structure:" not in result.context_text
+    on = ToolResultExternalizer(tmp_path / "session2").externalize(_document().encode(), "api")
+    assert "--- structure:" in on.context_text
+    with pytest.raises(Exception, match="TOOLSWAP_OUTLINE"):
+        ExternalizerSettings.from_env({"TOOLSWAP_OUTLINE": "maybe"})
+
+
+def test_open_verified_reads_the_recorded_bytes_and_notices_a_change(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    from toolswap.errors import ArtifactIntegrityError
+
+    data = _document().encode()
+    ref = externalizer.externalize(data, "api").artifact
+    with externalizer.reader.open_verified(ref.source_id) as art:
+        assert art.reference.source_id == ref.source_id
+        assert art.size == len(data)
+        assert art.pread(64, 0) == data[:64]
+        fd = art.fd
+        art.check_unchanged()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed when the block ended
+    path = (
+        ref.path
+        if ref.path.is_absolute()
+        else externalizer.session.tool_results_dir / ref.path.name
+    )
+    with externalizer.reader.open_verified(ref.source_id) as art:
+        os.chmod(path, 0o600)
+        with open(path, "r+b") as f:
+            f.write(b"X")
+        with pytest.raises(ArtifactIntegrityError):
+            art.check_unchanged()
+    with pytest.raises(ArtifactIntegrityError), externalizer.reader.open_verified(ref.source_id):
+        pass
+
+
+def test_the_python_query_line_of_a_pointer_is_a_real_call(tmp_path: Path) -> None:
+    # The hint the pointer gives a Python harness: externalizer.query(ID, EXPR).
+    ext = ToolResultExternalizer(tmp_path / "session", read_hint="python")
+    result = ext.externalize(_document().encode(), "api")
+    line = next(x for x in result.context_text.splitlines() if x.startswith("Query: "))
+    assert line.startswith(f'Query: externalizer.query("{result.artifact.source_id}", ')
+    answer = ext.query(result.artifact.source_id, ".items[3777].status")
+    assert answer.text.strip() == '"failed"' and answer.format == "json"
+
+
+def test_records_past_the_sample_with_different_error_lists_are_each_found() -> None:
+    # Lists are not hashable: each record's value is checked, not only the first one's.
+    lines: list[dict[str, object]] = [{"id": i, "errors": []} for i in range(4000)]
+    lines[2800] = {"id": 2800, "errors": ["disk full"]}
+    lines[2900] = {"id": 2900, "errors": ["permission denied"]}
+    data = json.dumps(lines).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None and found.records == 4000
+    assert ".[2800]" in found.text and ".[2900]" in found.text
+    assert "errors field" in found.text
