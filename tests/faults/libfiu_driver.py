@@ -200,7 +200,9 @@ class Seed:
     home: Path
     world: World
     artifacts: list[tuple[str, bytes]]
-    """Source ID and output of each artifact the seed starts with."""
+    """Source ID and output of each text artifact the seed starts with."""
+    structured: str
+    """Source ID of a JSON Lines artifact (for ``query``)."""
     runner: CliRunner = field(default_factory=CliRunner)
 
     @property
@@ -473,6 +475,7 @@ def operations(seed: Seed, injector: Injector) -> list[tuple[str, Callable[[], O
             same("read bytes", "read", sid, "--byte-start", "900", "--byte-length", "3000"),
         ),
         ("grep", same("grep", "grep", sid, "ERROR", "-C", "1", "--json")),
+        ("query", same("query", "query", seed.structured, '[.[] | select(.status == "failed")]')),
         ("show", same("show", "show", sid, "--json")),
         ("ls", same("ls", "ls", "--session", SESSION, "--json")),
         ("publish", lambda: _library(seed, injector, "publish", lambda: _publish(seed))),
@@ -508,6 +511,11 @@ def start_seed(root: Path, number: int) -> Seed:
         artifacts.append((ref.source_id, data))
         world.source_ids.append(ref.source_id)
         world.hand_out(ref.source_id, ref.content_sha256)
+    records = [{"id": i, "status": "ok" if i % 97 else "failed"} for i in range(900)]
+    lines = "".join(json.dumps(r) + "\n" for r in records).encode()  # JSON Lines, 30 KB
+    structured = ext.externalize(lines, "bash").artifact
+    assert structured is not None
+    world.hand_out(structured.source_id, structured.content_sha256)
     owner = SqliteMemoryOwner(world.session_dir / OWNER_DB, now=clock)
     journal = ArtifactRetentionJournal(world.session_dir, owner=owner, now=clock)
     refs = [ext.get_artifact(sid).for_memory() for sid, _ in artifacts]
@@ -519,7 +527,7 @@ def start_seed(root: Path, number: int) -> Seed:
     journal.prepare(ArtifactRetentionClaim.from_memory_reference(refs[1]), transaction_id="tx-1")
     owner.publish("tx-1", refs[1])
     world.leases.update({"tx-0": "COMMITTED", "tx-1": "PREPARED"})
-    return Seed(number, home, world, artifacts)
+    return Seed(number, home, world, artifacts, structured.source_id)
 
 
 def _invariants(seed: Seed) -> list[str]:
