@@ -127,7 +127,7 @@ def apply(
                     ) from exc
                 crash_point("cleanup.dir_fsynced")
         finally:
-            durable.current().close(dir_fd)
+            durable.close_unwritten(dir_fd)
     return ArtifactCleanupReport(
         session_id=session.session_id,
         applied_at=now,
@@ -239,5 +239,5 @@ def _apply_one(entry: CleanupEntry, context: ApplyContext) -> CleanupEntry:
             )
         crash_point("cleanup.unlinked")
     finally:
-        io.close(fd)
+        durable.close_unwritten(fd)
     return replace(entry, status=S.DELETED, reason=entry.reason)

@@ -140,7 +140,7 @@ def _planned_entries(
             # An artifact here, or a leftover of a capture or collection cut short.
             yield _plan_file(dir_fd, name, context)
     finally:
-        durable.current().close(dir_fd)
+        durable.close_unwritten(dir_fd)
 
 
 def _list_dir(dir_fd: int, session: Session) -> list[str]:
@@ -201,7 +201,7 @@ def _plan_file(dir_fd: int, name: str, context: PlanContext) -> CleanupEntry:
             name=name, status=S.RETAINED_UNKNOWN, reason=f"cannot read: {exc.strerror}"
         )
     finally:
-        io.close(fd)
+        durable.close_unwritten(fd)
     snap: dict[str, Any] = {
         "size": fst.st_size,
         "mtime_ns": fst.st_mtime_ns,

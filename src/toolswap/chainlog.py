@@ -188,7 +188,7 @@ class ChainLog:
                 )
             return reset, records
         finally:
-            durable.current().close(fd)
+            durable.close_unwritten(fd)
 
     def _read_from(self, fd: int, size: int) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
@@ -410,7 +410,7 @@ class ChainLog:
         try:
             cut = io.pread(rfd, length, offset)
         finally:
-            io.close(rfd)
+            durable.close_unwritten(rfd)
         # Never overwrite bytes kept from an earlier torn tail at the same offset.
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         attempt = 0

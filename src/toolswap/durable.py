@@ -10,10 +10,11 @@ Two layers:
   it, and so reaches every durable step of every operation without patching modules.
 - The helpers below (:func:`open_trusted`, :func:`hash_fd`, :func:`write_all`,
   :func:`write_atomically`, :func:`append_synced`, :func:`link_new`, :func:`unlink_synced`,
-  :func:`fsync_dir`, :func:`ensure_private_dir`, ...) are the rules built on those calls,
-  written once: a trusted file is opened without following a symlink or blocking on a FIFO,
-  and is a regular file of this user; an atomic write goes to a temporary name, is fsynced,
-  linked or renamed into place, and its directory fsynced.
+  :func:`fsync_dir`, :func:`ensure_private_dir`, :func:`close_unwritten`, ...) are the rules
+  built on those calls, written once: a trusted file is opened without following a symlink
+  or blocking on a FIFO, and is a regular file of this user; an atomic write goes to a
+  temporary name, is fsynced, linked or renamed into place, and its directory fsynced; an
+  error closing what was only read is no error.
 
 Nothing else in toolswap calls ``os.open``/``os.write``/``os.fsync``/``os.link``/``os.rename``/
 ``os.replace``/``os.unlink`` on a durable file (the session backends go through here too).
@@ -40,6 +41,7 @@ __all__ = [
     "READ_FLAGS",
     "DurableIO",
     "append_synced",
+    "close_unwritten",
     "current",
     "ensure_private_dir",
     "fsync_dir",
@@ -187,9 +189,20 @@ def open_trusted(
         if not_ours(st, directory=False) is not None:
             raise error(f"{name} is not a regular file owned by this user")
     except BaseException:
-        io.close(fd)
+        close_unwritten(fd)
         raise
     return fd, st
+
+
+def close_unwritten(fd: int) -> None:
+    """Close a descriptor nothing was written through (a file read, a directory, a lock).
+
+    close(2) releases the descriptor even when it reports an error, and such an error (the
+    flush of a FUSE or network file system failing) concerns no byte this process wrote:
+    reporting it would fail a read that already returned whole, verified bytes.
+    """
+    with contextlib.suppress(OSError):
+        _current.close(fd)
 
 
 def read_trusted(
@@ -210,11 +223,17 @@ def read_trusted(
         return None
     io = _current
     try:
-        return io.pread(fd, limit, 0)
+        data = b""
+        while len(data) < limit:  # a read may return less than asked (POSIX)
+            block = io.pread(fd, limit - len(data), len(data))
+            if not block:
+                break
+            data += block
+        return data
     except OSError as exc:
         raise error(f"{what or path}: cannot read ({exc.strerror})") from exc
     finally:
-        io.close(fd)
+        close_unwritten(fd)
 
 
 def hash_fd(
@@ -280,7 +299,7 @@ def fsync_dir(path: PathArg | int) -> None:
     try:
         io.fsync(fd)
     finally:
-        io.close(fd)
+        close_unwritten(fd)
 
 
 def open_dir_nofollow(path: PathArg) -> int:
@@ -367,7 +386,7 @@ def write_atomically(
         step("dir_fsynced")
         return not taken
     finally:
-        io.close(dir_fd)
+        close_unwritten(dir_fd)
 
 
 def link_new(src: str, dst: str, *, dir_fd: int) -> bool:
@@ -434,7 +453,7 @@ def ensure_private_dir(path: Path) -> None:
             try:
                 io.fsync(fd)
             finally:
-                io.close(fd)
+                close_unwritten(fd)
         except OSError as exc:
             raise ArtifactAccessError(f"cannot sync {created.parent}: {exc.strerror}") from exc
     try:

@@ -130,7 +130,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 f"{behind}; restore it from a backup. Until then nothing new is recorded in "
                 "this session (a name it hands out may already be taken)"
             )
-        durable.current().close(open_dir_nofollow(self.session.tool_results_dir))
+        durable.close_unwritten(open_dir_nofollow(self.session.tool_results_dir))
 
     def process(
         self,
@@ -321,7 +321,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         finally:
             if capture is not None:
                 capture.discard()
-            durable.current().close(dir_fd)
+            durable.close_unwritten(dir_fd)
         artifact = record.reference(self.session.tool_results_dir)
         return ExternalizedToolResult(
             context_text=self.make_pointer(stats, artifact), artifact=artifact
@@ -398,7 +398,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         except OSError:
             pass  # the same
         finally:
-            durable.current().close(dir_fd)
+            durable.close_unwritten(dir_fd)
 
     def _unsaved(
         self,

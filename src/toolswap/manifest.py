@@ -426,7 +426,7 @@ class Manifest:
         except OSError as exc:
             raise ChainLogError(f"{JOURNAL_NAME} cannot be read ({exc.strerror})") from exc
         finally:
-            durable.current().close(fd)
+            durable.close_unwritten(fd)
         return highest
 
     def _behind(self, head: ManifestHead | None) -> str | None:
@@ -492,7 +492,12 @@ class Manifest:
             return
         try:
             if stat.S_ISREG(os.fstat(fd).st_mode):
-                io.pwrite(fd, data, 0)  # one sector: whole or not at all
+                # One sector: whole or not at all at a power loss. A write may still write
+                # less than asked (POSIX): the rest goes after it, or a head torn between
+                # its new hash and its old sequence number would refuse the session forever.
+                done = 0
+                while done < len(data):
+                    done += io.pwrite(fd, data[done:], done)
                 io.fsync(fd)
         except OSError:
             pass

@@ -226,8 +226,15 @@ class _OpenArtifact:
         )
 
     def pread(self, length: int, offset: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer only at the end of the file)."""
         try:
-            return durable.current().pread(self.fd, length, offset)
+            data = durable.current().pread(self.fd, length, offset)
+            while 0 < len(data) < length:  # a read may return less than asked (POSIX)
+                block = durable.current().pread(self.fd, length - len(data), offset + len(data))
+                if not block:
+                    break
+                data += block
+            return data
         except OSError as exc:
             raise ArtifactAccessError(
                 f"{self.source_id}: cannot read the artifact ({exc.strerror})"
@@ -390,19 +397,19 @@ class ArtifactReader:
         except FileNotFoundError:
             raise ArtifactNotFoundError(f"{ref.source_id}: the file is missing") from None
         finally:
-            durable.current().close(dir_fd)
+            durable.close_unwritten(dir_fd)
         try:
             if fresh:
                 with _VERIFIED_GUARD:
                     _VERIFIED.pop(_identity(st), None)
             info = self._verified(fd, st, ref)
         except OSError as exc:
-            durable.current().close(fd)
+            durable.close_unwritten(fd)
             raise ArtifactAccessError(
                 f"{ref.source_id}: cannot read the artifact ({exc.strerror}); nothing was returned"
             ) from exc
         except BaseException:
-            durable.current().close(fd)
+            durable.close_unwritten(fd)
             raise
         return _OpenArtifact(fd, ref.source_id, info, _identity(st))
 
@@ -449,13 +456,13 @@ class ArtifactReader:
         try:
             yield VerifiedArtifact(art, ref)
         finally:
-            durable.current().close(art.fd)
+            durable.close_unwritten(art.fd)
 
     def verify(self, source: str | ArtifactReference) -> ArtifactReference:
         """Verify the artifact's full digest now, ignoring the cache."""
         ref = self.reference(source)
         art = self._open(ref, fresh=True)
-        durable.current().close(art.fd)
+        durable.close_unwritten(art.fd)
         return ref
 
     # -- reads -----------------------------------------------------------------------
@@ -535,7 +542,7 @@ class ArtifactReader:
                 continue_byte=continue_byte,
             )
         finally:
-            durable.current().close(art.fd)
+            durable.close_unwritten(art.fd)
 
     def read_artifact(
         self, source: str | ArtifactReference, offset: int = 0, limit: int = 2000
@@ -570,7 +577,7 @@ class ArtifactReader:
                 line_no=line_no,
             )
         finally:
-            durable.current().close(art.fd)
+            durable.close_unwritten(art.fd)
 
     def grep(
         self,
@@ -607,5 +614,5 @@ class ArtifactReader:
             matches, truncated = search(art.fd, query, label=ref.source_id, cancel=cancel)
             art.check_unchanged()
         finally:
-            durable.current().close(art.fd)
+            durable.close_unwritten(art.fd)
         return GrepResult(ref.source_id, pattern, tuple(matches), truncated)

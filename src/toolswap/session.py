@@ -137,7 +137,10 @@ class Session:
         session_id = validate_session_id(root.name)
         # The caller chose the parent; a symlink there is followed once. The root itself
         # must be a real directory.
-        root = root.parent.resolve() / root.name
+        try:
+            root = root.parent.resolve() / root.name
+        except (OSError, RuntimeError) as exc:  # a symlink loop, an unreadable component
+            raise ArtifactAccessError(f"cannot use {root.parent}: {exc}") from None
         session = cls(root=root, session_id=session_id)
         url = os.environ.get(STORE_ENV, "").strip()
         if url:
@@ -159,6 +162,8 @@ class Session:
                 raise ArtifactAccessError(
                     f"session {session_id!r} does not exist at {root}"
                 ) from None
+            except OSError as exc:
+                raise ArtifactAccessError(f"cannot open {root}: {exc.strerror}") from None
             refusal = not_ours(st, directory=True)
             if refusal is not None:
                 raise ArtifactAccessError(f"session root {root} {refusal}")
@@ -344,7 +349,7 @@ def session_lock(path: Path) -> Iterator[None]:
                         "without working locks, such as NFS without a lock daemon?)"
                     ) from exc
             except BaseException:
-                io.close(fd)
+                durable.close_unwritten(fd)
                 raise
             state.fd = fd
         state.depth += 1
@@ -357,4 +362,4 @@ def session_lock(path: Path) -> Iterator[None]:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 finally:
-                    durable.current().close(fd)
+                    durable.close_unwritten(fd)

@@ -90,7 +90,7 @@ def verify_session(
                 )
             )
     finally:
-        durable.current().close(dir_fd)
+        durable.close_unwritten(dir_fd)
     return findings
 
 
@@ -126,7 +126,7 @@ def _check_file(
     except OSError as exc:
         return VerifyFinding(FindingKind.UNREADABLE, name, f"cannot read: {exc.strerror}", sid)
     finally:
-        durable.current().close(fd)
+        durable.close_unwritten(fd)
     if size != record.byte_size:
         return VerifyFinding(
             FindingKind.SIZE_MISMATCH,

@@ -68,6 +68,8 @@ def session_dirs(home: Path, session_id: str | None = None) -> list[tuple[str, P
         workspaces = sorted(base.iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return found
+    except OSError as exc:  # EMFILE, EIO: the sessions may be there, unseen
+        raise ArtifactAccessError(f"cannot list {base}: {exc.strerror}; retry") from None
     uid = os.geteuid()
     for ws_dir in workspaces:
         if not _owned_dir(ws_dir, uid):
@@ -76,7 +78,12 @@ def session_dirs(home: Path, session_id: str | None = None) -> list[tuple[str, P
             validate_session_id(ws_dir.name)
         except ValueError:
             continue
-        candidates = [ws_dir / session_id] if session_id is not None else sorted(ws_dir.iterdir())
+        try:
+            candidates = (
+                [ws_dir / session_id] if session_id is not None else sorted(ws_dir.iterdir())
+            )
+        except OSError as exc:
+            raise ArtifactAccessError(f"cannot list {ws_dir}: {exc.strerror}; retry") from None
         for sess_dir in candidates:
             if _owned_dir(sess_dir, uid) and _owned_dir(sess_dir / TOOL_RESULTS_DIR, uid):
                 try:
@@ -104,8 +111,12 @@ def list_sessions(home: Path | None = None) -> list[SessionEntry]:
         latest: float | None = None
         try:
             files = list(os.scandir(path / TOOL_RESULTS_DIR))
-        except OSError:
+        except FileNotFoundError:  # removed since it was listed
             files = []
+        except OSError as exc:  # EMFILE, EIO: its artifacts are there, unseen; never say 0
+            raise ArtifactAccessError(
+                f"cannot list {path / TOOL_RESULTS_DIR}: {exc.strerror}; retry"
+            ) from None
         for entry in files:
             try:
                 st = entry.stat(follow_symlinks=False)

@@ -1,4 +1,4 @@
-"""``toolswap run`` at the edges: a corrupt manifest, a full disk, a signal.
+"""``toolswap run`` (and ``wrap``) at the edges: a corrupt manifest, a full disk, a signal.
 
 Every test runs real ``python -m toolswap`` processes. A full disk is a real tmpfs of a few
 MiB mounted in a private mount namespace (``unshare -m``), so the kernel itself answers
@@ -63,6 +63,29 @@ def test_on_a_full_disk_run_prints_the_preview_and_exits_with_the_commands_statu
     assert "rc=3" in out
     left = out.split("rc=3")[1].split()
     assert left == [".", ".."]  # no partial artifact, no temporary file
+    errors = proc.stderr.decode().splitlines()
+    assert errors == [errors[0]]
+    assert errors[0].startswith("toolswap: ArtifactWriteError: the output")
+
+
+def test_on_a_full_disk_wrap_prints_the_preview_of_what_it_read_and_exits_1(
+    tmp_path: Path, full_disk: Callable[..., subprocess.CompletedProcess[bytes]]
+) -> None:
+    # Standard input is read once: a save that fails must not lose it (libfiu found
+    # wrap printing only the error line).
+    session = tmp_path / "mnt" / "s1"
+    producer = shlex.join([sys.executable, "-c", BIG])
+    wrap = shlex.join([*TOOLSWAP, "wrap", "--session-dir", str(session), "--tool", "bash"])
+    script = f"{producer} | {wrap}; echo rc=$?"
+
+    proc = full_disk(tmp_path / "mnt", script, size_kib=2048)
+
+    out = proc.stdout.decode()
+    assert out.startswith("[Output NOT saved: the output (")
+    assert "line 0 of the build" in out
+    assert "line 299999 of the build" in out
+    assert len(out.split("rc=")[0].encode()) <= 32 * 1024
+    assert out.rstrip().endswith("rc=1")
     errors = proc.stderr.decode().splitlines()
     assert errors == [errors[0]]
     assert errors[0].startswith("toolswap: ArtifactWriteError: the output")

@@ -98,16 +98,18 @@ class Exploration:
         kinds = sorted({kind for _, kind in self.counts}, key=_kind_order)
         operations = list(dict.fromkeys(op for op, _ in self.counts))
         width = max(len(op) for op in operations) if operations else 10
-        head = f"{'operation':<{width}} " + " ".join(f"{k:>11}" for k in kinds) + "  total"
-        rows = [head]
+        widths = [max(11, len(k)) for k in kinds]
+
+        def line(label: str, cells: list[object]) -> str:
+            joined = " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+            return f"{label:<{width}} {joined}"
+
+        rows = [line("operation", list(kinds)) + "  total"]
         for op in operations:
-            cells = [self.counts.get((op, k), 0) for k in kinds]
-            row = f"{op:<{width}} " + " ".join(f"{c:>11}" for c in cells)
-            rows.append(f"{row}  {sum(cells):>5}")
+            counts = [self.counts.get((op, k), 0) for k in kinds]
+            rows.append(f"{line(op, list(counts))}  {sum(counts):>5}")
         totals = [sum(self.counts.get((op, k), 0) for op in operations) for k in kinds]
-        rows.append(
-            f"{'total':<{width}} " + " ".join(f"{c:>11}" for c in totals) + f"  {self.states:>5}"
-        )
+        rows.append(f"{line('total', list(totals))}  {self.states:>5}")
         rows.append(
             f"{self.states} fault states, {self.recovered} distinct states recovered, "
             f"{len(self.violations)} violations, {self.seconds:.1f} s wall, "
@@ -117,7 +119,7 @@ class Exploration:
 
 
 def _kind_order(kind: str) -> tuple[int, str]:
-    return (1 if kind.startswith("power") else 0, kind)
+    return (0 if kind == "none" else 2 if kind.startswith("power") else 1, kind)
 
 
 class Explorer:
@@ -226,6 +228,8 @@ class Explorer:
     ) -> tuple[World, Outcome | None, BaseException | None]:
         reuse = self._untouched is not None and self._untouched[0] == op.template
         world = self.templates.world(op.template, self.home, reuse=reuse)
+        if world.store is not None:  # the other machine: as the template left it
+            world.store.restore_objects(world.store_objects)
         before = self._untouched[1] if reuse else _signature(world.home)  # type: ignore[index]
         self._untouched = None
         fio.keep_dir = world.keep_dir if keep else None
@@ -323,6 +327,8 @@ _TOKENS = re.compile(r"(\.tmp-\d+-)[0-9a-f]{16}|(\.\d+\.)[0-9a-f]{12}(\.tmp)")
 def _state_key(world: World) -> str:
     """The files of the session and the promises made to callers, as one digest."""
     sha = hashlib.sha256()
+    if world.store is not None:
+        sha.update(repr(sorted(world.store.etags().items())).encode())
     for key in sorted(world.handed_out.items()):
         sha.update(repr(key).encode())
     for key in sorted(world.leases.items()):
@@ -383,15 +389,20 @@ def _recover(world: World) -> Iterator[str]:
         yield why
         return
     yield from oracle.check(world, findings)  # type: ignore[arg-type]
+    if world.store is not None:
+        yield from oracle.check_store(world)
 
     def collect() -> None:
         journal = ArtifactRetentionJournal(sd, now=clock)  # bound to the owner, if any
         plan = plan_cleanup_from_journal(journal, policy=DELETE_ORPHANS, now=later())
         apply_cleanup_from_journal(plan, journal, policy=DELETE_ORPHANS, now=later())
 
-    _, why = _step("journal recovery and gc", collect)  # planning recovers the journal
-    if why:
-        yield why
+    # A store-bound session's leases live in the journal every host shares (PostgreSQL):
+    # its gc is the fleet explorer's (fleet.py).
+    if world.store is None:
+        _, why = _step("journal recovery and gc", collect)  # planning recovers the journal
+        if why:
+            yield why
 
     def capture_and_read() -> str | None:
         artifact = ext.externalize("after the fault\n" * 64, "bash").artifact
@@ -407,3 +418,5 @@ def _recover(world: World) -> Iterator[str]:
     if why or reused:
         yield str(why or reused)
     yield from oracle.check(world)  # nothing leased went, no name came back
+    if world.store is not None:
+        yield from oracle.check_store(world)

@@ -11,6 +11,11 @@ against the bytes in ``tool-results/``:
 - every artifact a live lease (PREPARED or COMMITTED) or a stored memory reference names is
   there, whole; the owner holds no reference the journal calls ABORTED or RELEASED;
 - a lease phase a caller was told is durable is in the journal (or a later phase is).
+
+For a session bound to a store (:func:`check_store`), the store is the authority: its
+records form one chain without gaps, each names an object that is there, whole; this
+host's manifest is a prefix of that chain byte for byte, and a file under a recorded name
+here holds the recorded bytes; an artifact a caller was handed is recorded in the store.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from toolswap.verify import VerifyFinding
 
 from .scenarios import OWNER_DB, World
 
-__all__ = ["Disk", "check"]
+__all__ = ["Disk", "check", "check_store"]
 
 _FINAL = re.compile(r"tool_result_\d{3,}\.txt")
 _LATER = {
@@ -175,4 +180,64 @@ def check(world: World, findings: Iterable[VerifyFinding] | None = None) -> list
             problems.append(
                 f"{tx} was {told} for its caller but the journal says {phase or 'nothing'}"
             )
+    return problems
+
+
+def check_store(world: World) -> list[str]:
+    """Every invariant a store-bound state breaks in the store and this host's replica."""
+    store, prefix = world.store, world.store_prefix
+    assert store is not None
+    chain: list[bytes] = []
+    objects: dict[str, tuple[str, str]] = {}
+    problems = []
+    for key, etag in sorted(store.etags().items()):
+        if not key.startswith(prefix):
+            continue
+        rest = key[len(prefix) :]
+        if rest.startswith("manifest/"):
+            if rest != f"manifest/{len(chain) + 1:012d}.jsonl":
+                problems.append(
+                    f"the store's manifest has {rest} where record {len(chain) + 1} belongs"
+                )
+                break
+            chain.append(store.body(key, etag)[0])
+        elif rest.startswith("tool-results/"):
+            objects[rest.split("/", 1)[1]] = (key, etag)
+    records: dict[str, tuple[str, int]] = {}
+    collected: set[str] = set()
+    for line in chain:
+        record = json.loads(line)
+        name = str(record.get("filename"))
+        if record.get("event") == "artifact":
+            records[name] = (str(record["sha256"]), int(record["byte_size"]))
+            collected.discard(name)
+        elif record.get("event") == "collected":
+            records.pop(name, None)
+            collected.add(name)
+    for name, (sha256, size) in sorted(records.items()):
+        if name not in objects:
+            problems.append(f"{name} is recorded in the store but its object is missing")
+            continue
+        data = store.body(*objects[name])[0]
+        if (hashlib.sha256(data).hexdigest(), len(data)) != (sha256, size):
+            problems.append(f"{name} is recorded in the store but its object holds other bytes")
+    try:
+        local = (world.session_dir / "manifest.jsonl").read_bytes()
+    except FileNotFoundError:
+        local = b""
+    lines = [line + b"\n" for line in local.split(b"\n")[:-1]]
+    if lines != chain[: len(lines)]:
+        problems.append("this host's manifest is not a prefix of the store's records")
+    results = world.session_dir / "tool-results"
+    for name in sorted(os.listdir(results) if results.is_dir() else []):
+        if name in records:
+            data = (results / name).read_bytes()
+            if hashlib.sha256(data).hexdigest() != records[name][0]:
+                problems.append(f"this host holds {name} with other bytes than its record")
+    for name, sha256 in sorted(world.handed_out.items()):
+        if name in records:
+            if records[name][0] != sha256:
+                problems.append(f"{name} was handed out twice (the store records another digest)")
+        elif name not in collected:
+            problems.append(f"{name} was handed out but the store neither records nor collected it")
     return problems

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from click.testing import CliRunner
 
@@ -53,6 +54,9 @@ from toolswap.verify import verify_session
 
 from .faultfs import FaultIO
 
+if TYPE_CHECKING:
+    from .bucket import Bucket
+
 __all__ = [
     "DELETE_ORPHANS",
     "OWNER_DB",
@@ -63,6 +67,7 @@ __all__ = [
     "clock",
     "later",
     "operations",
+    "register_template",
 ]
 
 WORKSPACE = "ws"
@@ -111,6 +116,14 @@ class World:
     """The memory reference of each of them (values: the same in every copy)."""
     linked: frozenset[int] = frozenset()
     """Inodes of the template's artifacts (hard-linked into every copy, never changed)."""
+    store: Bucket | None = None
+    """For a session bound to a store (``TOOLSWAP_STORE``): the bucket of the real S3
+    server it lives in (this host is one replica; the store is another machine, which a
+    fault here leaves as it is)."""
+    store_objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The bucket's objects as the template left them (put back before every state)."""
+    store_prefix: str = ""
+    """The keys of the session's objects in the bucket start with this."""
 
     @property
     def session_dir(self) -> Path:
@@ -223,6 +236,9 @@ class Templates:
             source_ids=list(built.source_ids),
             memories=built.memories,
             linked=frozenset(i for _, i in self._files[template].values() if i is not None),
+            store=built.store,
+            store_objects=built.store_objects,
+            store_prefix=built.store_prefix,
         )
 
     def _restore(self, template: str, source: Path, home: Path) -> None:
@@ -335,6 +351,11 @@ _BUILDERS: dict[str, Callable[[World], None]] = {
     "busy": _build_busy,
     "torn": _build_torn,
 }
+
+
+def register_template(name: str, builder: Callable[[World], None]) -> None:
+    """Add a template (the store-bound ones need the S3 server of the test that runs them)."""
+    _BUILDERS[name] = builder
 
 
 # -- the operations ----------------------------------------------------------------------

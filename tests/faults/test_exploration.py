@@ -7,12 +7,18 @@ verify, reads and ``toolswap run``, plus the captures of two more seeds (other o
 sizes, chunkings and torn cuts), and prints the count per operation and fault kind.
 ``make faults`` (``TOOLSWAP_FAULTS=full``) adds grep and gc over a torn manifest, and every
 operation under five more seeds.
+
+The store-bound operations (``store_scenarios.py``: the binding, the replica's fetch and
+verify, captures) talk to the real S3 server of the tests, which makes a state cost a few
+S3 requests: the suite explores every 16th call (about 180 states, a minute),
+``make faults`` every call (about 2,450 states, ten minutes).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +28,7 @@ from .scenarios import operations
 FULL = os.environ.get("TOOLSWAP_FAULTS") == "full"
 QUICK_SEEDS = (1, 2)
 FULL_SEEDS = tuple(range(1, 6))
+STORE_STRIDE = 16
 
 
 def test_every_fault_state_of_every_operation_keeps_the_invariants(
@@ -42,3 +49,29 @@ def test_every_fault_state_of_every_operation_keeps_the_invariants(
         print(result.table())
     assert not result.violations, "\n".join(str(v) for v in result.violations[:30])
     assert result.states >= 10_000
+
+
+def test_every_fault_state_of_every_store_bound_operation_keeps_the_invariants(
+    scratch: Path,
+    s3_server: Any,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("boto3")
+    from .bucket import Bucket
+    from .store_scenarios import STORE_PREFIX, store_operations
+
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TOOLSWAP_STORE", f"s3://{bucket}/{STORE_PREFIX}")
+    monkeypatch.setattr("toolswap.backends.store._STORES", {})
+    explorer = Explorer(scratch, stride=1 if FULL else STORE_STRIDE)
+    explorer.explore(store_operations(Bucket(s3_server.client(), bucket)))
+    result = explorer.result
+
+    with capsys.disabled():
+        scope = "full" if FULL else f"quick: every {STORE_STRIDE}th call"
+        print(f"\n\nfault exploration of a store-bound session's replica ({scope})")
+        print(result.table())
+    assert not result.violations, "\n".join(str(v) for v in result.violations[:30])

@@ -128,13 +128,21 @@ class ReplicaBackend(SessionBackend):
         check: Callable[[int], None],
     ) -> os.stat_result | None:
         """Copy ``filename`` (``size`` bytes, as recorded) from the store into the replica,
-        checked before it is linked; a longer object is cut off at ``size + 1`` bytes."""
+        checked before it is linked; a longer object is cut off at ``size + 1`` bytes.
+
+        Raises:
+            ArtifactAccessError: this host could not write its copy (a full disk, an I/O
+                error); nothing was linked under ``filename``.
+        """
         b = self._binding
         io = durable.current()
         dir_fd = open_dir_nofollow(tool_results_dir)
         tmp = temporary_filename(os.getpid(), secrets.token_hex(8))
         try:
-            fd = io.open(tmp, _CREATE, 0o600, dir_fd=dir_fd)
+            try:
+                fd = io.open(tmp, _CREATE, 0o600, dir_fd=dir_fd)
+            except OSError as exc:
+                raise _not_copied(filename, b.url, exc) from exc
             try:
                 received = 0
 
@@ -157,12 +165,19 @@ class ReplicaBackend(SessionBackend):
                 durable.unlink_synced(tmp, dir_fd=dir_fd)
                 self._remember(filename, obj.version)
                 return os.fstat(fd)
+            except OSError as exc:
+                raise _not_copied(filename, b.url, exc) from exc
             finally:
-                io.close(fd)
+                # Written and fsynced, or failed already: an error closing it changes nothing.
+                with contextlib.suppress(OSError):
+                    io.close(fd)
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                io.unlink(tmp, dir_fd=dir_fd)
-            io.close(dir_fd)
+            try:
+                # A temporary file left here is a dead process's to cleanup (gc collects it).
+                with contextlib.suppress(OSError):
+                    io.unlink(tmp, dir_fd=dir_fd)
+            finally:
+                durable.close_unwritten(dir_fd)
 
     def objects(self) -> list[StoreObject]:
         b = self._binding
@@ -199,9 +214,11 @@ class ReplicaBackend(SessionBackend):
                     io.close(fd)
                 io.rename(tmp, filename, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    io.unlink(tmp, dir_fd=dir_fd)
-                io.close(dir_fd)
+                try:
+                    with contextlib.suppress(OSError):
+                        io.unlink(tmp, dir_fd=dir_fd)
+                finally:
+                    durable.close_unwritten(dir_fd)
 
     def _remembered(self, filename: str) -> str | None:
         """The version this host's copy of ``filename`` is, if it noted one."""
@@ -289,6 +306,9 @@ class ReplicaBackend(SessionBackend):
             except (ArtifactNotFoundError, ArtifactStoreError) as exc:
                 findings.append(VerifyFinding(FindingKind.MISSING, name, str(exc), sid))
                 reported.add(name)
+            except ArtifactAccessError as exc:  # this host's disk, not the store's copy
+                findings.append(VerifyFinding(FindingKind.UNREADABLE, name, str(exc), sid))
+                reported.add(name)
         for name in sorted(stored.keys() - records.keys()):
             if collected(name):
                 findings.append(
@@ -323,6 +343,13 @@ class ReplicaBackend(SessionBackend):
             return VerifyFinding(FindingKind.DIGEST_MISMATCH, name, why, sid)
         self._remember(name, obj.version)
         return None
+
+
+def _not_copied(filename: str, url: str, exc: OSError) -> ArtifactAccessError:
+    return ArtifactAccessError(
+        f"{filename}: cannot copy it from {url} into this host's replica "
+        f"({exc.strerror or exc}); nothing was kept, retry once the disk is writable"
+    )
 
 
 class _Longer(Exception):

@@ -115,13 +115,28 @@ def _client(config: Config, url: str) -> Any:
         ) from None
 
 
+def _field(reply: dict[str, Any], name: str, what: str) -> Any:
+    """A header field of S3's reply about ``what``.
+
+    Raises:
+        ArtifactStoreError: the reply lacks it: cut short in its headers by a connection
+            that broke, which the HTTP client takes for their end.
+    """
+    try:
+        return reply[name]
+    except KeyError:
+        raise ArtifactStoreError(
+            f"S3's reply about {what} came without its {name} (cut short?); retry"
+        ) from None
+
+
 def _object(filename: str, reply: dict[str, Any]) -> StoreObject:
     """The object a GET or HEAD reply describes."""
     return StoreObject(
         filename,
-        int(reply["ContentLength"]),
-        int(reply["LastModified"].timestamp() * 1_000_000_000),
-        str(reply["ETag"]),
+        int(_field(reply, "ContentLength", filename)),
+        int(_field(reply, "LastModified", filename).timestamp() * 1_000_000_000),
+        str(_field(reply, "ETag", filename)),
         reply.get("Metadata", {}).get("sha256"),
     )
 
@@ -226,7 +241,7 @@ class S3ArtifactStore:
                     Metadata=meta,
                     ContentType="text/plain; charset=utf-8",
                 )
-                return str(reply["ETag"])
+                return str(_field(reply, "ETag", key))
             return self._multipart(key, source, meta)
         except ClientError as exc:
             if _status(exc) in (409, 412):  # taken, or a racing conditional write
@@ -245,7 +260,7 @@ class S3ArtifactStore:
                 reply = self._bodies.upload_part(
                     Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=block
                 )
-                parts.append({"PartNumber": number, "ETag": reply["ETag"]})
+                parts.append({"PartNumber": number, "ETag": _field(reply, "ETag", key)})
                 number += 1
             reply = self._bodies.complete_multipart_upload(
                 Bucket=self.bucket,

@@ -159,7 +159,7 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
-def _emit_unsaved(exc: ArtifactWriteError, exit_code: int, as_json: bool) -> None:
+def _emit_unsaved(exc: ArtifactWriteError, exit_code: int | None, as_json: bool) -> None:
     if as_json:
         echo_json(
             {
@@ -203,5 +203,10 @@ def wrap(
     Example: some-tool | toolswap wrap --tool some-tool
     """
     ext = where.externalizer()
-    result = ext.process(sys.stdin.buffer, tool, summary=summary, exit_code=exit_code)
+    try:
+        result = ext.process(sys.stdin.buffer, tool, summary=summary, exit_code=exit_code)
+    except ArtifactWriteError as exc:
+        # The output was read from standard input, once: what can be shown of it still is.
+        _emit_unsaved(exc, exit_code, as_json)
+        sys.exit(1)
     _emit_result(result, exit_code, as_json)

@@ -113,7 +113,7 @@ def _read_body(path: Path) -> dict[str, Any] | None:
     except OSError as exc:
         raise _Ignored(exc.strerror) from exc
     finally:
-        durable.current().close(fd)
+        durable.close_unwritten(fd)
     return _body(data)
 
 
@@ -263,7 +263,7 @@ def load_checkpoint(journal_path: Path, session: str) -> FoldCheckpoint | None:
             )
         identity = (st.st_dev, st.st_ino)
     finally:
-        durable.current().close(fd)
+        durable.close_unwritten(fd)
     fold = checkpoint_fold(body, session)
     if fold is None:
         return None
@@ -368,7 +368,7 @@ def write_checkpoint(
                 return False
             prefix = _prefix_sha256(fd, offset)
         finally:
-            durable.current().close(fd)
+            durable.close_unwritten(fd)
     except _Ignored as exc:
         raise OSError(f"cannot read the journal to checkpoint it: {exc}") from exc
     data = encode_checkpoint(

@@ -191,7 +191,7 @@ class SqliteMemoryOwner(SqlOwner):
                 durable.link_new(tmp.name, self.path.name, dir_fd=dir_fd)
                 durable.unlink_synced(tmp.name, dir_fd=dir_fd)
             finally:
-                io.close(dir_fd)
+                durable.close_unwritten(dir_fd)
         finally:
             with suppress(FileNotFoundError):
                 io.unlink(tmp)
