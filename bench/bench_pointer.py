@@ -50,6 +50,7 @@ from _floor import capture_floor
 from real_outputs import REAL_CASES, RealCase
 from real_outputs_more import HELD_OUT_CASES, HELD_OUT_LATE_CASES, TUNING_CASES
 from toolswap import ArtifactReference, ExternalizerSettings, ToolResultExternalizer
+from toolswap._invocation import cli_command
 from toolswap.capture import CaptureStats
 
 QUICK = os.environ.get("TOOLSWAP_BENCH_QUICK") == "1"
@@ -122,6 +123,7 @@ class _Recording(ToolResultExternalizer):
             budget=budget,
             hint=self.read_hint,
             scope=self._cli_scope(),
+            command=cli_command() if self.read_hint == "cli" else "toolswap",
             policy=policy,
         )
 
