@@ -56,6 +56,7 @@ from toolswap.verify import FindingKind, VerifyFinding, verify_session
 
 from .bucket import Bucket
 from .explorer import Exploration, Violation, _preview_problems
+from .oracle import _name, lease_problems
 from .scenarios import DELETE_ORPHANS, Outcome, clock, later, text_output
 
 __all__ = ["FleetExplorer", "FleetServers", "check", "fleet_operations"]
@@ -532,18 +533,6 @@ class FleetDisk:
         return None
 
 
-def _name(source_id: str) -> str:
-    return source_id.split(":")[2]
-
-
-_LATER = {
-    "PREPARED": {"PREPARED", "COMMITTED", "ABORTED", "RELEASED"},
-    "COMMITTED": {"COMMITTED", "RELEASED"},
-    "ABORTED": {"ABORTED"},
-    "RELEASED": {"RELEASED"},
-}
-
-
 def check(world: FleetWorld, findings: Iterable[VerifyFinding] | None = None) -> list[str]:
     """Every invariant this state breaks (``findings``: host ``a``'s verify)."""
     disk = FleetDisk.read(world)
@@ -592,29 +581,7 @@ def check(world: FleetWorld, findings: Iterable[VerifyFinding] | None = None) ->
                 problems.append(f"{name} was handed out twice (another digest is recorded now)")
         elif name not in disk.collected:
             problems.append(f"{name} was handed out but is neither recorded nor collected")
-    for tx, (phase, source_id) in sorted(disk.leases.items()):
-        if phase in ("PREPARED", "COMMITTED"):
-            name = _name(source_id)
-            why = (
-                disk.whole(name, disk.records[name][0])
-                if name in disk.records
-                else "it has no record"
-            )
-            if why is not None:
-                problems.append(f"{name} has a {phase} lease ({tx}) but {why}")
-    for tx, (source_id, sha256) in sorted(disk.references.items()):
-        why = disk.whole(_name(source_id), sha256)
-        if why is not None:
-            problems.append(f"{_name(source_id)} is referenced by the owner ({tx}) but {why}")
-        phase = disk.leases.get(tx, ("", ""))[0]
-        if phase in ("ABORTED", "RELEASED", ""):
-            problems.append(f"the owner holds {tx} but the journal says {phase or 'nothing'}")
-    for tx, told in sorted(world.leases.items()):
-        phase = disk.leases.get(tx, ("", ""))[0]
-        if phase not in _LATER[told]:
-            problems.append(
-                f"{tx} was {told} for its caller but the journal says {phase or 'nothing'}"
-            )
+    problems.extend(lease_problems(disk, world.leases))
     return problems
 
 

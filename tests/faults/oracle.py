@@ -25,15 +25,16 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from toolswap.verify import VerifyFinding
 
 from .scenarios import OWNER_DB, World
 
-__all__ = ["Disk", "check", "check_store"]
+__all__ = ["Disk", "Leased", "check", "check_store", "lease_problems"]
 
 _FINAL = re.compile(r"tool_result_\d{3,}\.txt")
 _LATER = {
@@ -128,6 +129,47 @@ def _name(source_id: str) -> str:
     return source_id.split(":")[2]
 
 
+class Leased(Protocol):
+    """What the lease rules read of a state (a local session's or a fleet's)."""
+
+    records: dict[str, tuple[str, int]]
+    leases: dict[str, tuple[str, str]]
+    references: dict[str, tuple[str, str]]
+
+    def whole(self, name: str, sha256: str) -> str | None: ...
+
+
+def lease_problems(disk: Leased, told: Mapping[str, str]) -> list[str]:
+    """How ``disk`` breaks the lease rules: a PREPARED or COMMITTED lease, or an owner's
+    reference, whose artifact is not whole; a reference the journal does not hold; a lease
+    behind what its caller was ``told`` (transaction ID -> phase)."""
+    problems = []
+    for tx, (phase, source_id) in sorted(disk.leases.items()):
+        if phase in ("PREPARED", "COMMITTED"):
+            name = _name(source_id)
+            why = (
+                disk.whole(name, disk.records[name][0])
+                if name in disk.records
+                else "it has no record"
+            )
+            if why is not None:
+                problems.append(f"{name} has a {phase} lease ({tx}) but {why}")
+    for tx, (source_id, sha256) in sorted(disk.references.items()):
+        why = disk.whole(_name(source_id), sha256)
+        if why is not None:
+            problems.append(f"{_name(source_id)} is referenced by the owner ({tx}) but {why}")
+        phase = disk.leases.get(tx, ("", ""))[0]
+        if phase in ("ABORTED", "RELEASED", ""):
+            problems.append(f"the owner holds {tx} but the journal says {phase or 'nothing'}")
+    for tx, phase_told in sorted(told.items()):
+        phase = disk.leases.get(tx, ("", ""))[0]
+        if phase not in _LATER[phase_told]:
+            problems.append(
+                f"{tx} was {phase_told} for its caller but the journal says {phase or 'nothing'}"
+            )
+    return problems
+
+
 def check(world: World, findings: Iterable[VerifyFinding] | None = None) -> list[str]:
     """Every invariant this state breaks (see the module docstring)."""
     try:
@@ -159,27 +201,7 @@ def check(world: World, findings: Iterable[VerifyFinding] | None = None) -> list
                 problems.append(f"{name} was handed out twice (another digest is recorded now)")
         elif name not in disk.collected:
             problems.append(f"{name} was handed out but is neither recorded nor collected")
-    for tx, (phase, source_id) in sorted(disk.leases.items()):
-        if phase in ("PREPARED", "COMMITTED"):
-            name = _name(source_id)
-            why = disk.whole(name, disk.records[name][0]) if name in disk.records else None
-            if name not in disk.records:
-                why = "it has no record"
-            if why is not None:
-                problems.append(f"{name} has a {phase} lease ({tx}) but {why}")
-    for tx, (source_id, sha256) in sorted(disk.references.items()):
-        why = disk.whole(_name(source_id), sha256)
-        if why is not None:
-            problems.append(f"{_name(source_id)} is referenced by the owner ({tx}) but {why}")
-        phase = disk.leases.get(tx, ("", ""))[0]
-        if phase in ("ABORTED", "RELEASED", ""):
-            problems.append(f"the owner holds {tx} but the journal says {phase or 'nothing'}")
-    for tx, told in sorted(world.leases.items()):
-        phase = disk.leases.get(tx, ("", ""))[0]
-        if phase not in _LATER[told]:
-            problems.append(
-                f"{tx} was {told} for its caller but the journal says {phase or 'nothing'}"
-            )
+    problems.extend(lease_problems(disk, world.leases))
     return problems
 
 
