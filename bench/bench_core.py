@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from _floor import capture_floor
+from _floor import capture_floor, chunks_floor
 from toolswap import ExternalizerSettings, ToolResultExternalizer
 from toolswap import reader as reader_module
 
@@ -132,25 +132,6 @@ def _memory_chunks(total: int) -> list[bytes]:
     return [block] * (total // MIB)
 
 
-def _floor_memory(chunks: list[bytes], path: Path) -> float:
-    """sha256 and write every chunk, fsync: the least any capture of these chunks must do."""
-    start = time.perf_counter()
-    sha = hashlib.sha256()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        for chunk in chunks:
-            sha.update(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    elapsed = time.perf_counter() - start
-    path.unlink()
-    return elapsed
-
-
 def bench_capture_memory() -> None:
     chunks = _memory_chunks(MEMORY_BYTES)
     ext = ToolResultExternalizer(DATA / "memory", settings=_settings())
@@ -166,7 +147,7 @@ def bench_capture_memory() -> None:
     floors: list[float] = []
     captures: list[float] = []
     for _ in range(REPEATS + 2):  # interleaved, so drift in the machine hits both alike
-        floors.append(_floor_memory(chunks, DATA / "floor-memory.bin"))
+        floors.append(chunks_floor(chunks, DATA / "floor-memory.bin"))
         captures.append(ours())
     floor, capture = min(floors), min(captures)
     mb = MEMORY_BYTES / MIB
