@@ -469,13 +469,13 @@ class StreamCapture:
             return None
         from .structured import sniff  # the head alone turns text away, with no thread
 
+        inspect, head, size = self._inspect, bytes(self._head), self._counter.size
         try:
-            kind = sniff(bytes(self._head), complete=len(self._head) >= self._counter.size)
+            kind = sniff(head, complete=len(head) >= size)
         except Exception:  # an outline is a convenience: a surprise never costs the output
             return None
         if kind is None:
             return None
-        inspect, head, size = self._inspect, bytes(self._head), self._counter.size
         # Its own descriptor: the capture closes its one (and renames the file) meanwhile.
         fd = os.dup(self._fd)
         found: list[str] = [""]

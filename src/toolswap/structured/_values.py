@@ -19,24 +19,6 @@ _INT = re.compile(r"-?\d+\Z")
 _FLOAT = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?\Z")
 
 
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "str"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
-
-
 _TYPE_NAMES: dict[type, str] = {
     dict: "object",
     list: "array",
@@ -46,6 +28,17 @@ _TYPE_NAMES: dict[type, str] = {
     bool: "bool",
     type(None): "null",
 }
+"""The name the outline gives a parsed JSON value's type."""
+
+
+def _type_name(value: object) -> str:
+    name = _TYPE_NAMES.get(type(value))
+    if name is not None:
+        return name
+    for kind, name in _TYPE_NAMES.items():  # a subclass (an OrderedDict, an IntEnum)
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
 _PATHS: dict[tuple[str, str], str] = {}
