@@ -190,12 +190,12 @@ def test_a_csv_row_is_an_object_keyed_by_the_header_typed_as_query_types_it(
 def test_a_table_row_after_an_empty_line_has_the_number_its_outline_prints(
     externalizer: ToolResultExternalizer,
 ) -> None:
-    rows = [f"{i},{'failed' if i == 400 else 'ok'}\n" for i in range(500)]
-    table = "id,status\n" + "".join(rows[:300]) + "\n" + "".join(rows[300:])
+    rows = [f"{i},row {i},{'failed' if i == 4000 else 'ok'}\n" for i in range(5000)]
+    table = "id,name,status\n" + "".join(rows[:300]) + "\n" + "".join(rows[300:])
     result = externalizer.externalize(table, "sqlite3")
-    assert '.[400]: {"id":400,"status":"failed"}' in result.context_text
-    found = read_record(externalizer.reader, result.artifact, ".[400]")
-    assert json.loads(found.text) == {"id": 400, "status": "failed"}
+    assert '.[4000]: {"id":4000,"name":"row 4000","status":"failed"}' in result.context_text
+    found = read_record(externalizer.reader, result.artifact, ".[4000]")
+    assert json.loads(found.text) == {"id": 4000, "name": "row 4000", "status": "failed"}
 
 
 @pytest.mark.skipif(shutil.which("sqlite3") is None, reason="needs the sqlite3 shell")
