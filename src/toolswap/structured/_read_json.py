@@ -13,7 +13,7 @@ from typing import Any
 
 from ._fast_path import _Accumulator
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
-from ._values import _key_path
+from ._values import _IDENTIFIER, _key_path
 
 __all__ = ["_Summary", "_scan_json"]
 
@@ -25,12 +25,14 @@ _SWITCH_AFTER = 16
 
 
 class _Summary:
-    """An outermost array in the envelope: its records are counted in a collection."""
+    """An outermost array in the envelope, or an object keyed by names (``names``): its
+    records are counted in a collection."""
 
-    __slots__ = ("pattern",)
+    __slots__ = ("names", "pattern")
 
-    def __init__(self, pattern: str) -> None:
+    def __init__(self, pattern: str, *, names: bool = False) -> None:
         self.pattern = pattern
+        self.names = names
 
 
 def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> object:
@@ -61,6 +63,13 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     # ijson's prefix of each envelope frame (None: a key ijson's prefixes cannot name).
     prefix_of: list[str | None] = [""]
 
+    def where() -> str:
+        """The path of the record being read (an element, or a named member)."""
+        summary = stack[-1][0]
+        if summary.names:
+            return _key_path(path_of[-1], str(stack[-1][1]))
+        return f"{path_of[-1] or '.'}[{index}]"
+
     def put(container: Any, key: Any, value: object) -> None:
         if isinstance(container, list):
             container.append(value)
@@ -76,9 +85,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                 elif event in ("end_map", "end_array"):
                     skip_depth -= 1
                     if skip_depth == 0:
-                        acc.record(
-                            collection, f"{path_of[-1] or '.'}[{index}]", None, oversized=True
-                        )
+                        acc.record(collection, where(), None, oversized=True)
                         index += 1
                         if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
                             switch = (collection, path_of[-1], prefix_of[-1], len(stack))
@@ -99,7 +106,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             elif event in ("end_map", "end_array"):
                 done = building.pop()
                 if not building:
-                    acc.record(collection, f"{path_of[-1] or '.'}[{index}]", done[0])
+                    acc.record(collection, where(), done[0])
                     index += 1
                     if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
                         switch = (collection, path_of[-1], prefix_of[-1], len(stack))
@@ -115,24 +122,52 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         frame = stack[-1]
         container = frame[0]
         if isinstance(container, _Summary):
-            # The elements of an outermost array are the records.
-            if event == "end_array":
+            # The elements of an outermost array (the members of a map of names) are the
+            # records.
+            if event in ("end_array", "end_map"):
                 stack.pop()
                 path_of.pop()
                 prefix_of.pop()
                 continue
-            if event in ("start_map", "start_array"):
+            if event == "map_key":
+                frame[1] = value
+            elif event in ("start_map", "start_array"):
                 building = [[{} if event == "start_map" else [], None]]
                 record_events = 1
             else:
-                acc.record(collection, f"{path_of[-1] or '.'}[{index}]", value)
+                # A scalar record: read on here (a switch to ijson's items would lose the
+                # members after the collection, and these records cost one event each).
+                acc.record(collection, where(), value)
                 index += 1
-                if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
-                    switch = (collection, path_of[-1], prefix_of[-1], len(stack))
-                    break
             continue
         if event == "map_key":
             frame[1] = value
+        elif (
+            event == "start_map"
+            and isinstance(container, dict)
+            and not container
+            and frame[1] is not None
+            and not _IDENTIFIER.match(str(frame[1]))
+            and len(stack) > 1
+        ):
+            # An object whose first key is a name, not a field ("@scope/package", "/path"),
+            # and whose first value is an object: a map of names, read as a collection of
+            # records (``_fields._names`` decides the same for the maps inside records).
+            path = path_of[-1]
+            pattern = (path or ".") + "[]"
+            collection = pattern
+            summary = _Summary(pattern, names=True)
+            parent = stack[-2]
+            if isinstance(parent[0], dict):
+                parent[0][parent[1]] = summary
+            else:
+                parent[0][-1] = summary
+            acc.maps.add(path or ".")
+            stack[-1] = [summary, frame[1]]
+            prefix_of[-1] = None  # read in this pass (no switch to ijson's items)
+            index = 0
+            building = [[{}, None]]
+            record_events = 1
         elif event == "start_map":
             child = {}
             put(container, frame[1], child)
