@@ -12,8 +12,9 @@ import re
 from typing import Any
 
 from ._fast_path import _Accumulator
+from ._fields import _names
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
-from ._values import _IDENTIFIER, _key_path
+from ._values import _key_path
 
 __all__ = ["_Summary", "_scan_json"]
 
@@ -28,11 +29,15 @@ class _Summary:
     """An outermost array in the envelope, or an object keyed by names (``names``): its
     records are counted in a collection."""
 
-    __slots__ = ("names", "pattern")
+    __slots__ = ("names", "pattern", "source")
 
-    def __init__(self, pattern: str, *, names: bool = False) -> None:
+    def __init__(
+        self, pattern: str, *, names: bool = False, source: dict[Any, Any] | None = None
+    ) -> None:
         self.pattern = pattern
         self.names = names
+        self.source = source
+        """A map of names collapsed after it was read: the envelope object it was."""
 
 
 def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> object:
@@ -70,11 +75,23 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             return _key_path(path_of[-1], str(stack[-1][1]))
         return f"{path_of[-1] or '.'}[{index}]"
 
+    members: dict[int, int] = {}  # id(an envelope object) -> its members, also those not kept
+
+    def emit(value: object, *, oversized: bool = False) -> None:
+        """Feed the record just read (a map of names keeps its first ones, for the record
+        an enclosing map of names may make of it)."""
+        summary = stack[-1][0]
+        acc.record(collection, where(), value, oversized=oversized)
+        if summary.source is not None and len(summary.source) < _ENVELOPE_MEMBERS:
+            summary.source[stack[-1][1]] = value
+
     def put(container: Any, key: Any, value: object) -> None:
         if isinstance(container, list):
             container.append(value)
-        elif isinstance(container, dict) and len(container) < 60:
-            container[key] = value
+        elif isinstance(container, dict):
+            members[id(container)] = members.get(id(container), 0) + 1
+            if len(container) < _ENVELOPE_MEMBERS:
+                container[key] = value
 
     for event, value in events:
         if building or skip_depth:
@@ -85,7 +102,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                 elif event in ("end_map", "end_array"):
                     skip_depth -= 1
                     if skip_depth == 0:
-                        acc.record(collection, where(), None, oversized=True)
+                        emit(None, oversized=True)
                         index += 1
                         if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
                             switch = (collection, path_of[-1], prefix_of[-1], len(stack))
@@ -106,7 +123,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             elif event in ("end_map", "end_array"):
                 done = building.pop()
                 if not building:
-                    acc.record(collection, where(), done[0])
+                    emit(done[0])
                     index += 1
                     if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
                         switch = (collection, path_of[-1], prefix_of[-1], len(stack))
@@ -137,37 +154,32 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             else:
                 # A scalar record: read on here (a switch to ijson's items would lose the
                 # members after the collection, and these records cost one event each).
-                acc.record(collection, where(), value)
+                emit(value)
                 index += 1
             continue
         if event == "map_key":
+            if (
+                isinstance(container, dict)
+                and len(container) >= 2
+                and members.get(id(container), 0) == len(container)
+                and _names(container)
+            ):
+                # The members so far are named entries (``_fields._names``): they become
+                # records of a collection, and the members still to come are read as
+                # records, one by one.
+                node, path = container, path_of[-1]
+                summary = _collapse(node, path, acc, len(node))
+                parent = stack[-2]
+                if isinstance(parent[0], list):
+                    parent[0][-1] = summary
+                else:
+                    parent[0][parent[1]] = summary
+                stack[-1] = [summary, value]
+                prefix_of[-1] = None  # read in this pass (no switch to ijson's items)
+                collection = summary.pattern
+                index = len(node)
+                continue
             frame[1] = value
-        elif (
-            event == "start_map"
-            and isinstance(container, dict)
-            and not container
-            and frame[1] is not None
-            and not _IDENTIFIER.match(str(frame[1]))
-            and len(stack) > 1
-        ):
-            # An object whose first key is a name, not a field ("@scope/package", "/path"),
-            # and whose first value is an object: a map of names, read as a collection of
-            # records (``_fields._names`` decides the same for the maps inside records).
-            path = path_of[-1]
-            pattern = (path or ".") + "[]"
-            collection = pattern
-            summary = _Summary(pattern, names=True)
-            parent = stack[-2]
-            if isinstance(parent[0], dict):
-                parent[0][parent[1]] = summary
-            else:
-                parent[0][-1] = summary
-            acc.maps.add(path or ".")
-            stack[-1] = [summary, frame[1]]
-            prefix_of[-1] = None  # read in this pass (no switch to ijson's items)
-            index = 0
-            building = [[{}, None]]
-            record_events = 1
         elif event == "start_map":
             child = {}
             put(container, frame[1], child)
@@ -176,9 +188,18 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             path_of.append(path_of[-1] if key is None else _key_path(path_of[-1], str(key)))
             prefix_of.append(_prefix(prefix_of[-1], key))
         elif event == "end_map":
+            node, path = container, path_of[-1]
             stack.pop()
             path_of.pop()
             prefix_of.pop()
+            parent = stack[-1]
+            held = parent[0][-1] if isinstance(parent[0], list) else parent[0].get(parent[1])
+            if held is node and isinstance(node, dict) and _names(node):
+                summary = _collapse(node, path, acc, members.pop(id(node), len(node)))
+                if isinstance(parent[0], list):
+                    parent[0][-1] = summary
+                else:
+                    parent[0][parent[1]] = summary
         elif event == "start_array":
             key = frame[1]
             path = path_of[-1] if key is None else _key_path(path_of[-1], str(key))
@@ -226,6 +247,44 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     if not root:
         raise _NotStructured("no JSON value")
     return root[0]
+
+
+_ENVELOPE_MEMBERS = 60
+
+
+def _collapse(node: dict[Any, Any], path: str, acc: _Accumulator, total: int) -> _Summary:
+    """An envelope object whose keys turned out to be names (its first were read as
+    fields): its members become the records of a collection ``path[]``, and what was read
+    as envelope below it (collections, fields) is dropped. Members past the envelope's
+    ``_ENVELOPE_MEMBERS`` are counted; arrays inside the members were counted as
+    collections of their own and are empty in the records walked."""
+    pattern = (path or ".") + "[]"
+    below = (path + ".", path + "[") if path else (".",)
+    for name in [p for p in acc.collections if p.startswith(below)]:
+        del acc.collections[name]
+    dropped = [p for p in acc.fields if p.startswith(below)]
+    for name in dropped:
+        del acc.fields[name]
+    if dropped:  # the paths named by the keys are gone: room for the entries' fields
+        acc.order = [p for p in acc.order if p in acc.fields]
+        acc.fields_dropped = False
+    acc.maps = {m for m in acc.maps if not m.startswith(below)}
+    acc.maps.add(path or ".")
+    for key, value in node.items():
+        acc.record(pattern, _key_path(path, str(key)), _plain(value))
+    acc.collection(pattern).count += max(total - len(node), 0)
+    return _Summary(pattern, names=True, source=node)
+
+
+def _plain(node: object) -> object:
+    """An envelope node as the value it stands for (a collection's records are gone)."""
+    if isinstance(node, _Summary):
+        if node.source is not None:
+            return _plain(node.source)
+        return {} if node.names else []
+    if isinstance(node, dict):
+        return {key: _plain(value) for key, value in node.items()}
+    return node
 
 
 _BIG_RECORD = 1 << 20

@@ -92,7 +92,7 @@ def outline(
                 if complete or not acc.collections:
                     raise _NotStructured(str(exc)) from None
                 root = None  # cut at the scan limit: what was parsed stands
-            kind = "array" if isinstance(root, _Summary) else "object"
+            kind = "array" if isinstance(root, _Summary) and not root.names else "object"
             head_line = f"--- structure: JSON {kind}, {parsed} ---"
             if root is not None and not isinstance(root, _Summary):
                 envelope = _envelope(root, acc)
