@@ -1,4 +1,5 @@
-"""The outline of a structured output: its shape with arrays collapsed, exact record counts,
+"""The outline of a structured output: its shape with arrays (and objects keyed by names,
+``dependencies{}``) collapsed, exact record counts,
 each field's types and how often it is present, sample records, and the records that look
 like failures, with their paths, inside a byte budget.
 
