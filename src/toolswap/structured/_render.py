@@ -119,13 +119,13 @@ def _anomalies(coll: _Collection) -> tuple[int, list[tuple[str, str, str]], list
         found.extend((number, path, text, why) for number, path, text in examples)
     found.sort()
     # The first record of each kind of sign comes first (a rare kind is not crowded out by
-    # many records of another), then the rest in order.
+    # many records of another, and it ranks among the rows kept), then the rest in order.
     firsts: dict[str, tuple[int, str, str, str]] = {}
     for item in found:
         firsts.setdefault(item[3], item)
     chosen = sorted(firsts.values())[:_MAX_FAILURES]
     rest = [item for item in found if item not in chosen]
-    found = sorted(chosen + rest[: _MAX_FAILURES - len(chosen)])
+    found = chosen + rest[: _MAX_FAILURES - len(chosen)]
     notes = [
         f"  ({counts[token]:,} of {coll.count:,} records have {token}: the norm here, "
         "not listed as failures)"

@@ -47,9 +47,10 @@ class Outline:
     """A jq path worth querying (a failure-looking record, else the first record)."""
 
 
-OUTLINE_BYTES = 5632
-"""The outline's default share of the pointer (with 512-byte glimpses of the raw head,
-tail and failure lines and the frame, a structured output's pointer stays under 8 KiB)."""
+OUTLINE_BYTES = 5376
+"""The outline's default share of the pointer (with the record and query lines, 512-byte
+glimpses of the raw head, tail and failure lines and the frame, a structured output's
+pointer stays under 8 KiB)."""
 OUTLINE_SCAN_BYTES = 16 << 20
 """How much of an output the outline parses by default."""
 
