@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..artifact import parse_artifact_source_id
+from ..artifact import ExternalizedToolResult, parse_artifact_source_id
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..session import Session, legacy_workspace_slug, toolswap_home, workspace_slug
@@ -23,11 +23,16 @@ from ..session import Session, legacy_workspace_slug, toolswap_home, workspace_s
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
+    "SHOW_BYTES",
     "echo_json",
     "handle_errors",
     "open_externalizer",
+    "save_if_large",
     "session_for_source",
 ]
+
+SHOW_BYTES = 64 << 10
+"""The most a query or a record read prints; a larger result is saved as an artifact."""
 
 
 def echo_json(data: object) -> None:
@@ -101,6 +106,17 @@ def session_for_source(source_id: str, workspace: str | None, session_dir: Path 
     home = toolswap_home()
     prefer = home / "projects" / (workspace or workspace_slug()) / parsed.session
     return find_session(source_id, home=home, prefer=prefer)
+
+
+def save_if_large(
+    session: Session, text: str, *, truncated: bool, max_bytes: int, tool: str, summary: str
+) -> ExternalizedToolResult | None:
+    """``text`` saved as a new artifact of ``session`` when it is larger than ``max_bytes``
+    or was cut (a query's results, a record), else None (print it)."""
+    if not truncated and len(text.encode()) <= max_bytes:
+        return None
+    ext = ToolResultExternalizer(session)
+    return ext.externalize(text, tool, summary=" ".join(summary.split())[:240])
 
 
 def is_tty() -> bool:
