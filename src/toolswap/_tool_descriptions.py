@@ -70,8 +70,8 @@ For JSON, JSON Lines, CSV or TSV (the pointer shows a '--- structure: ...' outli
 `record` reads one record by the path the outline prints instead of lines: \
 record="items[3777]" or ".items[3777].status" in a JSON document, record="5120" (0-based, \
 the 5,121st record) or ".[5120].name" in JSON Lines or a table (a row is an object keyed \
-by the header). The record is returned as indented JSON; one larger than about 64 KB is \
-saved as a new artifact and you get its pointer."""
+by the header). The record is returned as indented JSON; of one larger than about 64 KB \
+you get its first lines and the query_artifact call that saves it whole."""
 
 READ_ARTIFACT_BYTES_DESCRIPTION = """\
 Read a byte range of a saved tool output (an artifact), for binary artifacts (images, \

@@ -14,6 +14,7 @@ tells the model what to do next.
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -235,7 +236,7 @@ class ArtifactTools:
     ) -> str:
         """Lines ``offset`` .. ``offset + limit - 1`` with 1-based numbers and a next-page
         note; or, with ``record``, that record of a structured artifact as indented JSON (a
-        record larger than one answer is saved as a new artifact and its pointer returned)."""
+        record larger than one answer shows its first lines and the query that saves it whole)."""
         if record:
             return self._read_record(source_id, record)
         if isinstance(limit, int) and limit > MAX_LIMIT:
@@ -447,16 +448,21 @@ class ArtifactTools:
         def run(reader: ArtifactReader, sid: str) -> str:
             found = read_record(reader, sid, address)
             where = f", line {found.line}" if found.line is not None else ""
-            return self._answer_or_save(
-                f"[{found.source_id}: record {found.address} ({_FORMATS[found.format]}{where})]",
-                found.text,
-                truncated=found.truncated,
-                tool="read_artifact",
-                summary=f"record {found.address} of {sid}",
-                narrow=(
-                    "of the record were kept: read a part of it (a longer address) or "
-                    "query_artifact it"
-                ),
+            head = f"[{found.source_id}: record {found.address} ({_FORMATS[found.format]}{where})]"
+            size = len(found.text.encode())
+            room = self.max_output_bytes - 512
+            if size <= room and not found.truncated:
+                return f"{head}\n{found.text}"
+            # Reading never writes (read_artifact stays read-only): the answer shows the
+            # record's first lines and names the query that saves it whole.
+            shown = _first_lines(found.text, room)
+            whole = f"at least {human_size(size)}" if found.truncated else human_size(size)
+            return (
+                f"{head}\n{shown}\n[the record is {whole} of indented JSON; its first "
+                f"{human_size(len(shown.encode()))} are shown. Read a part of it with a longer "
+                f"address (such as {found.address}.<field> or {found.address}[0]), or save it "
+                f'whole as a new artifact with query_artifact(source_id="{sid}", '
+                f"expression={json.dumps(found.address)})]"
             )
 
         return self._call(source_id, run)
@@ -510,6 +516,14 @@ class ArtifactTools:
 
 
 _FORMATS = {"json": "JSON", "jsonl": "JSON Lines", "csv": "CSV", "tsv": "TSV"}
+
+
+def _first_lines(text: str, limit: int) -> str:
+    """The whole lines of ``text`` that fit in ``limit`` UTF-8 bytes (at least a part of
+    the first one, cut at a character)."""
+    data = text.encode()[:limit]
+    end = data.rfind(b"\n")
+    return data[: end if end > 0 else len(data)].decode("utf-8", "ignore")
 
 
 def _clip_summary(text: str) -> str:

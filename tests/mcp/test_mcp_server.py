@@ -77,7 +77,7 @@ def text(result: CallToolResult, index: int = 0) -> str:
     return block.text
 
 
-async def test_server_offers_its_tools_read_only_but_query_and_record_reads_which_may_save(
+async def test_server_offers_its_tools_read_only_but_query_which_may_save_a_result(
     ext: ToolResultExternalizer,
 ) -> None:
     async with client(ext) as c:
@@ -85,10 +85,8 @@ async def test_server_offers_its_tools_read_only_but_query_and_record_reads_whic
     assert tuple(tools) == TOOL_NAMES
     for tool in tools.values():
         assert tool.annotations is not None
-        # query_artifact, and read_artifact of a record, save a result too large to return
-        # as a new artifact.
-        saves = tool.name in ("query_artifact", "read_artifact")
-        assert tool.annotations.read_only_hint is not saves
+        # query_artifact saves a result too large to return as a new artifact.
+        assert tool.annotations.read_only_hint is (tool.name != "query_artifact")
         assert not tool.annotations.destructive_hint
         assert tool.output_schema is None
     assert "instead of running the original command again" in (

@@ -131,17 +131,23 @@ def test_a_text_artifact_has_no_records_and_the_error_says_to_read_lines(
         read_record(externalizer.reader, ref, "0")
 
 
-def test_a_record_larger_than_one_answer_is_saved_with_its_own_pointer(
+def test_a_record_larger_than_one_answer_shows_its_start_and_the_query_that_saves_it(
     externalizer: ToolResultExternalizer,
 ) -> None:
     ref = externalizer.externalize(_document(), "http_get").artifact
     tools = ArtifactTools(externalizer, max_output_bytes=16 * 1024)
     answer = tools.read_artifact(ref.source_id, record="items")
-    assert answer.startswith(f"[{ref.source_id}: record .items (JSON)]: too large to show")
-    assert "--- structure: JSON array" in answer and ".[]: 6,000 objects" in answer
-    saved = externalizer.list_artifacts()[-1]
-    assert saved.source_tool == "read_artifact" and len(externalizer.list_artifacts()) == 2
-    assert json.loads(externalizer.reader.read_bytes(saved, 0, 16 << 20).data) == _items()
+    assert len(answer.encode()) <= 16 * 1024
+    assert answer.startswith(f'[{ref.source_id}: record .items (JSON)]\n[\n  {{\n    "id": 0,')
+    # Reading wrote nothing (read_artifact is read-only): the session still has one artifact.
+    assert len(externalizer.list_artifacts()) == 1
+    # The call the answer names saves the record whole.
+    call = answer.rpartition("query_artifact(")[2]
+    assert call == f'source_id="{ref.source_id}", expression=".items")]'
+    saved = tools.query_artifact(ref.source_id, ".items")
+    assert "saved as a new artifact" in saved
+    whole = externalizer.list_artifacts()[-1]
+    assert json.loads(externalizer.reader.read_bytes(whole, 0, 16 << 20).data) == _items()
 
 
 def test_a_record_past_the_size_limit_is_cut_and_says_so(

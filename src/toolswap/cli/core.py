@@ -15,7 +15,7 @@ from ..grep import DEFAULT_TIMEOUT
 from ..pointer import human_size
 from ..reader import CONTINUATION_MARKER, ArtifactReader
 from ..verify import verify_session
-from ._common import SHOW_BYTES, echo_json, handle_errors, is_tty, save_if_large
+from ._common import echo_json, handle_errors, is_tty
 from ._group import main
 from ._options import SessionOptions, SourceOptions, json_option, session_options, source_options
 
@@ -62,8 +62,8 @@ def read(
     line longer than a page ends with the --byte-start that reads on from there.
 
     --record prints one record of a structured artifact as indented JSON (a table's row as
-    an object keyed by its header); a record larger than 64 KiB is saved as a new artifact
-    and its pointer printed instead.
+    an object keyed by its header), whole up to 16 MiB; reading never writes (`toolswap
+    query ID PATH` saves a larger one as a new artifact).
     """
     if record is not None:
         _read_record(source_id, record, where, as_json)
@@ -113,19 +113,23 @@ def read(
 
 
 def _read_record(source_id: str, record: str, where: SourceOptions, as_json: bool) -> None:
+    import shlex
+
+    from .._invocation import cli_command
     from ..structured.address import parse_address
     from ..structured.record import read_record
 
     address = parse_address(record)  # a bad address never opens the artifact
     session = where.session(source_id)
     found = read_record(ArtifactReader(session), source_id, address)
-    saved = save_if_large(
-        session,
-        found.text,
-        truncated=found.truncated,
-        max_bytes=SHOW_BYTES,
-        tool="read",
-        summary=f"record {found.address} of {found.source_id}",
+    # Reading never writes: a record is printed whole (up to the record size limit); one
+    # past the limit is cut, and the note names the query that saves it whole.
+    cut_note = (
+        f"the record is larger than {human_size(len(found.text.encode()))} and was cut; save "
+        f"it whole with: {cli_command()} query {shlex.quote(found.source_id)} "
+        f"{shlex.quote(found.address)}"
+        if found.truncated
+        else None
     )
     if as_json:
         echo_json(
@@ -135,16 +139,16 @@ def _read_record(source_id: str, record: str, where: SourceOptions, as_json: boo
                 "format": found.format,
                 "line": found.line,
                 "truncated": found.truncated,
-                "value": None if saved else json.loads(found.text),
-                "saved_as": saved.artifact.source_id if saved else None,
+                "value": None if found.truncated else json.loads(found.text),
+                "note": cut_note,
             }
         )
-    elif saved is not None:
-        click.echo(saved.context_text, nl=False)
-    else:
-        click.echo(found.text)
-        where_line = f", line {found.line}" if found.line is not None else ""
-        click.echo(f"[record {found.address} of {found.source_id}{where_line}]", err=True)
+        return
+    click.echo(found.text)
+    where_line = f", line {found.line}" if found.line is not None else ""
+    click.echo(f"[record {found.address} of {found.source_id}{where_line}]", err=True)
+    if cut_note is not None:
+        click.echo(f"[{cut_note}]", err=True)
 
 
 @main.command()

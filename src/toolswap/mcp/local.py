@@ -93,7 +93,7 @@ _MAY_SAVE = {
     "openWorldHint": False,
 }
 
-_SAVING = ("read_artifact", "query_artifact")
+_SAVING = ("query_artifact",)
 """The tools that may save a result as a new artifact."""
 
 # -- arguments ---------------------------------------------------------------------------

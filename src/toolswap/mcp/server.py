@@ -182,7 +182,7 @@ def create_server(
         return await _call(tools.list_artifacts)
 
     for fn, description, hints in (
-        (read_artifact, READ_ARTIFACT_DESCRIPTION, _MAY_SAVE),
+        (read_artifact, READ_ARTIFACT_DESCRIPTION, _READ_ONLY),
         (read_artifact_bytes, READ_ARTIFACT_BYTES_DESCRIPTION, _READ_ONLY),
         (grep_artifact, GREP_ARTIFACT_DESCRIPTION, _READ_ONLY),
         (query_artifact, QUERY_ARTIFACT_DESCRIPTION, _MAY_SAVE),
