@@ -81,6 +81,7 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"non-zero", 3),
     (b"nonzero", 3),
     (b"missing", 3),
+    (b"lost", 3),
     (b"expected", 2),
     (b"detected", 2),
     (b"severity", 2),
@@ -93,10 +94,12 @@ FAILURE_SCORE = 2.0
 a deprecation or only a name."""
 # Line shapes of test-runner summaries, valid both as Python ``re`` and as POSIX ERE
 # (grep -E): ``  1) test name`` (mocha, RSpec, PHPUnit, ExUnit), pytest's
-# ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers, and a
+# ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers, a
 # diagnostic's location (``lib/a.js:12:5: Extra semicolon``, ``./x.py:8:9: E128 ...``,
-# the shell's ``deploy.sh: line 3: X: unbound variable``): linters and shells report
-# without a failure word.
+# a shell's ``deploy.sh: line 3: X: unbound variable`` or ``x.sh: 3: X: parameter not
+# set``) and a program's diagnostic about what it was working on (``prog: subject:
+# message``, the subject one word: a file, ``stdin``, ``file.txt:12``): linters, shells
+# and command-line tools report without a failure word.
 # A tab is written as itself: inside a bracket expression, ERE reads ``\t`` as a backslash
 # and a ``t``.
 _TAB = "\t"
@@ -105,7 +108,8 @@ LINE_PATTERNS: tuple[tuple[str, int], ...] = (
     (r"^_{3,} .* _{3,}$", 3),
     (r"^-{4} .* -{4}$", 3),
     (rf"^[ {_TAB}]*[^ {_TAB}:]*\.[A-Za-z0-9]+:[0-9]+(:[0-9]+)?:? [^ ]", 3),
-    (rf"^[^ {_TAB}:]+: line [0-9]+: [^ ]", 3),
+    (rf"^[^ {_TAB}:]+: (line )?[0-9]+: [^ ]", 3),
+    (rf"^[A-Za-z][A-Za-z0-9_.+-]*: [^ {_TAB}]+: [^ ]", 3),
 )
 
 
@@ -157,7 +161,7 @@ _NOT_A_FAILURE = re.compile(
     # rules out every other place (most of a line) before the alternatives are tried.
     rb"(?=\S)(?:(?<!\w)|(?=[-/]))(?:"
     rb"\b(?:0|no|zero)\s+(?:errors?|failures?|failed|warnings?|tests? failed)\b"
-    rb"|\b(?:errors?|failures?|failed|warnings?|failing)\s*[:=]\s*0\b"
+    rb"|\b(?:errors?|failures?|failed|warnings?|failing|lost)\s*[:=]\s*0\b"
     rb"|-w(?:no-)?error\S*|-wall|\bwarn(?:ing)?s?_?as_?errors?"
     rb"|(?<![\w./-])(?>[\w./-]*?(?:error|fail|warn|assert|exception|abort|panic))[\w./-]*"
     rb"\.(?:c|h|cc|cpp|hpp|go|py|pyc|rs|js|ts|java|class|rb|php|o|so|a|html|xml|json|log|txt|erl)\b"
