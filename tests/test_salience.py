@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from real_outputs import REAL_CASES, RealCase
 from real_outputs_more import TUNING_CASES
 from toolswap import ExternalizerSettings, ToolResultExternalizer
-from toolswap.salience import Candidates, clean_for_display, score_line, template
+from toolswap.salience import (
+    FAILURE_SCORE,
+    Candidates,
+    clean_for_display,
+    score_line,
+    template,
+)
 from toolswap.salience.middle_scan import GrepStream
 from toolswap.salience.vocabulary import LINE_SHAPES, SECTION_TITLE
 
@@ -364,12 +370,43 @@ def test_an_output_of_a_failed_command_is_never_called_quiet(
 
 def test_a_shell_error_without_a_failure_word_is_found() -> None:
     assert score_line(b"deploy.sh: line 3: DEPLOY_TARGET: unbound variable") >= 3
+    assert score_line(b"publish.sh: 3: BUCKET_NAME: parameter not set") >= 3
+
+
+def test_a_programs_diagnostic_about_its_input_reads_as_a_failure_by_its_shape() -> None:
+    assert score_line(b"gzip: stdin: not in gzip format") >= 3
+    assert score_line(b"join: users.txt:452: is not sorted: 00451 user00451") >= 3
+    # A progress line and a notice name no single subject.
+    assert score_line(b"remote: Counting objects: 100% (5/5), done.") < FAILURE_SCORE
+    assert score_line(b"tar: Removing leading `/' from member names") < FAILURE_SCORE
+
+
+def test_memory_lost_is_a_failure_and_none_lost_is_not() -> None:
+    assert score_line(b"==41== definitely lost: 40 bytes in 1 blocks") >= 3
+    assert score_line(b"==41== indirectly lost: 0 bytes in 0 blocks") < FAILURE_SCORE
+
+
+def test_a_few_failures_alike_are_each_listed_and_many_are_listed_once(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"step {i} ok" for i in range(20_000)]
+    lines[9_000] = "thread 'tests::clamp_negative' (41) panicked at src/lib.rs:608:27:"
+    lines[9_010] = "thread 'tests::ratio_of_halves' (42) panicked at src/lib.rs:606:28:"
+    for i in range(50):
+        lines[11_000 + i * 3] = f"error: connection reset by peer, attempt {i}"
+
+    text = externalizer.externalize("\n".join(lines), "t").context_text
+
+    assert "9001: thread 'tests::clamp_negative'" in text
+    assert "9011: thread 'tests::ratio_of_halves'" in text
+    assert "11001: error: connection reset by peer, attempt 0  (+49 similar)" in text
+    assert "attempt 1\n" not in text
 
 
 _PIECES = st.sampled_from(
     [" ", "\t", ":", ".", "7", "x", "c", "E", "1) ", "___ ", " ___", "---- ", " ----"]
 )
-_SHAPED = st.sampled_from([".c:3: ", ":12:5: ", ": line 3: "])
+_SHAPED = st.sampled_from([".c:3: ", ":12:5: ", ": line 3: ", ": 3: ", "gz: in: "])
 
 
 @given(st.lists(st.lists(_PIECES | _SHAPED, max_size=8).map("".join), min_size=1, max_size=12))
