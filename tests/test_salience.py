@@ -381,6 +381,22 @@ def test_a_programs_diagnostic_about_its_input_reads_as_a_failure_by_its_shape()
     assert score_line(b"tar: Removing leading `/' from member names") < FAILURE_SCORE
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"rm: cannot remove 'build/cache': Directory not empty",
+        b"mv: build.log: Operation not permitted",
+        b"write error: No space left on device",
+        b"curl: (56) Recv failure: Connection reset by peer",
+        b"terminate called after throwing an instance of 'std::runtime_error'",
+        b"make: *** No targets specified and no makefile found.  Stop.",
+        b"sqlite3.OperationalError: no such table: invoices",
+    ],
+)
+def test_errno_messages_and_fatal_markers_read_as_failures(line: bytes) -> None:
+    assert score_line(line) >= 3
+
+
 def test_memory_lost_is_a_failure_and_none_lost_is_not() -> None:
     assert score_line(b"==41== definitely lost: 40 bytes in 1 blocks") >= 3
     assert score_line(b"==41== indirectly lost: 0 bytes in 0 blocks") < FAILURE_SCORE

@@ -52,6 +52,7 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"deadline exceeded", 4),
     (b"out of memory", 4),
     (b"killed", 4),
+    (b"terminate", 4),
     (b"dubious", 4),
     (b"not ok ", 4),
     (b"[-] ", 4),
@@ -66,7 +67,7 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"could not", 3),
     (b"couldn't", 3),
     (b"unable to", 3),
-    (b"no such file", 3),
+    (b"no such", 3),
     (b"not found", 3),
     (b"does not exist", 3),
     (b"doesn't exist", 3),
@@ -82,6 +83,22 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"nonzero", 3),
     (b"missing", 3),
     (b"lost", 3),
+    # What the C library says an errno means (strerror), as most command-line tools report
+    # it after the file or host they were working on, often with no failure word.
+    (b"not permitted", 3),
+    (b"no space left", 3),
+    (b"read-only file system", 3),
+    (b"is a directory", 3),
+    (b"not a directory", 3),
+    (b"directory not empty", 3),
+    (b"too many open files", 3),
+    (b"connection reset", 3),
+    (b"broken pipe", 3),
+    (b"resource busy", 3),
+    (b"temporarily unavailable", 3),
+    (b"unreachable", 3),
+    (b"no route to host", 3),
+    (b"bad file descriptor", 3),
     (b"expected", 2),
     (b"detected", 2),
     (b"severity", 2),
@@ -97,9 +114,10 @@ a deprecation or only a name."""
 # ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers, a
 # diagnostic's location (``lib/a.js:12:5: Extra semicolon``, ``./x.py:8:9: E128 ...``,
 # a shell's ``deploy.sh: line 3: X: unbound variable`` or ``x.sh: 3: X: parameter not
-# set``) and a program's diagnostic about what it was working on (``prog: subject:
-# message``, the subject one word: a file, ``stdin``, ``file.txt:12``): linters, shells
-# and command-line tools report without a failure word.
+# set``), a program's diagnostic about what it was working on (``prog: subject:
+# message``, the subject one word: a file, ``stdin``, ``file.txt:12``) and a fatal one
+# marked ``prog: *** message`` (``make: *** No targets specified``): linters, shells and
+# command-line tools report without a failure word.
 # A tab is written as itself: inside a bracket expression, ERE reads ``\t`` as a backslash
 # and a ``t``.
 _TAB = "\t"
@@ -110,6 +128,7 @@ LINE_PATTERNS: tuple[tuple[str, int], ...] = (
     (rf"^[ {_TAB}]*[^ {_TAB}:]*\.[A-Za-z0-9]+:[0-9]+(:[0-9]+)?:? [^ ]", 3),
     (rf"^[^ {_TAB}:]+: (line )?[0-9]+: [^ ]", 3),
     (rf"^[A-Za-z][A-Za-z0-9_.+-]*: [^ {_TAB}]+: [^ ]", 3),
+    (rf"^[^ {_TAB}:]+: \*\*\* [^ ]", 3),
 )
 
 
