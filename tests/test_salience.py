@@ -18,9 +18,11 @@ from toolswap.salience import (
     FAILURE_SCORE,
     Candidates,
     clean_for_display,
+    resolve,
     score_line,
     template,
 )
+from toolswap.salience.candidates import Entry
 from toolswap.salience.middle_scan import GrepStream
 from toolswap.salience.vocabulary import LINE_SHAPES, SECTION_TITLE
 
@@ -395,6 +397,27 @@ def test_a_programs_diagnostic_about_its_input_reads_as_a_failure_by_its_shape()
 )
 def test_errno_messages_and_fatal_markers_read_as_failures(line: bytes) -> None:
     assert score_line(line) >= 3
+
+
+def test_a_passed_test_marked_plus_is_no_failure_whatever_its_name_says() -> None:
+    assert score_line(b"    [+] fails if value is in the collection 50ms") < FAILURE_SCORE
+    assert score_line(b"    [-] fails if value is in the collection 50ms") >= 4
+
+
+def test_the_line_after_a_failure_line_ending_with_a_colon_counts_as_an_opener() -> None:
+    data = (
+        b"step 1\nFailed tests: \n"
+        b"  FlagTest.testIsDirty:45 expected: <false> but was: <true>\n\nstep 2\n"
+    )
+    entry = Entry(2, data.index(b"Failed"), b"Failed tests: ", 5.0)
+
+    rows = {
+        row.line_no: row
+        for row in resolve([(0, entry)], lambda n, at: data[at : at + n], len(data))
+    }
+
+    assert rows[3].context and rows[3].detail == 1  # kept when a short pointer drops detail 2
+    assert rows[1].detail == 2
 
 
 def test_memory_lost_is_a_failure_and_none_lost_is_not() -> None:

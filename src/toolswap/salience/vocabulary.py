@@ -218,11 +218,11 @@ _REPORT = re.compile(
     rb"|\bexit(?:ed with| code| status)(?: code)?:? \(?[1-9]",
     re.I,
 )
-# A line that reports a success (``PASSED``, ``... ok``, a check mark; not ``1 failed, 9
-# passed``) or echoes a command (``$ make``, ``+ make``) is no failure, whatever words it
-# holds.
+# A line that reports a success (``PASSED``, ``... ok``, a check mark, a ``[+]`` beside the
+# ``[-]`` of a failed test; not ``1 failed, 9 passed``) or echoes a command (``$ make``,
+# ``+ make``) is no failure, whatever words it holds.
 _SUCCESS = re.compile(
-    rb"\bPASS(?:ED)?\b|\bSUCCESS\b|\[\s*OK\s*\]|^\s*OK\b|\.\.\.\s*ok\b|\bok\s*$"
+    rb"\bPASS(?:ED)?\b|\bSUCCESS\b|\[\s*OK\s*\]|^\s*OK\b|\.\.\.\s*ok\b|\bok\s*$|^\s*\[\+\] "
     rb"|\xe2\x9c\x93|\xe2\x9c\x94",
     re.I,
 )
