@@ -420,6 +420,22 @@ def test_the_line_after_a_failure_line_ending_with_a_colon_counts_as_an_opener()
     assert rows[1].detail == 2
 
 
+def test_the_lines_before_a_linker_or_child_exit_report_count_as_openers() -> None:
+    data = (
+        b"step 1\n/usr/bin/ld: b.o: in function `f':\n"
+        b"b.c:(.text+0x0): multiple definition of `f'; a.o:a.c:(.text+0x0): first defined here\n"
+        b"collect2: error: ld returned 1 exit status\nstep 2\n"
+    )
+    entry = Entry(4, data.index(b"collect2"), b"collect2: error: ld returned 1 exit status", 5.0)
+
+    rows = {
+        row.line_no: row
+        for row in resolve([(0, entry)], lambda n, at: data[at : at + n], len(data))
+    }
+
+    assert rows[3].context and rows[2].detail == 1  # kept when a short pointer drops detail 2
+
+
 def test_memory_lost_is_a_failure_and_none_lost_is_not() -> None:
     assert score_line(b"==41== definitely lost: 40 bytes in 1 blocks") >= 3
     assert score_line(b"==41== indirectly lost: 0 bytes in 0 blocks") < FAILURE_SCORE

@@ -269,11 +269,13 @@ SECTION_TITLE = re.compile(
 ``---- name stdout ----``, ``=== FAILURES ===``, ``##[group]Run make check``."""
 EXIT_FAILED = re.compile(
     rb"\bexit(?:ed with| code| status)(?: code)?:? \(?[1-9]\d*"
-    rb"|returned (?:a )?non-?zero exit|\bError [1-9]\d*$",
+    rb"|returned (?:a )?non-?zero exit|\breturned (?:[1-9]\d* exit status|status [1-9])"
+    rb"|\bError [1-9]\d*$",
     re.I,
 )
 """What a runner says when a command failed: ``The command "make" exited with 2.``,
-``Process completed with exit code 1.``, ``make: *** [all] Error 2``."""
+``Process completed with exit code 1.``, ``make: *** [all] Error 2``, ``ld returned 1 exit
+status``, ``Child returned status 2``."""
 _TEMPLATE_BYTES = 200
 OVERLAP = 32
 """Bytes carried from one searched piece to the next: longer than any word, so a word cut
