@@ -439,6 +439,7 @@ def test_the_lines_before_a_linker_or_child_exit_report_count_as_openers() -> No
 def test_memory_lost_is_a_failure_and_none_lost_is_not() -> None:
     assert score_line(b"==41== definitely lost: 40 bytes in 1 blocks") >= 3
     assert score_line(b"==41== indirectly lost: 0 bytes in 0 blocks") < FAILURE_SCORE
+    assert score_line(b"drwx------ 2 root root 16384 Jan  1  2024 lost+found") < FAILURE_SCORE
 
 
 def test_a_few_failures_alike_are_each_listed_and_many_are_listed_once(

@@ -185,7 +185,7 @@ _NOT_A_FAILURE = re.compile(
     rb"|(?<![\w./-])(?>[\w./-]*?(?:error|fail|warn|assert|exception|abort|panic))[\w./-]*"
     rb"\.(?:c|h|cc|cpp|hpp|go|py|pyc|rs|js|ts|java|class|rb|php|o|so|a|html|xml|json|log|txt|erl)\b"
     rb"|\b(?:on|ignore|allow|expect|handle|raise|throw|catch|log|set|get)_?(?:errors?|fail\w*)\b"
-    rb"|\bfail[_-]?fast\b|\bfailover\b|\bwarn_only\b"
+    rb"|\bfail[_-]?fast\b|\bfailover\b|\bwarn_only\b|\blost\+found\b"
     # A word joined to others by ``_`` or ``.`` is an identifier (``display_errors``,
     # ``log_errors_max_len``, ``assert.active``, ``TRAVIS_ALLOW_FAILURE``), not a report.
     rb"|(?<![\w.])(?>[\w.]*?[_.]"
