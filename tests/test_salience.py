@@ -399,6 +399,13 @@ def test_errno_messages_and_fatal_markers_read_as_failures(line: bytes) -> None:
     assert score_line(line) >= 3
 
 
+def test_a_warning_after_the_program_or_location_it_is_about_is_only_a_warning() -> None:
+    assert score_line(b"ld: warning: creating DT_TEXTREL in a PIE") < FAILURE_SCORE
+    assert score_line(b"foo.c:3:5: warning: unused variable 'x'") < FAILURE_SCORE
+    assert score_line(b"dpkg: warning: files list file for package 'x' missing") < FAILURE_SCORE
+    assert score_line(b"foo.c:3:5: error: 'x' undeclared") >= 4
+
+
 def test_a_passed_test_marked_plus_is_no_failure_whatever_its_name_says() -> None:
     assert score_line(b"    [+] fails if value is in the collection 50ms") < FAILURE_SCORE
     assert score_line(b"    [-] fails if value is in the collection 50ms") >= 4

@@ -228,10 +228,13 @@ _SUCCESS = re.compile(
 )
 _COUNTED = re.compile(rb"\b[1-9]\d* (?:failed|failures?|errors?)\b|\bnot ok\b", re.I)
 _ECHO = re.compile(rb"^\s*(?:\$|\+{1,3}) \S")
-# A line logged at a level under error (``INFO``, ``[WARNING]``, ``npm WARN``, ``note:``)
-# reports no failure, whatever it quotes; nor does a retry that may yet succeed.
+# A line logged at a level under error (``INFO``, ``[WARNING]``, ``npm WARN``, ``note:``),
+# also after the program or the location it is about (``ld: warning:``, ``a.c:3:5:
+# warning:``), reports no failure, whatever it quotes; nor does a retry that may yet
+# succeed.
 _LEVEL = re.compile(
-    rb"^\W{0,3}(?:\d[\d:.,T-]*\s+){0,2}(?:\[[^\]]{0,40}\]\s*){0,3}(?:npm\s+)?\[?"
+    rb"^\W{0,3}(?:\d[\d:.,T-]*\s+){0,2}(?:\[[^\]]{0,40}\]\s*){0,3}(?:npm\s+)?"
+    rb"(?:[^\s:]{1,200}:(?:\d+:){0,2} ?)?\[?"
     rb"(info|debug|trace|notice|verbose|warn(?:ing)?|deprecat\w*|note|hint)\b",
     re.I,
 )
