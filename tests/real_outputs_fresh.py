@@ -7,7 +7,13 @@ command lines, pretty-printed JSON, passing tests, package listings, certificate
 ``wanted`` holds the line a person reading the raw output would name as the cause, chosen
 from the raw output alone.
 
-``bench/bench_pointer.py`` reports the set apart as ``HELD_OUT_FRESH_CASES``.
+``bench/bench_pointer.py`` reports the set apart as ``HELD_OUT_FRESH_CASES``. Run once at
+the end of that session: 28/30 found at 4, 8 and 16 KiB, 29/30 at 32 KiB (the code before
+the session: 27/30 and 28/30). Missed: ``python3 -m json.tool``'s ``Expecting ','
+delimiter: line 2 column 3`` (no failure word, no report shape) at every budget, and
+valgrind's ``Conditional jump or move depends on uninitialised value(s)`` below 32 KiB
+(found only in the tail). Those two have been looked at since, so the set is held out no
+longer for rules about them.
 """
 
 from __future__ import annotations

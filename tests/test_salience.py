@@ -377,7 +377,7 @@ def test_a_shell_error_without_a_failure_word_is_found() -> None:
 
 def test_a_programs_diagnostic_about_its_input_reads_as_a_failure_by_its_shape() -> None:
     assert score_line(b"gzip: stdin: not in gzip format") >= 3
-    assert score_line(b"join: users.txt:452: is not sorted: 00451 user00451") >= 3
+    assert score_line(b"sort: -:3: disorder: 12") >= 3
     # A progress line and a notice name no single subject.
     assert score_line(b"remote: Counting objects: 100% (5/5), done.") < FAILURE_SCORE
     assert score_line(b"tar: Removing leading `/' from member names") < FAILURE_SCORE
