@@ -14,8 +14,10 @@ pointer sizes, capture speed.
 2. Recall on outputs of real programs run here, at the same budgets: the original corpus
    (tests/real_outputs.py: gcc/make/ld, python, pytest, node, git, tar, find, ls, sqlite3,
    bash -x, sha256sum, perl...), more of them used while tuning (tests/real_outputs_more.py
-   ``TUNING_CASES``) and two sets kept out of tuning (``HELD_OUT_CASES``,
-   ``HELD_OUT_LATE_CASES``), each with its failure in the middle of a long output.
+   ``TUNING_CASES``), two sets kept out of tuning until their misses were looked at
+   (``HELD_OUT_CASES``, ``HELD_OUT_LATE_CASES``) and a fresh one written before the rules
+   those misses led to (tests/real_outputs_fresh.py ``HELD_OUT_FRESH_CASES``), each with
+   its failure in the middle of a long output.
 3. Mean and max pointer bytes, per budget, and the pointer of an output with nothing like
    a failure (``seq 1 100000``).
 4. Capture of 256 MiB of build-log-like text that contains failure words, against the
@@ -48,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import toolswap.pointer as pointer
 from _floor import capture_floor
 from real_outputs import REAL_CASES, RealCase
+from real_outputs_fresh import HELD_OUT_FRESH_CASES
 from real_outputs_more import HELD_OUT_CASES, HELD_OUT_LATE_CASES, TUNING_CASES
 from toolswap import ArtifactReference, ExternalizerSettings, ToolResultExternalizer
 from toolswap._invocation import cli_command
@@ -329,8 +332,14 @@ def main() -> int:
                 HELD_OUT_CASES,
             ),
             (
-                "more real programs run here, held out late (written after every change)",
+                "more real programs run here, held out late (run once, three misses then "
+                "looked at)",
                 HELD_OUT_LATE_CASES,
+            ),
+            (
+                "more real programs run here, held out fresh (written before this session's "
+                "changes, run once at the end)",
+                HELD_OUT_FRESH_CASES,
             ),
         ):
             hits, counted, sizes_by, missed, skipped = real_recall(root, cases)

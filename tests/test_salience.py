@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 from real_outputs import REAL_CASES, RealCase
 from real_outputs_more import TUNING_CASES
 from toolswap import ExternalizerSettings, ToolResultExternalizer
-from toolswap.salience import Candidates, clean_for_display, score_line, template
+from toolswap.salience import (
+    FAILURE_SCORE,
+    Candidates,
+    clean_for_display,
+    resolve,
+    score_line,
+    template,
+)
+from toolswap.salience.candidates import Entry
 from toolswap.salience.middle_scan import GrepStream
 from toolswap.salience.vocabulary import LINE_SHAPES, SECTION_TITLE
 
@@ -364,12 +372,104 @@ def test_an_output_of_a_failed_command_is_never_called_quiet(
 
 def test_a_shell_error_without_a_failure_word_is_found() -> None:
     assert score_line(b"deploy.sh: line 3: DEPLOY_TARGET: unbound variable") >= 3
+    assert score_line(b"publish.sh: 3: BUCKET_NAME: parameter not set") >= 3
+
+
+def test_a_programs_diagnostic_about_its_input_reads_as_a_failure_by_its_shape() -> None:
+    assert score_line(b"gzip: stdin: not in gzip format") >= 3
+    assert score_line(b"sort: -:3: disorder: 12") >= 3
+    # A progress line and a notice name no single subject.
+    assert score_line(b"remote: Counting objects: 100% (5/5), done.") < FAILURE_SCORE
+    assert score_line(b"tar: Removing leading `/' from member names") < FAILURE_SCORE
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"rm: cannot remove 'build/cache': Directory not empty",
+        b"mv: build.log: Operation not permitted",
+        b"write error: No space left on device",
+        b"curl: (56) Recv failure: Connection reset by peer",
+        b"terminate called after throwing an instance of 'std::runtime_error'",
+        b"make: *** No targets specified and no makefile found.  Stop.",
+        b"sqlite3.OperationalError: no such table: invoices",
+    ],
+)
+def test_errno_messages_and_fatal_markers_read_as_failures(line: bytes) -> None:
+    assert score_line(line) >= 3
+
+
+def test_a_warning_after_the_program_or_location_it_is_about_is_only_a_warning() -> None:
+    assert score_line(b"ld: warning: creating DT_TEXTREL in a PIE") < FAILURE_SCORE
+    assert score_line(b"foo.c:3:5: warning: unused variable 'x'") < FAILURE_SCORE
+    assert score_line(b"dpkg: warning: files list file for package 'x' missing") < FAILURE_SCORE
+    assert score_line(b"foo.c:3:5: error: 'x' undeclared") >= 4
+
+
+def test_a_passed_test_marked_plus_is_no_failure_whatever_its_name_says() -> None:
+    assert score_line(b"    [+] fails if value is in the collection 50ms") < FAILURE_SCORE
+    assert score_line(b"    [-] fails if value is in the collection 50ms") >= 4
+
+
+def test_the_line_after_a_failure_line_ending_with_a_colon_counts_as_an_opener() -> None:
+    data = (
+        b"step 1\nFailed tests: \n"
+        b"  FlagTest.testIsDirty:45 expected: <false> but was: <true>\n\nstep 2\n"
+    )
+    entry = Entry(2, data.index(b"Failed"), b"Failed tests: ", 5.0)
+
+    rows = {
+        row.line_no: row
+        for row in resolve([(0, entry)], lambda n, at: data[at : at + n], len(data))
+    }
+
+    assert rows[3].context and rows[3].detail == 1  # kept when a short pointer drops detail 2
+    assert rows[1].detail == 2
+
+
+def test_the_lines_before_a_linker_or_child_exit_report_count_as_openers() -> None:
+    data = (
+        b"step 1\n/usr/bin/ld: b.o: in function `f':\n"
+        b"b.c:(.text+0x0): multiple definition of `f'; a.o:a.c:(.text+0x0): first defined here\n"
+        b"collect2: error: ld returned 1 exit status\nstep 2\n"
+    )
+    entry = Entry(4, data.index(b"collect2"), b"collect2: error: ld returned 1 exit status", 5.0)
+
+    rows = {
+        row.line_no: row
+        for row in resolve([(0, entry)], lambda n, at: data[at : at + n], len(data))
+    }
+
+    assert rows[3].context and rows[2].detail == 1  # kept when a short pointer drops detail 2
+
+
+def test_memory_lost_is_a_failure_and_none_lost_is_not() -> None:
+    assert score_line(b"==41== definitely lost: 40 bytes in 1 blocks") >= 3
+    assert score_line(b"==41== indirectly lost: 0 bytes in 0 blocks") < FAILURE_SCORE
+    assert score_line(b"drwx------ 2 root root 16384 Jan  1  2024 lost+found") < FAILURE_SCORE
+
+
+def test_a_few_failures_alike_are_each_listed_and_many_are_listed_once(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    lines = [f"step {i} ok" for i in range(20_000)]
+    lines[9_000] = "thread 'tests::clamp_negative' (41) panicked at src/lib.rs:608:27:"
+    lines[9_010] = "thread 'tests::ratio_of_halves' (42) panicked at src/lib.rs:606:28:"
+    for i in range(50):
+        lines[11_000 + i * 3] = f"error: connection reset by peer, attempt {i}"
+
+    text = externalizer.externalize("\n".join(lines), "t").context_text
+
+    assert "9001: thread 'tests::clamp_negative'" in text
+    assert "9011: thread 'tests::ratio_of_halves'" in text
+    assert "11001: error: connection reset by peer, attempt 0  (+49 similar)" in text
+    assert "attempt 1\n" not in text
 
 
 _PIECES = st.sampled_from(
     [" ", "\t", ":", ".", "7", "x", "c", "E", "1) ", "___ ", " ___", "---- ", " ----"]
 )
-_SHAPED = st.sampled_from([".c:3: ", ":12:5: ", ": line 3: "])
+_SHAPED = st.sampled_from([".c:3: ", ":12:5: ", ": line 3: ", ": 3: ", "gz: in: "])
 
 
 @given(st.lists(st.lists(_PIECES | _SHAPED, max_size=8).map("".join), min_size=1, max_size=12))

@@ -10,14 +10,15 @@ vocabulary and the rest for the strongest words (``GREP_WORDS``), as fast as the
 is written (run by ``middle_scan``). Every
 matching line goes to a ``Candidates`` store, keyed by its template: the line with
 numbers, hex, paths, quoted names and timestamps masked (the idea of template miners such
-as Drain). The store keeps, per template, the first occurrence and a count, in bounded
-memory.
+as Drain). The store keeps, per template, the first occurrence, a count and the next two
+occurrences that say something else (more than numbers differ), in bounded memory.
 
 Ranking. A line scores by its strongest word (failure words above ``Deprecat``/``Warning``),
 gains when it is shaped like a report (``error:`` after a location, ``FAILED``, ``[ERROR]``),
 loses when the word is only a name or a zero count (``0 errors``, ``-Werror``,
 ``error_handling.c``), and a rare template ranks above a repeated one: 150 copies of one
-warning count once and never crowd out the one error.
+warning count once and never crowd out the one error, while two or three failure lines
+that share a template but name different things (two tests that panicked) are each listed.
 
 Showing. ``resolve`` reads each chosen line back from the artifact with one line of context
 before and after, the start and the end of a traceback block, and, for a match inside a very

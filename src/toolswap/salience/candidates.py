@@ -3,7 +3,8 @@ bounded memory, and ranked once it is complete."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from .vocabulary import score_line, template
 
@@ -13,6 +14,12 @@ RAW_KEEP = 512
 """Bytes kept of each candidate line (enough for its shown part and its template)."""
 _MAX_TEMPLATES = 2048
 _KEEP_TEMPLATES = 1536
+REPEATS_KEPT = 2
+"""Later occurrences of a template kept beside its first (line number, line offset), when
+they say something else than it does (more than numbers differ): a template that only a
+few lines share may stand for a few distinct failures (two failing tests whose panic lines
+differ only in the test's quoted name)."""
+_DIGITS = re.compile(rb"\d+")
 
 
 @dataclass(slots=True)
@@ -26,6 +33,9 @@ class Entry:
     count: int = 1
     match_offset: int | None = None
     """Where the matched word is, when the line is longer than ``raw`` (None: in ``raw``)."""
+    repeats: list[tuple[int, int]] = field(default_factory=list)
+    """The next ``REPEATS_KEPT`` occurrences after the first, (line number, line offset);
+    whole lines only."""
 
 
 class Candidates:
@@ -51,6 +61,13 @@ class Candidates:
         entry = self.entries.get(key)
         if entry is not None:
             entry.count += 1
+            if (
+                entry.count <= 1 + REPEATS_KEPT
+                and match_offset is None
+                and not long_line
+                and _differs(raw, entry.raw)
+            ):
+                entry.repeats.append((line_no, line_offset))
             return
         score = score_line(raw)
         if score <= 0 and long_line:
@@ -75,14 +92,17 @@ class Candidates:
             entry.line_offset += offset
             if entry.match_offset is not None:
                 entry.match_offset += offset
+            entry.repeats = [(n + lines, o + offset) for n, o in entry.repeats]
             mine = self.entries.get(key)
             if mine is None:
                 self.entries[key] = entry
-            elif entry.line_no < mine.line_no:
-                entry.count += mine.count
-                self.entries[key] = entry
-            else:
-                mine.count += entry.count
+                continue
+            first, later = (entry, mine) if entry.line_no < mine.line_no else (mine, entry)
+            if later.match_offset is None and _differs(later.raw, first.raw):
+                first.repeats.append((later.line_no, later.line_offset))
+            first.repeats = sorted({*first.repeats, *later.repeats})[:REPEATS_KEPT]
+            first.count = mine.count + entry.count
+            self.entries[key] = first
         if len(self.entries) > _MAX_TEMPLATES:
             self._prune()
 
@@ -94,3 +114,9 @@ class Candidates:
 def _priority(entry: Entry) -> float:
     rarity = 1.0 if entry.count == 1 else 0.5 if entry.count <= 3 else 0.0
     return entry.score + rarity
+
+
+def _differs(raw: bytes, first: bytes) -> bool:
+    """Whether a line says something else than the first of its template: more than its
+    numbers differ (a name, a path, a quoted word)."""
+    return raw != first and _DIGITS.sub(b"0", raw) != _DIGITS.sub(b"0", first)

@@ -361,8 +361,12 @@ def resolve(
         if before is not None and before.strip():
             context(entry.line_no - 1, before, 2)
         if line_end < size:
-            for ahead, after in _body(pread, line_end, size, line):
-                context(entry.line_no + ahead, after, 2)
+            # A line that ends with ':' introduces what follows (``Failed tests:`` above the
+            # test, ``panicked at x.rs:3:5:`` above the assertion): its first line counts
+            # as much as the opening line of a block.
+            introduces = _plain(line).rstrip().endswith(b":")
+            for n, (ahead, after) in enumerate(_body(pread, line_end, size, line)):
+                context(entry.line_no + ahead, after, 1 if introduces and n == 0 else 2)
         if _is_traceback_start(line) and line_end < size:
             end = _traceback_end(pread, line_end, entry.line_no)
             if end is not None:

@@ -4,7 +4,9 @@ lines the pointer lists."""
 
 from __future__ import annotations
 
-from .candidates import RAW_KEEP, Candidates, Entry
+import dataclasses
+
+from .candidates import RAW_KEEP, REPEATS_KEPT, Candidates, Entry
 from .display import SALIENT_LINE_CHARS, WINDOW_BEFORE
 from .resolve import Pread, SalientLine, resolve
 from .vocabulary import ASCII_LOWER, FAILURE_SCORE, FIND_WORDS, LINE_SHAPES, OVERLAP
@@ -14,6 +16,10 @@ __all__ = ["ForwardScan", "Scanner"]
 _CARRY_MAX = 4096
 _MIDDLE_LIMIT = 64
 _EDGE_LIMIT = 32
+# A template that says something failed and that only a few lines share: each of its lines
+# is listed (two tests failing alike are two failures); more of them are one kind, listed
+# once with how many share it.
+_REPEAT_SCORE = 4.0
 _SCAN_PIECE = 256 << 10
 
 
@@ -249,7 +255,7 @@ class Scanner:
         middle: list[tuple[int, Entry]] = []
         edges: list[tuple[int, Entry]] = []
         self.unlisted = 0
-        for rank, entry in enumerate(self.candidates.ranked()):
+        for rank, entry in enumerate(_with_repeats(self.candidates.ranked())):
             inside = entry.line_offset < head_zone or entry.line_offset >= size - tail_zone
             chosen = edges if inside else middle
             if len(chosen) < (_EDGE_LIMIT if inside else _MIDDLE_LIMIT):
@@ -257,3 +263,23 @@ class Scanner:
             elif not inside and entry.score >= FAILURE_SCORE:
                 self.unlisted += entry.count
         return resolve(sorted(middle + edges, key=lambda pair: pair[0]), pread, size)
+
+
+def _with_repeats(ranked: list[Entry]) -> list[Entry]:
+    """The ranked entries, each template that says something failed and that at most
+    ``1 + REPEATS_KEPT`` lines share followed by its later lines, as entries of their own."""
+    out: list[Entry] = []
+    for entry in ranked:
+        if (
+            not entry.repeats
+            or entry.score < _REPEAT_SCORE
+            or entry.count > 1 + REPEATS_KEPT
+            or entry.match_offset is not None
+        ):
+            out.append(entry)
+            continue
+        out.append(dataclasses.replace(entry, count=entry.count - len(entry.repeats), repeats=[]))
+        out.extend(
+            Entry(line_no, line_offset, b"", entry.score) for line_no, line_offset in entry.repeats
+        )
+    return out

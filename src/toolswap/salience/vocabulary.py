@@ -52,6 +52,7 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"deadline exceeded", 4),
     (b"out of memory", 4),
     (b"killed", 4),
+    (b"terminate", 4),
     (b"dubious", 4),
     (b"not ok ", 4),
     (b"[-] ", 4),
@@ -66,7 +67,7 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"could not", 3),
     (b"couldn't", 3),
     (b"unable to", 3),
-    (b"no such file", 3),
+    (b"no such", 3),
     (b"not found", 3),
     (b"does not exist", 3),
     (b"doesn't exist", 3),
@@ -81,6 +82,23 @@ VOCABULARY: tuple[tuple[bytes, int], ...] = (
     (b"non-zero", 3),
     (b"nonzero", 3),
     (b"missing", 3),
+    (b"lost", 3),
+    # What the C library says an errno means (strerror), as most command-line tools report
+    # it after the file or host they were working on, often with no failure word.
+    (b"not permitted", 3),
+    (b"no space left", 3),
+    (b"read-only file system", 3),
+    (b"is a directory", 3),
+    (b"not a directory", 3),
+    (b"directory not empty", 3),
+    (b"too many open files", 3),
+    (b"connection reset", 3),
+    (b"broken pipe", 3),
+    (b"resource busy", 3),
+    (b"temporarily unavailable", 3),
+    (b"unreachable", 3),
+    (b"no route to host", 3),
+    (b"bad file descriptor", 3),
     (b"expected", 2),
     (b"detected", 2),
     (b"severity", 2),
@@ -93,10 +111,13 @@ FAILURE_SCORE = 2.0
 a deprecation or only a name."""
 # Line shapes of test-runner summaries, valid both as Python ``re`` and as POSIX ERE
 # (grep -E): ``  1) test name`` (mocha, RSpec, PHPUnit, ExUnit), pytest's
-# ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers, and a
+# ``____ test_name ____`` and Rust's ``---- name stdout ----`` section headers, a
 # diagnostic's location (``lib/a.js:12:5: Extra semicolon``, ``./x.py:8:9: E128 ...``,
-# the shell's ``deploy.sh: line 3: X: unbound variable``): linters and shells report
-# without a failure word.
+# a shell's ``deploy.sh: line 3: X: unbound variable`` or ``x.sh: 3: X: parameter not
+# set``), a program's diagnostic about what it was working on (``prog: subject:
+# message``, the subject one word: a file, ``stdin``, ``file.txt:12``) and a fatal one
+# marked ``prog: *** message`` (``make: *** No targets specified``): linters, shells and
+# command-line tools report without a failure word.
 # A tab is written as itself: inside a bracket expression, ERE reads ``\t`` as a backslash
 # and a ``t``.
 _TAB = "\t"
@@ -105,7 +126,9 @@ LINE_PATTERNS: tuple[tuple[str, int], ...] = (
     (r"^_{3,} .* _{3,}$", 3),
     (r"^-{4} .* -{4}$", 3),
     (rf"^[ {_TAB}]*[^ {_TAB}:]*\.[A-Za-z0-9]+:[0-9]+(:[0-9]+)?:? [^ ]", 3),
-    (rf"^[^ {_TAB}:]+: line [0-9]+: [^ ]", 3),
+    (rf"^[^ {_TAB}:]+: (line )?[0-9]+: [^ ]", 3),
+    (rf"^[A-Za-z][A-Za-z0-9_.+-]*: [^ {_TAB}]+: [^ ]", 3),
+    (rf"^[^ {_TAB}:]+: \*\*\* [^ ]", 3),
 )
 
 
@@ -157,12 +180,12 @@ _NOT_A_FAILURE = re.compile(
     # rules out every other place (most of a line) before the alternatives are tried.
     rb"(?=\S)(?:(?<!\w)|(?=[-/]))(?:"
     rb"\b(?:0|no|zero)\s+(?:errors?|failures?|failed|warnings?|tests? failed)\b"
-    rb"|\b(?:errors?|failures?|failed|warnings?|failing)\s*[:=]\s*0\b"
+    rb"|\b(?:errors?|failures?|failed|warnings?|failing|lost)\s*[:=]\s*0\b"
     rb"|-w(?:no-)?error\S*|-wall|\bwarn(?:ing)?s?_?as_?errors?"
     rb"|(?<![\w./-])(?>[\w./-]*?(?:error|fail|warn|assert|exception|abort|panic))[\w./-]*"
     rb"\.(?:c|h|cc|cpp|hpp|go|py|pyc|rs|js|ts|java|class|rb|php|o|so|a|html|xml|json|log|txt|erl)\b"
     rb"|\b(?:on|ignore|allow|expect|handle|raise|throw|catch|log|set|get)_?(?:errors?|fail\w*)\b"
-    rb"|\bfail[_-]?fast\b|\bfailover\b|\bwarn_only\b"
+    rb"|\bfail[_-]?fast\b|\bfailover\b|\bwarn_only\b|\blost\+found\b"
     # A word joined to others by ``_`` or ``.`` is an identifier (``display_errors``,
     # ``log_errors_max_len``, ``assert.active``, ``TRAVIS_ALLOW_FAILURE``), not a report.
     rb"|(?<![\w.])(?>[\w.]*?[_.]"
@@ -195,20 +218,23 @@ _REPORT = re.compile(
     rb"|\bexit(?:ed with| code| status)(?: code)?:? \(?[1-9]",
     re.I,
 )
-# A line that reports a success (``PASSED``, ``... ok``, a check mark; not ``1 failed, 9
-# passed``) or echoes a command (``$ make``, ``+ make``) is no failure, whatever words it
-# holds.
+# A line that reports a success (``PASSED``, ``... ok``, a check mark, a ``[+]`` beside the
+# ``[-]`` of a failed test; not ``1 failed, 9 passed``) or echoes a command (``$ make``,
+# ``+ make``) is no failure, whatever words it holds.
 _SUCCESS = re.compile(
-    rb"\bPASS(?:ED)?\b|\bSUCCESS\b|\[\s*OK\s*\]|^\s*OK\b|\.\.\.\s*ok\b|\bok\s*$"
+    rb"\bPASS(?:ED)?\b|\bSUCCESS\b|\[\s*OK\s*\]|^\s*OK\b|\.\.\.\s*ok\b|\bok\s*$|^\s*\[\+\] "
     rb"|\xe2\x9c\x93|\xe2\x9c\x94",
     re.I,
 )
 _COUNTED = re.compile(rb"\b[1-9]\d* (?:failed|failures?|errors?)\b|\bnot ok\b", re.I)
 _ECHO = re.compile(rb"^\s*(?:\$|\+{1,3}) \S")
-# A line logged at a level under error (``INFO``, ``[WARNING]``, ``npm WARN``, ``note:``)
-# reports no failure, whatever it quotes; nor does a retry that may yet succeed.
+# A line logged at a level under error (``INFO``, ``[WARNING]``, ``npm WARN``, ``note:``),
+# also after the program or the location it is about (``ld: warning:``, ``a.c:3:5:
+# warning:``), reports no failure, whatever it quotes; nor does a retry that may yet
+# succeed.
 _LEVEL = re.compile(
-    rb"^\W{0,3}(?:\d[\d:.,T-]*\s+){0,2}(?:\[[^\]]{0,40}\]\s*){0,3}(?:npm\s+)?\[?"
+    rb"^\W{0,3}(?:\d[\d:.,T-]*\s+){0,2}(?:\[[^\]]{0,40}\]\s*){0,3}(?:npm\s+)?"
+    rb"(?:[^\s:]{1,200}:(?:\d+:){0,2} ?)?\[?"
     rb"(info|debug|trace|notice|verbose|warn(?:ing)?|deprecat\w*|note|hint)\b",
     re.I,
 )
@@ -246,11 +272,13 @@ SECTION_TITLE = re.compile(
 ``---- name stdout ----``, ``=== FAILURES ===``, ``##[group]Run make check``."""
 EXIT_FAILED = re.compile(
     rb"\bexit(?:ed with| code| status)(?: code)?:? \(?[1-9]\d*"
-    rb"|returned (?:a )?non-?zero exit|\bError [1-9]\d*$",
+    rb"|returned (?:a )?non-?zero exit|\breturned (?:[1-9]\d* exit status|status [1-9])"
+    rb"|\bError [1-9]\d*$",
     re.I,
 )
 """What a runner says when a command failed: ``The command "make" exited with 2.``,
-``Process completed with exit code 1.``, ``make: *** [all] Error 2``."""
+``Process completed with exit code 1.``, ``make: *** [all] Error 2``, ``ld returned 1 exit
+status``, ``Child returned status 2``."""
 _TEMPLATE_BYTES = 200
 OVERLAP = 32
 """Bytes carried from one searched piece to the next: longer than any word, so a word cut
