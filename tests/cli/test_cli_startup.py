@@ -36,6 +36,8 @@ NEVER_ON_THE_CAPTURE_PATH = (
     "toolswap.cli.retention",
     "toolswap.cli.mcp_cmd",
 )
+# Not loaded by `toolswap run [OPTION...] -- COMMAND`, read without click (toolswap.cli._run).
+NOT_ON_THE_USUAL_RUN = ("click", "toolswap.cli._group", "toolswap.cli.capture")
 # Loaded only once an output is spilled to an artifact.
 SPILL_MACHINERY = ("toolswap.capture", "toolswap.pointer", "toolswap.salience")
 # Loaded only by a session bound to a shared store, or once a manifest has records to read
@@ -77,6 +79,7 @@ def test_run_with_small_output_imports_neither_the_spill_nor_retention_cleanup_o
     assert proc.stdout == b"small\n"
     assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []
     assert "shlex" not in modules  # a pointer's read hint quotes with it
+    assert _loaded(modules, NOT_ON_THE_USUAL_RUN) == []
 
 
 def test_run_that_spills_imports_the_capture_but_not_retention_cleanup_or_sdks(

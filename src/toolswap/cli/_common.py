@@ -1,28 +1,34 @@
 """Shared CLI plumbing: opening sessions, JSON output, error handling (private).
 
-The options several commands share are in :mod:`toolswap.cli._options`.
+The options several commands share are in :mod:`toolswap.cli._options`. Nothing here loads
+click: ``toolswap run`` uses this module without it (see :mod:`toolswap.cli._run`).
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
-
-import click
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..artifact import parse_artifact_source_id
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..session import Session, legacy_workspace_slug, toolswap_home, workspace_slug
 
+if TYPE_CHECKING:
+    from typing import TextIO
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
+    "SessionOptions",
+    "echo",
     "echo_json",
     "handle_errors",
     "open_externalizer",
@@ -30,9 +36,35 @@ __all__ = [
 ]
 
 
+def echo(message: str, *, err: bool = False) -> None:
+    """Print ``message`` and a newline, as ``click.echo`` does, without loading click.
+
+    A message with an escape sequence, or a stream that is not UTF-8, goes through
+    ``click.echo`` itself, which strips escape sequences from what is not a terminal and
+    re-encodes.
+    """
+    stream: TextIO | None = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    if "\x1b" in message or not _is_utf8(stream):
+        import click
+
+        click.echo(message, err=err)
+        return
+    stream.write(message + "\n")
+    stream.flush()
+
+
+def _is_utf8(stream: TextIO) -> bool:
+    try:
+        return codecs.lookup(stream.encoding).name == "utf-8"
+    except (AttributeError, TypeError, LookupError):
+        return False
+
+
 def echo_json(data: object) -> None:
     """Print ``data`` as JSON on one line."""
-    click.echo(json.dumps(data, ensure_ascii=False, default=str))
+    echo(json.dumps(data, ensure_ascii=False, default=str))
 
 
 def handle_errors(func: F) -> F:
@@ -43,7 +75,7 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ToolswapError as exc:
-            click.echo(f"toolswap: {type(exc).__name__}: {exc}", err=True)
+            echo(f"toolswap: {type(exc).__name__}: {exc}", err=True)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
@@ -69,12 +101,34 @@ def _note_legacy_workspace(session_id: str) -> None:
     if legacy == current or (projects / current / session_id).exists():
         return
     if (projects / legacy / session_id).is_dir():
-        click.echo(
+        echo(
             f"toolswap: note: session {session_id!r} of this directory from before the "
             f"workspace naming changed is in workspace {legacy!r}; new output goes to "
             f"{current!r}. Use --workspace {legacy} to keep using the old one "
             "(see `toolswap sessions`).",
             err=True,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    """``--session``, ``--workspace`` and ``--session-dir`` as one value."""
+
+    session_id: str
+    workspace: str | None = None
+    session_dir: Path | None = None
+    """Overrides the session ID and the workspace."""
+
+    def session(self, *, create: bool = False) -> Session:
+        """The session they name."""
+        return resolve_session(self.session_id, self.workspace, self.session_dir, create=create)
+
+    def externalizer(
+        self, *, create: bool = True, read_hint: str = "cli"
+    ) -> ToolResultExternalizer:
+        """An externalizer of the session they name (created unless ``create=False``)."""
+        return open_externalizer(
+            self.session_id, self.workspace, self.session_dir, create=create, read_hint=read_hint
         )
 
 
