@@ -121,15 +121,23 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             ChainLogError: the manifest or its head file is corrupt or cannot be trusted.
             ArtifactAccessError: the tool-results directory cannot be opened.
         """
-        self.manifest.sync()  # a store that cannot be read refuses now, before the tool runs
-        # The manifest and its head file both verify, and the manifest reaches every name
-        # ever handed out: on a deleted or rolled-back one a new record would fork the chain.
-        behind = self.manifest.behind_head()
-        if behind is not None:
-            raise ChainLogError(
-                f"{behind}; restore it from a backup. Until then nothing new is recorded in "
-                "this session (a name it hands out may already be taken)"
-            )
+        manifest = self.manifest
+        # A manifest and head file exactly as the last full check found them pass again
+        # without reading every record (a session's every command would pay for its length).
+        if not manifest.unchanged_since_checked():
+            manifest.sync()  # a store that cannot be read refuses now, before the tool runs
+            # The manifest and its head file both verify, and the manifest reaches every
+            # name ever handed out: on a deleted or rolled-back one a new record would fork
+            # the chain.
+            behind = manifest.behind_head()
+            if behind is not None:
+                raise ChainLogError(
+                    f"{behind}; restore it from a backup. Until then nothing new is recorded "
+                    "in this session (a name it hands out may already be taken)"
+                )
+            now = self._now()
+            if isinstance(now, datetime) and now.utcoffset() is not None:
+                manifest.remember_checked(now.timestamp())
         durable.close_unwritten(open_dir_nofollow(self.session.tool_results_dir))
 
     def process(

@@ -27,6 +27,7 @@ from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
 from .layout import (
     JOURNAL_NAME,
     LOCK_NAME,
+    MANIFEST_CHECKED_NAME,
     MANIFEST_HEAD_NAME,
     MANIFEST_NAME,
     STORE_BINDING_NAME,
@@ -213,6 +214,10 @@ class Session:
     @property
     def manifest_head_path(self) -> Path:
         return self.root / MANIFEST_HEAD_NAME
+
+    @property
+    def manifest_checked_path(self) -> Path:
+        return self.root / MANIFEST_CHECKED_NAME
 
     @property
     def journal_path(self) -> Path:

@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
+from conftest import Clock
+from toolswap import ToolResultExternalizer
 
 # Modules the capture path must not import: each costs start-up time on every command.
 NEVER_ON_THE_CAPTURE_PATH = (
@@ -139,3 +143,19 @@ def test_small_run_in_a_session_with_artifacts_reads_records_but_loads_no_store_
     assert "toolswap.records" in modules  # the readiness check verifies the manifest's records
     assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY) == []
     assert _loaded(modules, ("toolswap.backends.store", "toolswap.backends.replica")) == []
+
+
+def test_small_run_in_a_session_checked_before_reads_no_records(tmp_path: Path) -> None:
+    session_dir = tmp_path / "s1"
+    ToolResultExternalizer(session_dir).externalize("big\n" * 50_000, "bash")
+    later = Clock(datetime.now(UTC) + timedelta(minutes=1))  # the manifest has settled
+    ToolResultExternalizer(session_dir, now=later).check_ready()  # remembered as checked
+
+    proc, modules = _modules_after(
+        tmp_path, "run", "--session-dir", str(session_dir), "--", sys.executable, "-c", "print(1)"
+    )
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"1\n"
+    assert "toolswap.records" not in modules  # the manifest was not read again
+    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []
