@@ -18,7 +18,6 @@ refresh verifies only the appended suffix.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import stat
@@ -49,6 +48,14 @@ it or change of its times gives another (the kernel sets ctime; no caller can)."
 def stat_key(st: os.stat_result) -> StatKey:
     """The :data:`StatKey` of ``st``."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _sha256(data: bytes) -> str:
+    # hashlib is imported on first use: a command whose readiness check reads no record
+    # (see toolswap.manifest) does not pay for loading OpenSSL.
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
 
 
 def canonical_json(value: object) -> bytes:
@@ -250,7 +257,7 @@ class ChainLog:
             raise self._fail(f"{where} is malformed")
         body = line[:-_SUFFIX_LEN] + b"}"
         claimed = line[-_SUFFIX_LEN + len(_HASH_PREFIX) : -3].decode("ascii", "replace")
-        if hashlib.sha256(body).hexdigest() != claimed:
+        if _sha256(body) != claimed:
             raise self._fail(f"{where} does not match its hash (changed or corrupt)")
         try:
             record = json.loads(body)
@@ -303,7 +310,7 @@ class ChainLog:
         record.update(v=SCHEMA_VERSION, seq=self._seq + 1, session=self.session)
         record["prev"] = self._hash
         encoded = canonical_json(record)
-        digest = hashlib.sha256(encoded).hexdigest()
+        digest = _sha256(encoded)
         return record, digest, encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
 
     def next_line(self, body: dict[str, Any]) -> tuple[int, str, bytes]:

@@ -9,7 +9,6 @@ carry paths that anything trusts.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import re
 import threading
@@ -97,6 +96,8 @@ def workspace_slug(path: Path | str | None = None) -> str:
     env = os.environ.get("TOOLSWAP_WORKSPACE")
     if path is None and env:
         return validate_session_id(env)
+    import hashlib  # here: OpenSSL's load is not paid by a session named explicitly
+
     real = os.path.realpath(Path(path) if path is not None else Path.cwd())
     digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:_SLUG_HASH]
     readable = _slug(real)[-_SLUG_TAIL:].lstrip("-.") or "root"
