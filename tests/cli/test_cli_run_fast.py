@@ -236,3 +236,44 @@ def test_a_command_that_cannot_start_exits_127_with_one_line(tmp_path: Path) -> 
     assert proc.stderr == (
         f"toolswap: cannot run {str(tmp_path / 'nope')!r}: No such file or directory\n"
     )
+
+
+def test_main_called_with_arguments_ends_with_system_exit_as_click_does(tmp_path: Path) -> None:
+    script = (
+        "import sys\nfrom toolswap.cli import main\n"
+        "try:\n    main(sys.argv[1:])\n"
+        "except SystemExit as stop:\n    print('caught', stop.code)\n"
+    )
+    args = ["run", "--session-dir", str(tmp_path / "s"), "--", "sh", "-c", "exit 3"]
+
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, check=False
+    )
+
+    assert (proc.returncode, proc.stdout) == (0, "caught 3\n")
+
+
+def test_the_console_script_s_run_still_runs_atexit_callbacks(tmp_path: Path) -> None:
+    script = (
+        "import atexit, sys\nfrom toolswap.cli import main\n"
+        "atexit.register(lambda: print('at exit'))\nsys.exit(main())\n"
+    )
+    args = ["run", "--session-dir", str(tmp_path / "s"), "--", "sh", "-c", "echo out; exit 4"]
+
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, check=False
+    )
+
+    assert (proc.returncode, proc.stdout) == (4, "out\nat exit\n")
+
+
+def test_the_console_script_s_run_prints_all_of_a_large_inline_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLSWAP_BASH_MAX_CHARS", "1000000")  # inline: all through stdout
+    args = ["run", "--session-dir", str(tmp_path / "s"), "--", "seq", "100000"]
+
+    proc = _toolswap(*args)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "".join(f"{i}\n" for i in range(1, 100_001))

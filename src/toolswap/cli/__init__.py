@@ -35,10 +35,18 @@ class _Toolswap:
         return group
 
     def __call__(self, args: Sequence[str] | None = None, *rest: Any, **extra: Any) -> Any:
+        """Run the command line ``args`` (None: the program's own, ``sys.argv[1:]``).
+
+        Called without ``args``, as the console script and ``python -m toolswap`` call it,
+        a finished ``toolswap run`` ends the process with the command's status without the
+        interpreter's teardown, unless an atexit callback or another thread needs it;
+        otherwise it ends with SystemExit, as click's commands do.
+        """
         if not rest and set(extra) <= {"prog_name"}:
             from ._run import fast_run
 
-            fast_run(sys.argv[1:] if args is None else list(args))  # returns if not taken
+            own = args is None
+            fast_run(sys.argv[1:] if own else list(args or ()), end_now=own)  # returns if not taken
         return self.group.main(args, *rest, **extra)
 
     def __getattr__(self, name: str) -> Any:

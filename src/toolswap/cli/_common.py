@@ -11,7 +11,6 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,7 +26,6 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
-    "SessionOptions",
     "echo",
     "echo_json",
     "handle_errors",
@@ -107,28 +105,6 @@ def _note_legacy_workspace(session_id: str) -> None:
             f"{current!r}. Use --workspace {legacy} to keep using the old one "
             "(see `toolswap sessions`).",
             err=True,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class SessionOptions:
-    """``--session``, ``--workspace`` and ``--session-dir`` as one value."""
-
-    session_id: str
-    workspace: str | None = None
-    session_dir: Path | None = None
-    """Overrides the session ID and the workspace."""
-
-    def session(self, *, create: bool = False) -> Session:
-        """The session they name."""
-        return resolve_session(self.session_id, self.workspace, self.session_dir, create=create)
-
-    def externalizer(
-        self, *, create: bool = True, read_hint: str = "cli"
-    ) -> ToolResultExternalizer:
-        """An externalizer of the session they name (created unless ``create=False``)."""
-        return open_externalizer(
-            self.session_id, self.workspace, self.session_dir, create=create, read_hint=read_hint
         )
 
 

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from ._common import SessionOptions, session_for_source
+from ._common import open_externalizer, resolve_session, session_for_source
 from ._run import JSON, SESSION_DIR, SESSION_OPTIONS, WORKSPACE, OptionSpec
 
 if TYPE_CHECKING:
+    from ..externalizer import ToolResultExternalizer
     from ..retention import SessionRetention
     from ..session import Session
 
@@ -101,6 +102,28 @@ def _checked(
             raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
     return callback
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    """``--session``, ``--workspace`` and ``--session-dir`` as one value."""
+
+    session_id: str
+    workspace: str | None = None
+    session_dir: Path | None = None
+    """Overrides the session ID and the workspace."""
+
+    def session(self, *, create: bool = False) -> Session:
+        """The session they name."""
+        return resolve_session(self.session_id, self.workspace, self.session_dir, create=create)
+
+    def externalizer(
+        self, *, create: bool = True, read_hint: str = "cli"
+    ) -> ToolResultExternalizer:
+        """An externalizer of the session they name (created unless ``create=False``)."""
+        return open_externalizer(
+            self.session_id, self.workspace, self.session_dir, create=create, read_hint=read_hint
+        )
 
 
 session_options = bundled("where", SessionOptions, *map(click_option, SESSION_OPTIONS))

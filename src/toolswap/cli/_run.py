@@ -11,22 +11,25 @@ Anything else (``--help``, an unknown or short option, a value its check refuses
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from ..errors import ArtifactWriteError
-from ._common import SessionOptions, echo, echo_json, handle_errors
+from ._common import echo, echo_json, handle_errors, open_externalizer
 from ._signals import forward_signals, pipe_chunks
 
 if TYPE_CHECKING:
     from ..artifact import ExternalizedToolResult, InlineToolResult
+    from ..externalizer import ToolResultExternalizer
 
 __all__ = [
     "JSON",
@@ -223,21 +226,26 @@ def parse_run(args: Sequence[str], environ: Mapping[str, str]) -> RunArgs | None
     return RunArgs(**values, command=command)  # type: ignore[arg-type]
 
 
-def fast_run(args: Sequence[str]) -> None:
+def fast_run(args: Sequence[str], *, end_now: bool = False) -> None:
     """Run ``toolswap run`` without click when :func:`parse_run` reads ``args``; else return
     at once, having done nothing.
 
     What follows the command is what click's standalone mode does around it: an interrupt
     outside the command prints "Aborted!", a broken pipe exits 1 quietly.
+
+    Args:
+        end_now: the process is toolswap's own (the console script): once the command is
+            done, end it without the interpreter's teardown when nothing needs that (see
+            :func:`_end_now`) instead of raising SystemExit.
     """
     parsed = parse_run(args, os.environ)
     if parsed is None:
         return
-    where = SessionOptions(parsed.session_id, parsed.workspace, parsed.session_dir)
+    code: str | int | None = 0
     try:
-        handle_errors(run_command)(
-            where, parsed.tool, parsed.summary, parsed.as_json, parsed.command
-        )
+        handle_errors(_run_parsed)(parsed)
+    except SystemExit as stop:
+        code = stop.code
     except (EOFError, KeyboardInterrupt):
         echo("", err=True)
         echo("Aborted!", err=True)
@@ -249,18 +257,47 @@ def fast_run(args: Sequence[str]) -> None:
         _silence(sys.stdout)
         _silence(sys.stderr)
         sys.exit(1)
-    sys.exit(0)
+    if end_now:
+        _end_now(code)
+    sys.exit(code)
+
+
+def _end_now(code: str | int | None) -> None:
+    """Exit with ``code`` at once, as ``sys.exit`` would, without the interpreter's teardown
+    (which clears every loaded module, one by one: several ms of every command), when that
+    teardown has nothing else to do: no atexit callback, no other thread, and both streams
+    flushed. Returns when in doubt; ``sys.exit`` then ends the process the usual way.
+
+    Everything a capture writes is written and fsynced through descriptors before this
+    (:mod:`toolswap.durable`): no buffered file of ours is left for the teardown to flush.
+    """
+    if code is None:
+        code = 0
+    if not isinstance(code, int) or atexit._ncallbacks() or threading.active_count() > 1:
+        return
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        return  # the usual exit reports it (and exits 120), as before
+    os._exit(code)
+
+
+def _run_parsed(parsed: RunArgs) -> None:
+    ext = open_externalizer(parsed.session_id, parsed.workspace, parsed.session_dir)
+    run_command(ext, parsed.tool, parsed.summary, parsed.as_json, parsed.command)
 
 
 def run_command(
-    where: SessionOptions,
+    ext: ToolResultExternalizer,
     tool: str,
     summary: str | None,
     as_json: bool,
     command: tuple[str, ...],
 ) -> None:
-    """``toolswap run``: run ``command``, print its output or a pointer, exit with its status."""
-    ext = where.externalizer()
+    """``toolswap run``: run ``command`` and capture its output into ``ext``'s session;
+    print the output or a pointer, and exit with the command's status."""
     # What can be checked before the command runs (and has side effects) is checked now.
     ext.check_ready()
     with forward_signals() as received:

@@ -12,9 +12,9 @@ import sys
 import click
 
 from ..errors import ArtifactWriteError
-from ._common import SessionOptions, handle_errors
+from ._common import handle_errors
 from ._group import main
-from ._options import Command, click_option, session_options
+from ._options import Command, SessionOptions, click_option, session_options
 from ._run import (
     JSON,
     RUN_OPTIONS,
@@ -54,7 +54,7 @@ def run(
 
     Example: toolswap run -- pytest -v
     """
-    run_command(where, tool, summary, as_json, command)
+    run_command(where.externalizer(), tool, summary, as_json, command)
 
 
 @main.command()
