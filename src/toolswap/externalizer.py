@@ -15,17 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import durable
+from ._artifact_names import artifact_filename
 from ._externalizer_cleanup import CleanupMethods
 from ._externalizer_reads import PageFaults
 from ._output import Output, chunks, prepend
+from ._results import InlineToolResult
 from ._utf8 import utf8_chars
-from .artifact import (
-    ArtifactReference,
-    ExternalizedToolResult,
-    InlineToolResult,
-    artifact_filename,
-    format_source_id,
-)
 from .durable import open_dir_nofollow
 from .errors import (
     ArtifactAccessError,
@@ -41,8 +36,10 @@ from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings
 from .structured import inspect_output
 
 if TYPE_CHECKING:
-    # The spill machinery (capture, failure-line scan, pointer) is imported when an output
-    # is first spilled: a command whose output is returned inline never loads it.
+    # The spill machinery (capture, failure-line scan, pointer, and the artifact module's
+    # value objects) is imported when an output is first spilled: a command whose output
+    # is returned inline never loads it.
+    from .artifact import ArtifactReference, ExternalizedToolResult
     from .capture import CaptureStats, StreamCapture
     from .pointer import ReadHint
     from .records import ArtifactRecord
@@ -251,6 +248,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
     ) -> ExternalizedToolResult:
         if argv is not None and not all(isinstance(a, str) for a in argv):
             raise InvalidArgumentError("argv must be a sequence of strings")
+        from .artifact import ExternalizedToolResult, format_source_id
         from .capture import StreamCapture, detect_media_type
         from .pointer import default_summary
         from .records import ArtifactRecord

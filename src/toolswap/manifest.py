@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import durable
-from .artifact import ArtifactReference, parse_artifact_filename
+from ._artifact_names import parse_artifact_filename
 from .backends.base import LocalBackend
 from .chainlog import GENESIS_HASH, ChainLog, stat_key
 from .crashpoints import crash_point
@@ -53,6 +53,8 @@ from .layout import JOURNAL_NAME, MANIFEST_HEAD_NAME
 from .session import Session, session_lock
 
 if TYPE_CHECKING:
+    from .artifact import ArtifactReference
+
     # The typed records are imported when a record is first read or written: a capture in
     # a session with none yet (and one whose output stays inline) never loads them.
     from .records import ArtifactRecord, CollectedRecord, JournalAnchor, ManifestRecord

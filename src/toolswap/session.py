@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import durable
-from .artifact import validate_session_id
+from ._artifact_names import validate_session_id
 from .backends.base import LocalBackend, SessionBackend
 from .durable import ensure_private_dir, not_ours
 from .errors import ArtifactAccessError, ConfigurationError, SourceIdError

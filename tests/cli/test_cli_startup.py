@@ -46,7 +46,12 @@ NOT_ON_THE_USUAL_RUN = ("click", "toolswap.cli._group", "toolswap.cli.capture")
 SPILL_MACHINERY = ("toolswap.capture", "toolswap.pointer", "toolswap.salience")
 # Loaded only by a session bound to a shared store, or once a manifest has records to read
 # or write: a capture in a new local session whose output stays inline needs none of them.
-STORE_AND_RECORDS = ("toolswap.backends.store", "toolswap.backends.replica", "toolswap.records")
+STORE_AND_RECORDS = (
+    "toolswap.backends.store",
+    "toolswap.backends.replica",
+    "toolswap.records",
+    "toolswap.artifact",  # its value objects: an inline result is toolswap._results's
+)
 
 _RECORDER = (
     "import atexit, json, sys\n"

@@ -15,7 +15,6 @@ from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..artifact import parse_artifact_source_id
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..session import Session, legacy_workspace_slug, toolswap_home, workspace_slug
@@ -123,6 +122,7 @@ def open_externalizer(
 def session_for_source(source_id: str, workspace: str | None, session_dir: Path | None) -> Session:
     """The session that holds ``source_id``: explicit, the cwd's workspace, or wherever the
     artifact is (the source ID's file name and digest pick it among same-named sessions)."""
+    from ..artifact import parse_artifact_source_id
     from ..workspaces import find_session  # reads: not on the capture path
 
     parsed = parse_artifact_source_id(source_id)
