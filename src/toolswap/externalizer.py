@@ -112,7 +112,8 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
     def check_ready(self) -> None:
         """Check what can be checked before a tool runs, so its output is never lost to a
         problem known in advance: the manifest verifies and the tool-results directory
-        opens.
+        opens. A local manifest and head file exactly as the last full check found them
+        are not read again (see :meth:`Manifest.unchanged_since_checked`).
 
         Raises:
             ChainLogError: the manifest or its head file is corrupt or cannot be trusted.

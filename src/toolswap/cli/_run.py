@@ -34,9 +34,12 @@ if TYPE_CHECKING:
 __all__ = [
     "JSON",
     "RUN_OPTIONS",
+    "SESSION",
+    "SESSION_DIR",
     "SESSION_OPTIONS",
     "SUMMARY",
     "TOOL",
+    "WORKSPACE",
     "OptionSpec",
     "RunArgs",
     "check_summary",
