@@ -277,3 +277,17 @@ def test_the_console_script_s_run_prints_all_of_a_large_inline_output(
 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "".join(f"{i}\n" for i in range(1, 100_001))
+
+
+def test_echo_without_click_strips_escape_sequences_off_a_terminal_as_click_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from toolswap.cli._common import echo
+
+    for err in (False, True):
+        echo("plain ✓", err=err)
+        echo("\x1b[31mred\x1b[0m", err=err)
+        click.echo("\x1b[31mred\x1b[0m", err=err)
+
+    captured = capsys.readouterr()
+    assert captured.out == captured.err == "plain ✓\nred\nred\n"
