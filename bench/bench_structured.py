@@ -1,7 +1,8 @@
 """Structured output: how much of its shape the pointer shows, on real programs' output.
 
 Each output is produced here by a real program (pip inspect, ruff check as JSON and JSON
-Lines, sqlite3 -json and -csv, git log as TSV, lsblk --json), at least 60 KB; some get one
+Lines, sqlite3 -json and -csv, git log as TSV, lsblk --json, and, where npm is installed,
+npm ls --all --json --long over npm's own install), at least 60 KB; some get one
 anomalous record inserted in the middle. Per output it reports: the share of field paths
 (present in at least 1% of records) the pointer names, whether the exact record count is
 shown, whether the anomalous record is shown (by its jq path), the pointer's bytes, and the
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from _floor import capture_floor
 from toolswap import ExternalizerSettings, ToolResultExternalizer
+from toolswap.structured._fields import _names
 from toolswap.structured._values import _key_path
 
 MIN_BYTES = 60_000
@@ -44,14 +46,28 @@ def _records(fmt: str, data: bytes) -> tuple[str, list[object]]:
     doc = json.loads(data)
     if isinstance(doc, list):
         return ".[]", doc
+    maps = [(k, v) for k, v in doc.items() if isinstance(v, dict) and _names(v)]
+    if maps:  # a map of names (npm's dependencies): its entries are the records
+        key, entries = max(maps, key=lambda kv: len(kv[1]))
+        return _key_path("", key) + "[]", list(entries.values())
     key, value = max(
         ((k, v) for k, v in doc.items() if isinstance(v, list)), key=lambda kv: len(kv[1])
     )
     return _key_path("", key) + "[]", value
 
 
+_MAPS: set[str] = set()
+"""Field paths seen holding a map of names (as the outline, a path once a map stays one)."""
+
+
 def _paths(value: object, pattern: str, out: set[str]) -> None:
     if isinstance(value, dict):
+        if pattern.count("[]") and (pattern in _MAPS or _names(value)):
+            _MAPS.add(pattern)  # named entries: iterated as jq's .[]
+            for v in value.values():
+                out.add(pattern + "[]")
+                _paths(v, pattern + "[]", out)
+            return
         for k, v in value.items():
             p = _key_path(pattern, str(k))
             out.add(p)
@@ -63,6 +79,7 @@ def _paths(value: object, pattern: str, out: set[str]) -> None:
 
 
 def _common_paths(pattern: str, records: list[object]) -> list[str]:
+    _MAPS.clear()
     counts: dict[str, int] = {}
     for record in records:
         seen: set[str] = set()
@@ -72,14 +89,21 @@ def _common_paths(pattern: str, records: list[object]) -> list[str]:
     return [p for p, n in counts.items() if n >= 0.01 * len(records)]
 
 
-def _insert(fmt: str, data: bytes, anomaly: dict[str, object]) -> tuple[bytes, int]:
-    """``data`` with ``anomaly`` inserted as the middle record; returns its index."""
+def _insert(fmt: str, data: bytes, anomaly: dict[str, object]) -> tuple[bytes, str]:
+    """``data`` with ``anomaly`` inserted as the middle record; returns its jq path."""
     if fmt == "jsonl":
         lines = data.splitlines()
         mid = len(lines) // 2
         lines.insert(mid, json.dumps(anomaly).encode())
-        return b"\n".join(lines) + b"\n", mid
+        return b"\n".join(lines) + b"\n", f".[{mid}]"
     doc = json.loads(data)
+    pattern, _ = _records(fmt, data)
+    if isinstance(doc, dict) and isinstance(doc.get(pattern[1:-2]), dict):
+        entries = list(doc[pattern[1:-2]].items())
+        name = "zz-anomaly"
+        entries.insert(len(entries) // 2, (name, {**entries[0][1], **anomaly}))
+        doc[pattern[1:-2]] = dict(entries)
+        return json.dumps(doc, indent=2).encode(), _key_path(pattern[:-2], name)
     target = (
         doc
         if isinstance(doc, list)
@@ -88,12 +112,13 @@ def _insert(fmt: str, data: bytes, anomaly: dict[str, object]) -> tuple[bytes, i
     mid = len(target) // 2
     template = dict(target[0]) if target and isinstance(target[0], dict) else {}
     target.insert(mid, {**template, **anomaly})
-    return json.dumps(doc, indent=1 if data.lstrip().startswith(b"[\n") else None).encode(), mid
+    pretty = 1 if data.lstrip().startswith(b"[\n") else None
+    return json.dumps(doc, indent=pretty).encode(), f"{pattern[:-2] or '.'}[{mid}]"
 
 
-def _outputs(work: Path) -> list[tuple[str, str, bytes, int | None]]:
-    """(name, format, bytes, index of the inserted anomaly)."""
-    out: list[tuple[str, str, bytes, int | None]] = []
+def _outputs(work: Path) -> list[tuple[str, str, bytes, str | None]]:
+    """(name, format, bytes, jq path of the inserted anomaly)."""
+    out: list[tuple[str, str, bytes, str | None]] = []
     pip = _run([sys.executable, "-m", "pip", "inspect"])
     out.append(("pip inspect", "json", pip, None))
     pip_bad, at = _insert("json", pip, {"error": "METADATA could not be read: invalid UTF-8"})
@@ -127,16 +152,17 @@ def _outputs(work: Path) -> list[tuple[str, str, bytes, int | None]]:
     ]
     mid = len(rows) // 2
     rows[mid] = (*rows[mid][:3], "failed")
+    at = f".[{mid}]"
     import sqlite3
 
     with sqlite3.connect(db) as conn:
         conn.execute("create table files(package text, version text, file text, status text)")
         conn.executemany("insert into files values (?,?,?,?)", rows)
     out.append(
-        ("sqlite3 -json", "json", _run(["sqlite3", "-json", str(db), "select * from files"]), mid)
+        ("sqlite3 -json", "json", _run(["sqlite3", "-json", str(db), "select * from files"]), at)
     )
     csv_data = _run(["sqlite3", "-csv", "-header", str(db), "select * from files"])
-    out.append(("sqlite3 -csv", "csv", csv_data, mid))
+    out.append(("sqlite3 -csv", "csv", csv_data, at))
     log = _run(
         [
             "git",
@@ -148,6 +174,17 @@ def _outputs(work: Path) -> list[tuple[str, str, bytes, int | None]]:
     )
     out.append(("git log (TSV)", "tsv", b"hash\tauthor\ttime\tsubject\n" + log, None))
     out.append(("lsblk --json", "json", _run(["lsblk", "--json", "--output-all"]), None))
+    npm = shutil.which("npm")
+    if npm is not None:
+        # npm's own install is a real dependency tree: ``dependencies`` maps package names
+        # to entries (a map of names, not of fields), nested.
+        home = Path(npm).resolve().parent.parent
+        tree = _run([npm, "ls", "--all", "--json", "--long"], cwd=home)
+        out.append(("npm ls --all --json --long", "json", tree, None))
+        bad, at = _insert(
+            "json", tree, {"invalid": "1.0.0 does not satisfy ^2.0.0", "error": "ELSPROBLEMS"}
+        )
+        out.append(("npm ls + invalid entry", "json", bad, at))
     return out
 
 
@@ -214,7 +251,7 @@ def main() -> int:
             count_shown = f"{len(records):,} " in pointer
             shown = "-"
             if anomaly is not None:
-                shown = "yes" if f"{pattern[:-2]}[{anomaly}]" in pointer else "NO"
+                shown = "yes" if f"{anomaly}: " in pointer else "NO"
             ratio = min(captures) / min(floors)
             print(
                 f"{name:28} {len(data):>9,} {len(records):>8,} {named:>3}/{len(paths):<3} "

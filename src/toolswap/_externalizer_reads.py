@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .artifact import ArtifactReference
     from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
     from .structured.query import Language, QueryResult
+    from .structured.record import RecordResult
 
 __all__ = ["PageFaults"]
 
@@ -106,5 +107,22 @@ class PageFaults:
             expression,
             language=language,
             timeout=DEFAULT_QUERY_TIMEOUT if timeout is None else timeout,
+            max_bytes=DEFAULT_QUERY_BYTES if max_bytes is None else max_bytes,
+        )
+
+    def read_record(
+        self, artifact: ArtifactReference | str, address: str, *, max_bytes: int | None = None
+    ) -> RecordResult:
+        """One record of a structured artifact by the path its outline prints
+        (``items[3777]``; ``5120`` for record 5120, 0-based, of JSON Lines or a table), as
+        indented JSON of at most ``max_bytes`` characters (more: ``truncated``). This is
+        the call the pointer's ``python`` record line names."""
+        from .structured.query import DEFAULT_QUERY_BYTES
+        from .structured.record import read_record
+
+        return read_record(
+            self.reader,
+            artifact,
+            address,
             max_bytes=DEFAULT_QUERY_BYTES if max_bytes is None else max_bytes,
         )

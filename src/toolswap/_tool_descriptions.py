@@ -64,7 +64,14 @@ Returns lines `offset` to `offset + limit - 1` (offset is 0-based: the line numb
 the pointer or in grep_artifact results has offset N-1), each prefixed with its 1-based \
 line number, then a note with the offset of the next page. At most about 64 KB are \
 returned per call; a very long line is split into pieces marked ⟨line continues⟩. \
-The artifact's SHA-256 is checked before anything is returned."""
+The artifact's SHA-256 is checked before anything is returned.
+
+For JSON, JSON Lines, CSV or TSV (the pointer shows a '--- structure: ...' outline), \
+`record` reads one record by the path the outline prints instead of lines: \
+record="items[3777]" or ".items[3777].status" in a JSON document, record="5120" (0-based, \
+the 5,121st record) or ".[5120].name" in JSON Lines or a table (a row is an object keyed \
+by the header). The record is returned as indented JSON; of one larger than about 64 KB \
+you get its first lines and the query_artifact call that saves it whole."""
 
 READ_ARTIFACT_BYTES_DESCRIPTION = """\
 Read a byte range of a saved tool output (an artifact), for binary artifacts (images, \
@@ -112,6 +119,11 @@ PARAMETER_DESCRIPTIONS: dict[str, str] = {
     ),
     "offset": "First line to return, 0-based (the line numbered N has offset N-1).",
     "limit": f"Number of lines to return (1-{MAX_LIMIT}).",
+    "record": (
+        "A record of a structured artifact, as the outline prints its path: 'items[3777]', "
+        "'.items[3777].name', '.[\"a key\"]', or '5120' for record 5120 (0-based) of JSON "
+        "Lines or a table. When given, offset and limit are ignored."
+    ),
     "start": "First byte to return, 0-based.",
     "length": f"Number of bytes to return (1-{MAX_BYTES_LENGTH}).",
     "pattern": (

@@ -14,7 +14,7 @@ callers can catch either::
     ├── ArtifactIntegrityError (ValueError)    bytes on disk do not match the recorded SHA-256
     ├── ArtifactReadError (ValueError)         a read request is out of range or malformed
     │   ├── ArtifactPatternError               a grep pattern is invalid or not linear-time
-    │   └── ArtifactQueryError                 a query is invalid or failed, or no JSON/CSV to query
+    │   └── ArtifactQueryError                 a query or record address is invalid, or no JSON/CSV
     ├── ArtifactSearchTimeoutError (TimeoutError) a grep did not finish within its deadline
     │   └── ArtifactQueryTimeoutError          a query did not finish within its deadline
     ├── ChainLogError (ValueError)             a hash-chained log is corrupt or cannot be trusted
@@ -103,8 +103,8 @@ class ArtifactPatternError(ArtifactReadError):
 
 
 class ArtifactQueryError(ArtifactReadError):
-    """A jq or JMESPath query is invalid or failed on this artifact, or the artifact is not
-    JSON, JSON Lines, CSV or TSV."""
+    """A jq or JMESPath query or a record address is invalid (or the query failed on this
+    artifact), or the artifact is not JSON, JSON Lines, CSV or TSV."""
 
 
 class ArtifactSearchTimeoutError(ToolswapError, TimeoutError):

@@ -14,6 +14,7 @@ tells the model what to do next.
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -230,8 +231,14 @@ class ArtifactTools:
 
     # -- tools -----------------------------------------------------------------------
 
-    def read_artifact(self, source_id: str, offset: int = 0, limit: int = 200) -> str:
-        """Lines ``offset`` .. ``offset + limit - 1`` with 1-based numbers and a next-page note."""
+    def read_artifact(
+        self, source_id: str, offset: int = 0, limit: int = 200, record: str = ""
+    ) -> str:
+        """Lines ``offset`` .. ``offset + limit - 1`` with 1-based numbers and a next-page
+        note; or, with ``record``, that record of a structured artifact as indented JSON (a
+        record larger than one answer shows its first lines and the query that saves it whole)."""
+        if record:
+            return self._read_record(source_id, record)
         if isinstance(limit, int) and limit > MAX_LIMIT:
             limit = MAX_LIMIT
 
@@ -421,26 +428,56 @@ class ArtifactTools:
         def run(reader: ArtifactReader, sid: str) -> str:
             result = query_artifact(reader, sid, expression, language=lang, timeout=timeout)
             plural = "s" if result.count != 1 else ""
-            head = f"[{result.source_id}: {result.count:,} result{plural} of {expression!r}]"
-            answer = f"{head}\n{result.text}"
-            if len(answer.encode()) <= self.max_output_bytes - 256 and not result.truncated:
-                return answer
-            cut = (
-                f" (only the first {human_size(len(result.text.encode()))} of the results "
-                "were kept: narrow the query to see the rest)"
-                if result.truncated
-                else ""
-            )
-            saved = self.externalizer.externalize(
+            return self._answer_or_save(
+                f"[{result.source_id}: {result.count:,} result{plural} of {expression!r}]",
                 result.text,
-                "query_artifact",
-                summary=_clip_summary(f"{result.count:,} results of {expression} on {sid}"),
-            )
-            return f"{head}: too large to show, saved as a new artifact{cut}\n" + (
-                saved.context_text
+                truncated=result.truncated,
+                tool="query_artifact",
+                summary=f"{result.count:,} results of {expression} on {sid}",
+                narrow="of the results were kept: narrow the query to see the rest",
             )
 
         return self._call(source_id, run)
+
+    def _read_record(self, source_id: str, record: str) -> str:
+        from .structured.address import parse_address
+        from .structured.record import read_record
+
+        address = parse_address(record)  # refused before any artifact is opened
+
+        def run(reader: ArtifactReader, sid: str) -> str:
+            found = read_record(reader, sid, address)
+            where = f", line {found.line}" if found.line is not None else ""
+            head = f"[{found.source_id}: record {found.address} ({_FORMATS[found.format]}{where})]"
+            size = len(found.text.encode())
+            room = self.max_output_bytes - 512
+            if size <= room and not found.truncated:
+                return f"{head}\n{found.text}"
+            # Reading never writes (read_artifact stays read-only): the answer shows the
+            # record's first lines and names the query that saves it whole.
+            shown = _first_lines(found.text, room)
+            whole = f"at least {human_size(size)}" if found.truncated else human_size(size)
+            return (
+                f"{head}\n{shown}\n[the record is {whole} of indented JSON; its first "
+                f"{human_size(len(shown.encode()))} are shown. Read a part of it with a longer "
+                f"address (such as {found.address}.<field> or {found.address}[0]), or save it "
+                f'whole as a new artifact with query_artifact(source_id="{sid}", '
+                f"expression={json.dumps(found.address)})]"
+            )
+
+        return self._call(source_id, run)
+
+    def _answer_or_save(
+        self, head: str, text: str, *, truncated: bool, tool: str, summary: str, narrow: str
+    ) -> str:
+        """``head`` and ``text`` as one answer; or, when that is larger than one answer (or
+        ``text`` was cut), ``text`` saved as a new artifact and its pointer."""
+        answer = f"{head}\n{text}"
+        if len(answer.encode()) <= self.max_output_bytes - 256 and not truncated:
+            return answer
+        cut = f" (only the first {human_size(len(text.encode()))} {narrow})" if truncated else ""
+        saved = self.externalizer.externalize(text, tool, summary=_clip_summary(summary))
+        return f"{head}: too large to show, saved as a new artifact{cut}\n" + saved.context_text
 
     def list_artifacts(self, limit: int = 100) -> str:
         """One line per artifact of the session, newest last (at most ``limit``)."""
@@ -478,6 +515,17 @@ class ArtifactTools:
         return "\n".join(out)
 
 
+_FORMATS = {"json": "JSON", "jsonl": "JSON Lines", "csv": "CSV", "tsv": "TSV"}
+
+
+def _first_lines(text: str, limit: int) -> str:
+    """The whole lines of ``text`` that fit in ``limit`` UTF-8 bytes (at least a part of
+    the first one, cut at a character)."""
+    data = text.encode()[:limit]
+    end = data.rfind(b"\n")
+    return data[: end if end > 0 else len(data)].decode("utf-8", "ignore")
+
+
 def _clip_summary(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= 240 else text[:239] + "…"
@@ -508,8 +556,8 @@ def artifact_tools(
         ext = default_externalizer()
     tools = ArtifactTools(ext)
 
-    def read_artifact(source_id: str, offset: int = 0, limit: int = 200) -> str:
-        return tools.read_artifact(source_id, offset, limit)
+    def read_artifact(source_id: str, offset: int = 0, limit: int = 200, record: str = "") -> str:
+        return tools.read_artifact(source_id, offset, limit, record)
 
     def read_artifact_bytes(source_id: str, start: int = 0, length: int = 65536) -> str:
         return tools.read_artifact_bytes(source_id, start, length).text
@@ -535,7 +583,7 @@ def artifact_tools(
         return tools.list_artifacts()
 
     read_artifact.__doc__ = tool_docstring(
-        READ_ARTIFACT_DESCRIPTION, "source_id", "offset", "limit"
+        READ_ARTIFACT_DESCRIPTION, "source_id", "offset", "limit", "record"
     )
     read_artifact_bytes.__doc__ = tool_docstring(
         READ_ARTIFACT_BYTES_DESCRIPTION, "source_id", "start", "length"

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -392,3 +393,65 @@ def test_records_past_the_sample_with_different_error_lists_are_each_found() -> 
     assert found is not None and found.records == 4000
     assert ".[2800]" in found.text and ".[2900]" in found.text
     assert "errors field" in found.text
+
+
+# -- maps keyed by names -------------------------------------------------------------------
+
+
+def _tree(count: int, depth: int) -> dict[str, object]:
+    """A dependency tree shaped as npm ls --json writes it: names are keys."""
+    entries: dict[str, object] = {}
+    for i in range(count):
+        entry: dict[str, object] = {"version": f"1.{i}.0", "resolved": f"https://r/p{i}.tgz"}
+        if depth:
+            entry["dependencies"] = _tree(3, depth - 1)
+        entries[f"@scope/package-{i}" if i % 2 else f"package{i}"] = entry
+    return entries
+
+
+def test_a_map_keyed_by_names_is_outlined_as_entries_of_one_shape(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    deps = _tree(312, 2)
+    deps["@scope/package-155"] = {**deps["@scope/package-155"], "error": "ELSPROBLEMS"}  # type: ignore[dict-item]
+    doc = {"version": "1.0.0", "name": "app", "dependencies": deps}
+    text = externalizer.externalize(json.dumps(doc, indent=2), "npm").context_text
+    assert len(text.encode()) <= POINTER_BUDGET
+    assert '"dependencies": {312 entries}' in text
+    assert (
+        ".dependencies{}: 312 entries {version: str, resolved: str, dependencies{}: "
+        "{version: str, resolved: str, dependencies{}: {…}}" in text
+    )
+    for path in ("version", "dependencies[]", "dependencies[].version"):
+        assert f".dependencies[].{path}  " in text
+    assert "package-7" not in text.split("fields (path")[1].split("records that")[0]
+    assert '.dependencies["@scope/package-155"]: {"version":"1.155.0"' in text
+    # The path the outline prints reads the record back.
+    sid = next(line for line in text.splitlines() if line.startswith("[Artifact: "))[11:-1]
+    found = externalizer.read_record(sid, '.dependencies["@scope/package-155"].error')
+    assert found.text == '"ELSPROBLEMS"'
+
+
+def test_an_object_of_fields_is_not_taken_for_a_map_of_names() -> None:
+    records = [
+        {"id": i, "name": f"n{i}", "owner": {"login": f"u{i}", "site": "x"}, "labels": {}}
+        for i in range(300)
+    ]
+    data = json.dumps({"items": records}).encode()
+    text = inspect_output(data[:32768], _read(data), len(data))
+    assert ".items[].owner.login  str  100%" in text
+    assert "owner{}" not in text
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="needs npm")
+def test_real_npm_ls_output_collapses_its_dependency_maps(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    home = Path(shutil.which("npm") or "").resolve().parent.parent
+    proc = subprocess.run(
+        ["npm", "ls", "--all", "--json"], capture_output=True, cwd=home, check=False
+    )
+    deps = json.loads(proc.stdout)["dependencies"]
+    text = externalizer.externalize(proc.stdout, "npm").context_text
+    assert f".dependencies{{}}: {len(deps):,} entries {{" in text
+    assert ".dependencies[].dependencies[].version  str" in text

@@ -200,25 +200,12 @@ class ReplicaBackend(SessionBackend):
     def _remember(self, filename: str, version: str) -> None:
         """Note that this host's copy of ``filename`` is the object's version ``version``
         (best effort: without the note, verify fetches the object to check it)."""
-        io = durable.current()
-        tmp = durable.temporary_name(filename)
         with contextlib.suppress(OSError, ArtifactAccessError):
             with contextlib.suppress(FileExistsError):
-                io.mkdir(self._versions, 0o700)
-            dir_fd = open_dir_nofollow(self._versions)
-            try:
-                fd = io.open(tmp, _CREATE, 0o600, dir_fd=dir_fd)
-                try:
-                    write_all(fd, version.encode()[:_VERSION_MAX])
-                finally:
-                    io.close(fd)
-                io.rename(tmp, filename, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            finally:
-                try:
-                    with contextlib.suppress(OSError):
-                        io.unlink(tmp, dir_fd=dir_fd)
-                finally:
-                    durable.close_unwritten(dir_fd)
+                durable.current().mkdir(self._versions, 0o700)
+            durable.write_atomically(
+                self._versions, filename, version.encode()[:_VERSION_MAX], replace=True
+            )
 
     def _remembered(self, filename: str) -> str | None:
         """The version this host's copy of ``filename`` is, if it noted one."""

@@ -22,15 +22,22 @@ from ..session import Session, legacy_workspace_slug, toolswap_home, workspace_s
 if TYPE_CHECKING:
     from typing import TextIO
 
+    from ..artifact import ExternalizedToolResult
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
+    "SHOW_BYTES",
     "echo",
     "echo_json",
     "handle_errors",
     "open_externalizer",
+    "save_if_large",
     "session_for_source",
 ]
+
+SHOW_BYTES = 64 << 10
+"""The most a query or a record read prints; a larger result is saved as an artifact."""
 
 
 def echo(message: str, *, err: bool = False) -> None:
@@ -131,6 +138,17 @@ def session_for_source(source_id: str, workspace: str | None, session_dir: Path 
     home = toolswap_home()
     prefer = home / "projects" / (workspace or workspace_slug()) / parsed.session
     return find_session(source_id, home=home, prefer=prefer)
+
+
+def save_if_large(
+    session: Session, text: str, *, truncated: bool, max_bytes: int, tool: str, summary: str
+) -> ExternalizedToolResult | None:
+    """``text`` saved as a new artifact of ``session`` when it is larger than ``max_bytes``
+    or was cut (a query's results, a record), else None (print it)."""
+    if not truncated and len(text.encode()) <= max_bytes:
+        return None
+    ext = ToolResultExternalizer(session)
+    return ext.externalize(text, tool, summary=" ".join(summary.split())[:240])
 
 
 def is_tty() -> bool:

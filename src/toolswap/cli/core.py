@@ -5,6 +5,7 @@ The capture commands, run and wrap, are in :mod:`toolswap.cli.capture`.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -31,6 +32,14 @@ __all__: list[str] = []
 @click.option("--byte-start", type=int, default=None, help="Read bytes from here instead of lines.")
 @click.option("--byte-length", type=int, default=65536, show_default=True, help="Bytes to read.")
 @click.option("--numbers/--no-numbers", default=False, help="Prefix each line with its number.")
+@click.option(
+    "--record",
+    default=None,
+    metavar="ADDRESS",
+    help="Read one record of a JSON, JSON Lines, CSV or TSV artifact instead of lines: the "
+    "path the outline prints (items[3777], .items[3777].name), or N for record N (0-based) "
+    "of JSON Lines or a table.",
+)
 @source_options
 @json_option()
 @handle_errors
@@ -42,15 +51,23 @@ def read(
     byte_start: int | None,
     byte_length: int,
     numbers: bool,
+    record: str | None,
     where: SourceOptions,
     as_json: bool,
 ) -> None:
-    """Read lines (or bytes) of an artifact, verified against its SHA-256.
+    """Read lines (or bytes, or a record) of an artifact, verified against its SHA-256.
 
     --offset is 0-based (the line numbered N has offset N-1); --numbers and the footer on
     stderr give 1-based line numbers. A line longer than --width is split into pieces; a
     line longer than a page ends with the --byte-start that reads on from there.
+
+    --record prints one record of a structured artifact as indented JSON (a table's row as
+    an object keyed by its header), whole up to 16 MiB; reading never writes (`toolswap
+    query ID PATH` saves a larger one as a new artifact).
     """
+    if record is not None:
+        _read_record(source_id, record, where, as_json)
+        return
     reader = ArtifactReader(where.session(source_id))
     if byte_start is not None:
         chunk = reader.read_bytes(source_id, byte_start, byte_length)
@@ -93,6 +110,45 @@ def read(
         click.echo(f"[{span} of {ref.line_count}; {tail}]", err=True)
     elif page.next_offset is not None:
         click.echo(f"[{span} of {ref.line_count}; next: --offset {page.next_offset}]", err=True)
+
+
+def _read_record(source_id: str, record: str, where: SourceOptions, as_json: bool) -> None:
+    import shlex
+
+    from .._invocation import cli_command
+    from ..structured.address import parse_address
+    from ..structured.record import read_record
+
+    address = parse_address(record)  # a bad address never opens the artifact
+    session = where.session(source_id)
+    found = read_record(ArtifactReader(session), source_id, address)
+    # Reading never writes: a record is printed whole (up to the record size limit); one
+    # past the limit is cut, and the note names the query that saves it whole.
+    cut_note = (
+        f"the record is larger than {human_size(len(found.text.encode()))} and was cut; save "
+        f"it whole with: {cli_command()} query {shlex.quote(found.source_id)} "
+        f"{shlex.quote(found.address)}"
+        if found.truncated
+        else None
+    )
+    if as_json:
+        echo_json(
+            {
+                "source_id": found.source_id,
+                "record": found.address,
+                "format": found.format,
+                "line": found.line,
+                "truncated": found.truncated,
+                "value": None if found.truncated else json.loads(found.text),
+                "note": cut_note,
+            }
+        )
+        return
+    click.echo(found.text)
+    where_line = f", line {found.line}" if found.line is not None else ""
+    click.echo(f"[record {found.address} of {found.source_id}{where_line}]", err=True)
+    if cut_note is not None:
+        click.echo(f"[{cut_note}]", err=True)
 
 
 @main.command()

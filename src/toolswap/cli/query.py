@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ._common import echo_json, handle_errors
+from ._common import SHOW_BYTES, echo_json, handle_errors, save_if_large
 from ._group import main
 from ._options import SourceOptions, json_option, source_options
 
 __all__: list[str] = []
-
-_SHOW_BYTES = 64 << 10
 
 
 @main.command()
@@ -27,7 +25,7 @@ _SHOW_BYTES = 64 << 10
 @click.option(
     "--max-bytes",
     type=click.IntRange(min=1),
-    default=_SHOW_BYTES,
+    default=SHOW_BYTES,
     show_default=True,
     help="Print at most this much; a larger result is saved as a new artifact instead.",
 )
@@ -50,7 +48,6 @@ def query(
     results are printed as compact JSON, one per line; a result larger than --max-bytes
     is saved as a new artifact of the same session and its pointer printed instead.
     """
-    from ..externalizer import ToolResultExternalizer
     from ..reader import ArtifactReader
     from ..structured.query import Language, check_expression, query_artifact
 
@@ -60,11 +57,14 @@ def query(
     result = query_artifact(
         ArtifactReader(session), source_id, expression, language=language, timeout=timeout
     )
-    saved = None
-    if result.truncated or len(result.text.encode()) > max_bytes:
-        ext = ToolResultExternalizer(session)
-        summary = " ".join(f"{result.count} results of {expression}".split())[:240]
-        saved = ext.externalize(result.text, "query", summary=summary)
+    saved = save_if_large(
+        session,
+        result.text,
+        truncated=result.truncated,
+        max_bytes=max_bytes,
+        tool="query",
+        summary=f"{result.count} results of {expression}",
+    )
     if as_json:
         echo_json(
             {

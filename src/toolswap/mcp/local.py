@@ -84,14 +84,17 @@ _READ_ONLY = {
     "idempotentHint": True,
     "openWorldHint": False,
 }
-# A query's result too large to return is saved as a new artifact: the call may write (it
-# adds, never changes or removes), and asking twice saves the result twice.
+# A query's result or a record too large to return is saved as a new artifact: the call
+# may write (it adds, never changes or removes), and asking twice saves the result twice.
 _MAY_SAVE = {
     "readOnlyHint": False,
     "destructiveHint": False,
     "idempotentHint": False,
     "openWorldHint": False,
 }
+
+_SAVING = ("query_artifact",)
+"""The tools that may save a result as a new artifact."""
 
 # -- arguments ---------------------------------------------------------------------------
 
@@ -189,6 +192,7 @@ _ARGUMENTS: dict[str, tuple[_Arg, ...]] = {
         _Arg("source_id", str),
         _Arg("offset", int, 0, minimum=0),
         _Arg("limit", int, 200, minimum=1, maximum=MAX_LIMIT),
+        _Arg("record", str, ""),
     ),
     "read_artifact_bytes": (
         _Arg("source_id", str),
@@ -239,7 +243,7 @@ def tool_definitions() -> list[dict[str, Any]]:
                 "name": name,
                 "description": _DESCRIPTIONS[name],
                 "inputSchema": schema,
-                "annotations": dict(_MAY_SAVE if name == "query_artifact" else _READ_ONLY),
+                "annotations": dict(_MAY_SAVE if name in _SAVING else _READ_ONLY),
             }
         )
     return definitions

@@ -159,7 +159,7 @@ class McpProxy:
         self._client_closed = False
         self._client_gone = False
         self._upstream_done = False
-        self._write_lock = anyio.Lock()
+        self._write_lock = anyio.Lock(fast_acquire=True)
         self._process = process
         self._proc: UpstreamProcess | None = None
         self._tg: anyio.abc.TaskGroup | None = None

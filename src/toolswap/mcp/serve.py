@@ -149,7 +149,7 @@ class StdioServer:
         """``legacy`` (the initialize handshake) or ``modern`` (2026-07-28), once known."""
         self._info: dict[str, str] | None = None
         self._out: StdFd | None = None
-        self._write_lock = anyio.Lock()
+        self._write_lock = anyio.Lock(fast_acquire=True)
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def run(self) -> None:

@@ -53,9 +53,9 @@ _T = TypeVar("_T")
 _READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
-# A query's result too large to return is saved as a new artifact: the call may write
-# (it adds, never changes or removes, so it is not destructive), and asking twice saves
-# the result twice.
+# A query's result or a record too large to return is saved as a new artifact: the call
+# may write (it adds, never changes or removes, so it is not destructive), and asking
+# twice saves the result twice.
 _MAY_SAVE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
@@ -110,8 +110,9 @@ def create_server(
         limit: Annotated[
             int, Field(ge=1, le=MAX_LIMIT, description=PARAMETER_DESCRIPTIONS["limit"])
         ] = 200,
+        record: Annotated[str, Field(description=PARAMETER_DESCRIPTIONS["record"])] = "",
     ) -> str:
-        return await _call(tools.read_artifact, source_id, offset, limit)
+        return await _call(tools.read_artifact, source_id, offset, limit, record)
 
     async def read_artifact_bytes(
         source_id: SourceId,

@@ -5,11 +5,13 @@ read and written through the event loop, stopped with a grace period).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import stat
 import subprocess
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -108,12 +110,82 @@ async def pump_frames(
         await handle(rest + b"\n")
 
 
+class _Watched:
+    """A non-blocking descriptor read as soon as it is readable, registered with the event
+    loop once for its whole life: registering it again for every read costs more than the
+    relay itself (about 0.15 ms a message, against 0.02 ms, on a 2-core machine). It reads
+    at most ``_AHEAD`` chunks ahead of its reader, then waits for the reader to take them.
+    """
+
+    _AHEAD = 2
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._loop = asyncio.get_running_loop()
+        self._chunks: deque[bytes | OSError] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._watching = False
+        self._ended = False
+        self._watch()
+
+    def _watch(self) -> None:
+        if not self._watching and not self._ended and len(self._chunks) < self._AHEAD:
+            self._loop.add_reader(self._fd, self._readable)
+            self._watching = True
+
+    def _unwatch(self) -> None:
+        if self._watching:
+            self._watching = False
+            self._loop.remove_reader(self._fd)
+
+    def _readable(self) -> None:
+        try:
+            data: bytes | OSError = os.read(self._fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            data = exc
+        if not isinstance(data, bytes) or not data:
+            self._ended = True
+        self._chunks.append(data)
+        if self._ended or len(self._chunks) >= self._AHEAD:
+            self._unwatch()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def read(self) -> bytes:
+        while not self._chunks:
+            if self._ended:
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        item = self._chunks.popleft()
+        self._watch()
+        if isinstance(item, OSError):
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop reading: a read waiting now, and every later one, gets end of input."""
+        self._unwatch()
+        self._ended = True
+        self._chunks.clear()
+        self._wake()
+
+
 class StdFd:
     """Async reads or writes on one of the proxy's own standard descriptors.
 
-    Pipes, sockets and terminals are made non-blocking and waited on with the event loop,
-    so shutting down never waits for a read stuck in a thread; regular files (a debugging
-    redirect) are read and written directly, as they never block.
+    Pipes, sockets and terminals are made non-blocking and read as soon as they are
+    readable (:class:`_Watched`), so shutting down never waits for a read stuck in a
+    thread; regular files (a debugging redirect) are read and written directly, as they
+    never block.
     """
 
     def __init__(self, fd: int) -> None:
@@ -121,20 +193,27 @@ class StdFd:
         mode = os.fstat(fd).st_mode
         self.pollable = stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
         self._was_blocking = os.get_blocking(fd)
+        self._watched: _Watched | None = None
         if self.pollable:
             os.set_blocking(fd, False)
 
+    def stop_reading(self) -> None:
+        """End reads: one waiting now, and every later one, gets end of input (b"")."""
+        if self._watched is not None:
+            self._watched.close()
+
     def restore(self) -> None:
+        self.stop_reading()
         if self.pollable:
             with contextlib.suppress(OSError):
                 os.set_blocking(self.fd, self._was_blocking)
 
     async def read(self) -> bytes:
-        while True:
-            try:
-                return os.read(self.fd, READ_CHUNK)
-            except BlockingIOError:
-                await anyio.wait_readable(self.fd)
+        if not self.pollable:
+            return os.read(self.fd, READ_CHUNK)
+        if self._watched is None:
+            self._watched = _Watched(self.fd)
+        return await self._watched.read()
 
     async def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -205,7 +284,7 @@ class UpstreamProcess:
         """Close both pipes (the process itself is stopped by :func:`stop_upstream`)."""
         self.close_stdin()
         assert self.popen.stdout is not None
-        anyio.notify_closing(self.popen.stdout.fileno())
+        self._stdout.stop_reading()
         with contextlib.suppress(OSError):
             self.popen.stdout.close()
 

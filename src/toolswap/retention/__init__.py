@@ -8,6 +8,7 @@ acknowledgment, and :mod:`toolswap.retention.session_retention` for
 
 from __future__ import annotations
 
+from . import owner as _owner
 from .claims import ArtifactClaimView, ArtifactRetentionClaim
 from .journal import (
     ArtifactJournalSummary,
@@ -15,15 +16,7 @@ from .journal import (
     ArtifactLeaseTransaction,
     ArtifactRetentionJournal,
 )
-from .owner import (
-    ArtifactObservationState,
-    ArtifactReconcileReport,
-    ArtifactReconcileStatus,
-    ArtifactReferenceFence,
-    ArtifactReferenceObservation,
-    ArtifactReferenceOwner,
-    JournalHead,
-)
+from .owner import *  # noqa: F403 (the owner interface is public; owner.__all__ names it)
 from .owners.sqlite import DEFAULT_OWNER_FILENAME, SqliteMemoryOwner, StoredMemoryReference
 from .session_retention import (
     RetentionChoice,
@@ -39,15 +32,8 @@ __all__ = [
     "ArtifactJournalSummary",
     "ArtifactLeasePhase",
     "ArtifactLeaseTransaction",
-    "ArtifactObservationState",
-    "ArtifactReconcileReport",
-    "ArtifactReconcileStatus",
-    "ArtifactReferenceFence",
-    "ArtifactReferenceObservation",
-    "ArtifactReferenceOwner",
     "ArtifactRetentionClaim",
     "ArtifactRetentionJournal",
-    "JournalHead",
     "RetentionChoice",
     "RetentionKind",
     "SessionRetention",
@@ -56,3 +42,4 @@ __all__ = [
     "open_retention",
     "read_retention_choice",
 ]
+__all__ += _owner.__all__

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._signs import _MAX_FAILURES, _failure_signs
-from ._values import _compact, _key_path, _type_name
+from ._values import _IDENTIFIER, _compact, _key_path, _type_name
 
 __all__ = [
     "SAMPLE_RECORDS",
@@ -112,6 +112,30 @@ class _Plan:
         self.tallies = tallies
 
 
+_NAMES_AT = 8
+
+
+def _names(value: dict[Any, Any]) -> bool:
+    """Whether an object's keys are names rather than fields (``npm ls --json``'s
+    ``dependencies: {"left-pad": {...}, ...}``). Its values are all of one type, and either
+    a key is not identifier-like (``@scope/pkg``, ``/path``, ``left-pad``), or its values
+    are objects, at least ``_NAMES_AT`` of them, all sharing a key."""
+    kinds = set(map(type, value.values()))
+    if len(kinds) != 1:
+        return False
+    if not all(map(_IDENTIFIER.match, value)):
+        return True
+    if kinds != {dict} or len(value) < _NAMES_AT:
+        return False
+    shared: set[Any] | None = None
+    for item in value.values():
+        if item:
+            shared = set(item) if shared is None else shared & item.keys()
+            if not shared:
+                return False
+    return shared is not None
+
+
 def _shape_key(value: dict[Any, Any]) -> object:
     """What makes a record's shape new: its keys (in order) and the types of their values
     (built in C: cheap enough for every record)."""
@@ -128,6 +152,8 @@ class _Walker:
         self.collections: dict[str, _Collection] = {}
         self.fields_dropped = False
         self.notes: list[str] = []
+        self.maps: set[str] = set()
+        """Field paths of objects keyed by names, not fields (see ``_names``)."""
 
     def collection(self, pattern: str) -> _Collection:
         found = self.collections.get(pattern)
@@ -169,7 +195,8 @@ class _Walker:
             text = _compact(value)
         if firsts:
             for field in firsts:
-                assert field.values is not None
+                if field.values is None:  # it had too many values by the end of the record
+                    continue
                 for entry in field.values.values():
                     if entry[1] is None:
                         entry[1], entry[2] = path, text
@@ -218,6 +245,16 @@ class _Walker:
             elif field.values is not None and kind not in ("null", "str", "bool"):
                 field.values = None
         if isinstance(value, dict):
+            # (A record itself is never a map: its keys are what the outline is about.)
+            if depth and (pattern in self.maps or _names(value)):
+                # A map keyed by names (packages, paths): its values are walked as the
+                # elements of an array are, under ``pattern[]`` (jq's .[] iterates them).
+                if len(self.maps) < _MAX_FIELDS:
+                    self.maps.add(pattern)
+                inner = pattern + "[]"
+                for item in value.values():
+                    self._walk(item, inner, pattern, depth + 1, why, firsts)
+                return
             for key, item in value.items():
                 if depth < _FAILURE_DEPTH:
                     _failure_signs(str(key), item, why)

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from ._fast_path import _Accumulator
+from ._fields import _names
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
 from ._values import _key_path
 
@@ -25,12 +26,18 @@ _SWITCH_AFTER = 16
 
 
 class _Summary:
-    """An outermost array in the envelope: its records are counted in a collection."""
+    """An outermost array in the envelope, or an object keyed by names (``names``): its
+    records are counted in a collection."""
 
-    __slots__ = ("pattern",)
+    __slots__ = ("names", "pattern", "source")
 
-    def __init__(self, pattern: str) -> None:
+    def __init__(
+        self, pattern: str, *, names: bool = False, source: dict[Any, Any] | None = None
+    ) -> None:
         self.pattern = pattern
+        self.names = names
+        self.source = source
+        """A map of names collapsed after it was read: the envelope object it was."""
 
 
 def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> object:
@@ -61,11 +68,30 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     # ijson's prefix of each envelope frame (None: a key ijson's prefixes cannot name).
     prefix_of: list[str | None] = [""]
 
+    def where() -> str:
+        """The path of the record being read (an element, or a named member)."""
+        summary = stack[-1][0]
+        if summary.names:
+            return _key_path(path_of[-1], str(stack[-1][1]))
+        return f"{path_of[-1] or '.'}[{index}]"
+
+    members: dict[int, int] = {}  # id(an envelope object) -> its members, also those not kept
+
+    def emit(value: object, *, oversized: bool = False) -> None:
+        """Feed the record just read (a map of names keeps its first ones, for the record
+        an enclosing map of names may make of it)."""
+        summary = stack[-1][0]
+        acc.record(collection, where(), value, oversized=oversized)
+        if summary.source is not None and len(summary.source) < _ENVELOPE_MEMBERS:
+            summary.source[stack[-1][1]] = value
+
     def put(container: Any, key: Any, value: object) -> None:
         if isinstance(container, list):
             container.append(value)
-        elif isinstance(container, dict) and len(container) < 60:
-            container[key] = value
+        elif isinstance(container, dict):
+            members[id(container)] = members.get(id(container), 0) + 1
+            if len(container) < _ENVELOPE_MEMBERS:
+                container[key] = value
 
     for event, value in events:
         if building or skip_depth:
@@ -76,9 +102,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                 elif event in ("end_map", "end_array"):
                     skip_depth -= 1
                     if skip_depth == 0:
-                        acc.record(
-                            collection, f"{path_of[-1] or '.'}[{index}]", None, oversized=True
-                        )
+                        emit(None, oversized=True)
                         index += 1
                         if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
                             switch = (collection, path_of[-1], prefix_of[-1], len(stack))
@@ -99,7 +123,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             elif event in ("end_map", "end_array"):
                 done = building.pop()
                 if not building:
-                    acc.record(collection, f"{path_of[-1] or '.'}[{index}]", done[0])
+                    emit(done[0])
                     index += 1
                     if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
                         switch = (collection, path_of[-1], prefix_of[-1], len(stack))
@@ -115,23 +139,46 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         frame = stack[-1]
         container = frame[0]
         if isinstance(container, _Summary):
-            # The elements of an outermost array are the records.
-            if event == "end_array":
+            # The elements of an outermost array (the members of a map of names) are the
+            # records.
+            if event in ("end_array", "end_map"):
                 stack.pop()
                 path_of.pop()
                 prefix_of.pop()
                 continue
-            if event in ("start_map", "start_array"):
+            if event == "map_key":
+                frame[1] = value
+            elif event in ("start_map", "start_array"):
                 building = [[{} if event == "start_map" else [], None]]
                 record_events = 1
             else:
-                acc.record(collection, f"{path_of[-1] or '.'}[{index}]", value)
+                # A scalar record: read on here (a switch to ijson's items would lose the
+                # members after the collection, and these records cost one event each).
+                emit(value)
                 index += 1
-                if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
-                    switch = (collection, path_of[-1], prefix_of[-1], len(stack))
-                    break
             continue
         if event == "map_key":
+            if (
+                isinstance(container, dict)
+                and len(container) >= 2
+                and members.get(id(container), 0) == len(container)
+                and _names(container)
+            ):
+                # The members so far are named entries (``_fields._names``): they become
+                # records of a collection, and the members still to come are read as
+                # records, one by one.
+                node, path = container, path_of[-1]
+                summary = _collapse(node, path, acc, len(node))
+                parent = stack[-2]
+                if isinstance(parent[0], list):
+                    parent[0][-1] = summary
+                else:
+                    parent[0][parent[1]] = summary
+                stack[-1] = [summary, value]
+                prefix_of[-1] = None  # read in this pass (no switch to ijson's items)
+                collection = summary.pattern
+                index = len(node)
+                continue
             frame[1] = value
         elif event == "start_map":
             child = {}
@@ -141,9 +188,18 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             path_of.append(path_of[-1] if key is None else _key_path(path_of[-1], str(key)))
             prefix_of.append(_prefix(prefix_of[-1], key))
         elif event == "end_map":
+            node, path = container, path_of[-1]
             stack.pop()
             path_of.pop()
             prefix_of.pop()
+            parent = stack[-1]
+            held = parent[0][-1] if isinstance(parent[0], list) else parent[0].get(parent[1])
+            if held is node and isinstance(node, dict) and _names(node):
+                summary = _collapse(node, path, acc, members.pop(id(node), len(node)))
+                if isinstance(parent[0], list):
+                    parent[0][-1] = summary
+                else:
+                    parent[0][parent[1]] = summary
         elif event == "start_array":
             key = frame[1]
             path = path_of[-1] if key is None else _key_path(path_of[-1], str(key))
@@ -191,6 +247,44 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     if not root:
         raise _NotStructured("no JSON value")
     return root[0]
+
+
+_ENVELOPE_MEMBERS = 60
+
+
+def _collapse(node: dict[Any, Any], path: str, acc: _Accumulator, total: int) -> _Summary:
+    """An envelope object whose keys turned out to be names (its first were read as
+    fields): its members become the records of a collection ``path[]``, and what was read
+    as envelope below it (collections, fields) is dropped. Members past the envelope's
+    ``_ENVELOPE_MEMBERS`` are counted; arrays inside the members were counted as
+    collections of their own and are empty in the records walked."""
+    pattern = (path or ".") + "[]"
+    below = (path + ".", path + "[") if path else (".",)
+    for name in [p for p in acc.collections if p.startswith(below)]:
+        del acc.collections[name]
+    dropped = [p for p in acc.fields if p.startswith(below)]
+    for name in dropped:
+        del acc.fields[name]
+    if dropped:  # the paths named by the keys are gone: room for the entries' fields
+        acc.order = [p for p in acc.order if p in acc.fields]
+        acc.fields_dropped = False
+    acc.maps = {m for m in acc.maps if not m.startswith(below)}
+    acc.maps.add(path or ".")
+    for key, value in node.items():
+        acc.record(pattern, _key_path(path, str(key)), _plain(value))
+    acc.collection(pattern).count += max(total - len(node), 0)
+    return _Summary(pattern, names=True, source=node)
+
+
+def _plain(node: object) -> object:
+    """An envelope node as the value it stands for (a collection's records are gone)."""
+    if isinstance(node, _Summary):
+        if node.source is not None:
+            return _plain(node.source)
+        return {} if node.names else []
+    if isinstance(node, dict):
+        return {key: _plain(value) for key, value in node.items()}
+    return node
 
 
 _BIG_RECORD = 1 << 20

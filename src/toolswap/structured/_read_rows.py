@@ -90,12 +90,14 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, delimiter: str) -> li
     ragged = 0
     pending: list[dict[str, str]] = []
     pending_first = 0
-    for index, row in enumerate(rows):
-        if not row:
+    index = -1
+    for row in rows:
+        if not row:  # not a record (query and read --record skip it too)
             if pending:  # a batch's rows are consecutive
                 acc.batch(".[]", ".", pending_first, pending, _typed)
                 pending = []
             continue
+        index += 1
         if len(row) != width:
             ragged += 1
             if ragged > max(3, index // 100):

@@ -22,6 +22,8 @@ def _envelope(value: object, acc: _Accumulator, limit: int = 900) -> str:
     def render(node: object) -> str:
         if isinstance(node, _Summary):
             coll = acc.collections.get(node.pattern)
+            if node.names:
+                return "{" + (_count_kinds(coll, entries=True) if coll else "") + "}"
             return f"[{_count_kinds(coll)}]" if coll else "[]"
         if isinstance(node, dict):
             inner = ", ".join(
@@ -36,11 +38,13 @@ def _envelope(value: object, acc: _Accumulator, limit: int = 900) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _count_kinds(coll: _Collection | None) -> str:
+def _count_kinds(coll: _Collection | None, *, entries: bool = False) -> str:
     if coll is None or coll.count == 0:
         return "empty"
     names = {"object": "objects", "array": "arrays", "str": "strings", "int": "ints"}
     kinds = sorted(coll.kinds.items(), key=lambda kv: -kv[1])
+    if entries and len(kinds) == 1:
+        return f"{coll.count:,} entries"
     if len(kinds) == 1:
         return f"{coll.count:,} {names.get(kinds[0][0], kinds[0][0] + ' values')}"
     parts = ", ".join(f"{n:,} {names.get(k, k)}" for k, n in kinds)
@@ -63,8 +67,9 @@ def _share(part: int, whole: int) -> str:
     return f"{pct:.2g}%"
 
 
-def _shape(acc: _Accumulator, pattern: str) -> str:
-    """``{id: int, name: str, tags: [str], error?: str}``: a record's top-level fields."""
+def _shape(acc: _Accumulator, pattern: str, depth: int = 0) -> str:
+    """``{id: int, name: str, tags: [str], error?: str}``: a record's top-level fields (a
+    map of names as ``deps{}: {version: str, ...}``, its entries' fields, one level deep)."""
     parent_count = acc.fields[pattern].count if pattern in acc.fields else 0
     parts: list[str] = []
     prefix_len = len(pattern)
@@ -74,8 +79,15 @@ def _shape(acc: _Accumulator, pattern: str) -> str:
             continue
         name = path[prefix_len:].lstrip(".")
         kind = _types(field)
-        if kind == "array" and path + "[]" in acc.fields:
-            kind = f"[{_types(acc.fields[path + '[]'])}]"
+        entries = acc.fields.get(path + "[]")
+        if path in acc.maps and entries is not None:
+            name += "{}"
+            if "object" not in entries.types:
+                kind = _types(entries)
+            else:
+                kind = _shape(acc, path + "[]", depth + 1) if depth < 1 else "{…}"
+        elif kind == "array" and entries is not None:
+            kind = f"[{_types(entries)}]"
         optional = "?" if field.count < parent_count else ""
         parts.append(f"{name}{optional}: {kind}")
     text = "{" + ", ".join(parts) + "}"
@@ -106,6 +118,14 @@ def _anomalies(coll: _Collection) -> tuple[int, list[tuple[str, str, str]], list
         why = "; ".join(dict.fromkeys(rare[:3]))
         found.extend((number, path, text, why) for number, path, text in examples)
     found.sort()
+    # The first record of each kind of sign comes first (a rare kind is not crowded out by
+    # many records of another, and it ranks among the rows kept), then the rest in order.
+    firsts: dict[str, tuple[int, str, str, str]] = {}
+    for item in found:
+        firsts.setdefault(item[3], item)
+    chosen = sorted(firsts.values())[:_MAX_FAILURES]
+    rest = [item for item in found if item not in chosen]
+    found = chosen + rest[: _MAX_FAILURES - len(chosen)]
     notes = [
         f"  ({counts[token]:,} of {coll.count:,} records have {token}: the norm here, "
         "not listed as failures)"
@@ -152,7 +172,12 @@ def _render(
         if coll.count == 0:
             continue
         shape = _shape(acc, pattern) if "object" in coll.kinds else ""
-        rows.append((0, f"{pattern}: {_count_kinds(coll)} {shape}".rstrip()))
+        base = pattern[:-2] or "."
+        if base in acc.maps:
+            head = f"{base}{{}}: {_count_kinds(coll, entries=True)}"
+        else:
+            head = f"{pattern}: {_count_kinds(coll)}"
+        rows.append((0, f"{head} {shape}".rstrip()))
         if coll.oversized:
             rows.append((1, f"  ({coll.oversized:,} records too large to outline)"))
         if coll.walked < coll.count:
@@ -175,10 +200,15 @@ def _render(
             samples.append((1, f"{coll.first[0]}: {coll.first[1]}"))
         samples.extend((4, f"{path}: {text}  (other fields)") for path, text in coll.different)
     field_rows: list[tuple[int, str]] = []
+    # Fields named by a map's keys before the map was known to be one (its entries are
+    # under ``map[]``) are not fields.
+    named = tuple(m + sep for m in acc.maps for sep in (".", '["'))
     for path in acc.order:
         field = acc.fields[path]
         if field.parent is None:
             continue  # a collection's records themselves: counted above
+        if named and path.startswith(named):
+            continue
         parent = acc.fields.get(field.parent)
         whole = parent.count if parent is not None else field.count
         share = field.count / whole if whole else 1.0
@@ -186,7 +216,8 @@ def _render(
         rank = 2 if depth <= 5 else 3
         if share < 0.01:
             rank = 4
-        amount = f"{field.count:,} items" if path.endswith("[]") else _share(field.count, whole)
+        unit = "entries" if field.parent in acc.maps else "items"
+        amount = f"{field.count:,} {unit}" if path.endswith("[]") else _share(field.count, whole)
         if path.endswith("[]") and acc.sampled:
             amount += " in those"
         line = f"  {path}  {_types(field)}  {amount}"

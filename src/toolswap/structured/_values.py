@@ -56,7 +56,7 @@ def _key_path(parent: str, key: str) -> str:
 def _key_path_of(parent: str, key: str) -> str:
     if _IDENTIFIER.match(key):
         return f"{parent}.{key}"
-    return f"{parent}[{json.dumps(key, ensure_ascii=False)}]" if parent else f".[{key!r}]"
+    return f"{parent or '.'}[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def _shorten(value: object, depth: int = 0) -> object:

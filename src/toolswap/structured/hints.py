@@ -1,15 +1,29 @@
-"""How the pointer presents an outline: the outline, then the exact call that queries it."""
+"""How the pointer presents an outline: the outline, then the exact calls that read a
+record it names and query it."""
 
 from __future__ import annotations
+
+import json
+import shlex
 
 __all__ = ["QUERY_HINTS", "structured_section"]
 
 QUERY_HINTS: dict[str, str] = {
-    "cli": "Query: toolswap query {source_id}{scope} '{example}'   (jq; --jmespath for JMESPath)",
-    "mcp": 'Query: query_artifact(source_id="{source_id}", expression="{example}")',
-    "python": 'Query: externalizer.query("{source_id}", "{example}")',
+    "cli": (
+        "Record: {command} read {source_id}{scope} --record {example}\n"
+        "Query: {command} query {source_id}{scope} {example}   (jq; --jmespath for JMESPath)"
+    ),
+    "mcp": (
+        'Record: read_artifact(source_id="{source_id}", record={example})\n'
+        'Query: query_artifact(source_id="{source_id}", expression={example})'
+    ),
+    "python": (
+        'Record: externalizer.read_record("{source_id}", {example})\n'
+        'Query: externalizer.query("{source_id}", {example})'
+    ),
 }
-"""The line under an outline that says how to ask for a record or a field (jq paths)."""
+"""The lines under an outline: the call that reads the record a path names (the path as
+the outline prints it is the address), and the call that queries the artifact (jq)."""
 
 
 def structured_section(outline: str, hint: str, fields: dict[str, str]) -> str:
@@ -19,13 +33,20 @@ def structured_section(outline: str, hint: str, fields: dict[str, str]) -> str:
         outline: the capture's outline (its first record path after ``<- `` or ``: `` is
             the example queried).
         hint: ``cli``, ``mcp`` or ``python``.
-        fields: ``source_id`` and ``scope`` for the query line.
+        fields: ``source_id``, ``scope`` and ``command`` for the calls.
     """
     if not outline:
         return ""
     example = _example(outline)
-    line = QUERY_HINTS.get(hint, QUERY_HINTS["cli"]).format(
-        source_id=fields["source_id"], scope=fields.get("scope", ""), example=example
+    template = QUERY_HINTS.get(hint, QUERY_HINTS["cli"])
+    if example == ".":  # no record path to show: only the query line
+        template = template.split("\n", 1)[1]
+    line = template.format(
+        command=fields.get("command", "toolswap"),
+        source_id=fields["source_id"],
+        scope=fields.get("scope", ""),
+        # Quoted for where it goes: a shell word, or a string literal of the call.
+        example=shlex.quote(example) if hint == "cli" else json.dumps(example),
     )
     text = outline if outline.endswith("\n") else outline + "\n"
     return text + line + "\n"

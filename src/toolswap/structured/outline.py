@@ -1,4 +1,5 @@
-"""The outline of a structured output: its shape with arrays collapsed, exact record counts,
+"""The outline of a structured output: its shape with arrays (and objects keyed by names,
+``dependencies{}``) collapsed, exact record counts,
 each field's types and how often it is present, sample records, and the records that look
 like failures, with their paths, inside a byte budget.
 
@@ -46,9 +47,10 @@ class Outline:
     """A jq path worth querying (a failure-looking record, else the first record)."""
 
 
-OUTLINE_BYTES = 5632
-"""The outline's default share of the pointer (with 512-byte glimpses of the raw head,
-tail and failure lines and the frame, a structured output's pointer stays under 8 KiB)."""
+OUTLINE_BYTES = 5376
+"""The outline's default share of the pointer (with the record and query lines, 512-byte
+glimpses of the raw head, tail and failure lines and the frame, a structured output's
+pointer stays under 8 KiB)."""
 OUTLINE_SCAN_BYTES = 16 << 20
 """How much of an output the outline parses by default."""
 
@@ -92,7 +94,7 @@ def outline(
                 if complete or not acc.collections:
                     raise _NotStructured(str(exc)) from None
                 root = None  # cut at the scan limit: what was parsed stands
-            kind = "array" if isinstance(root, _Summary) else "object"
+            kind = "array" if isinstance(root, _Summary) and not root.names else "object"
             head_line = f"--- structure: JSON {kind}, {parsed} ---"
             if root is not None and not isinstance(root, _Summary):
                 envelope = _envelope(root, acc)

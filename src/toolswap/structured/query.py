@@ -22,7 +22,7 @@ from typing import Literal
 from .._tool_descriptions import DEFAULT_QUERY_TIMEOUT
 from ..artifact import ArtifactReference
 from ..errors import ArtifactQueryError, ArtifactQueryTimeoutError, ArtifactReadError
-from ..reader import ArtifactReader
+from ..reader import ArtifactReader, VerifiedArtifact
 from .detect import Format, sniff
 
 __all__ = [
@@ -32,6 +32,8 @@ __all__ = [
     "QueryResult",
     "check_expression",
     "query_artifact",
+    "structured_format",
+    "structured_reference",
 ]
 
 Language = Literal["jq", "jmespath"]
@@ -111,16 +113,9 @@ def query_artifact(
         raise ArtifactQueryError(f"timeout must be a positive number of seconds, not {timeout!r}")
     if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
         raise ArtifactQueryError(f"max_bytes must be a positive integer, not {max_bytes!r}")
-    ref = reader.reference(source)
-    if ref.binary:
-        raise ArtifactReadError(f"{ref.source_id} is binary; only structured text can be queried")
+    ref = structured_reference(reader, source)
     with reader.open_verified(ref) as art:  # the digest matches the record
-        head = art.pread(_SNIFF_BYTES, 0)
-        fmt = sniff(head, complete=len(head) >= art.size)
-        if fmt is None:
-            raise ArtifactQueryError(
-                f"{ref.source_id} is not JSON, JSON Lines, CSV or TSV; search it with grep"
-            )
+        fmt = structured_format(art, "search it with grep")
         text, count, truncated = _run(art.fd, fmt, language, expression, timeout, max_bytes, ref)
         art.check_unchanged()
     return QueryResult(
@@ -132,6 +127,39 @@ def query_artifact(
         count=count,
         truncated=truncated,
     )
+
+
+def structured_reference(
+    reader: ArtifactReader, source: str | ArtifactReference
+) -> ArtifactReference:
+    """The reference of an artifact that may be structured (a binary one is refused).
+
+    Raises:
+        ArtifactReadError: the artifact is binary.
+    """
+    ref = reader.reference(source)
+    if ref.binary:
+        raise ArtifactReadError(
+            f"{ref.source_id} is binary; only JSON, JSON Lines, CSV or TSV text is read by "
+            "records or queried"
+        )
+    return ref
+
+
+def structured_format(art: VerifiedArtifact, instead: str) -> Format:
+    """The format of the verified artifact ``art``, recognised from its first bytes.
+
+    Raises:
+        ArtifactQueryError: it is not JSON, JSON Lines, CSV or TSV (``instead`` says what
+            to do then).
+    """
+    head = art.pread(_SNIFF_BYTES, 0)
+    fmt = sniff(head, complete=len(head) >= art.size)
+    if fmt is None:
+        raise ArtifactQueryError(
+            f"{art.reference.source_id} is not JSON, JSON Lines, CSV or TSV; {instead}"
+        )
+    return fmt
 
 
 def _run(

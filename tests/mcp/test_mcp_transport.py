@@ -1,0 +1,106 @@
+"""The proxy's descriptor reads (``transport.StdFd``) on real pipes: in order, bounded
+read-ahead, end of input, and a stop that wakes a read waiting on a silent pipe."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+from toolswap.mcp.transport import READ_CHUNK, StdFd
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    r, w = os.pipe()
+    yield r, w
+    for fd in (r, w):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def test_reads_come_in_order_and_end_with_empty_bytes(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+
+    async def main() -> list[bytes]:
+        fd = StdFd(r)
+        got: list[bytes] = []
+        try:
+            for i in range(50):
+                os.write(w, b"frame %d\n" % i)
+                got.append(await fd.read())
+            os.close(w)
+            got.append(await fd.read())
+            got.append(await fd.read())  # stays at the end
+        finally:
+            fd.restore()
+        return got
+
+    got = anyio.run(main)
+    assert got[:50] == [b"frame %d\n" % i for i in range(50)]
+    assert got[50:] == [b"", b""]
+
+
+def test_read_ahead_is_bounded_so_a_slow_reader_pushes_back_on_the_writer(
+    pipe: tuple[int, int],
+) -> None:
+    r, w = pipe
+    os.set_blocking(w, False)
+
+    async def main() -> tuple[int, int]:
+        fd = StdFd(r)
+        try:
+            first = await fd.read()  # the descriptor is watched from now on
+            written = 0
+            block = b"x" * (1 << 16)
+            # Give the loop many chances to read ahead while nobody asks for more.
+            for _ in range(400):
+                try:
+                    written += os.write(w, block)
+                except BlockingIOError:
+                    await anyio.sleep(0.001)
+                    continue
+                await anyio.sleep(0)
+            assert first == b"start\n"
+            taken = 0
+            while taken < written:
+                taken += len(await fd.read())
+            return written, taken
+        finally:
+            fd.restore()
+
+    os.write(w, b"start\n")
+    written, taken = anyio.run(main)
+    # Without the bound, the loop would have drained everything written into memory and the
+    # writer would never have been refused; with it, the pipe filled and pushed back, so
+    # far less than 400 blocks got in, at most the read-ahead plus the pipe's own buffer.
+    assert written < 400 * (1 << 16)
+    assert written <= 3 * READ_CHUNK + (1 << 20)
+    assert taken == written
+
+
+def test_stop_reading_wakes_a_read_waiting_on_a_silent_pipe(pipe: tuple[int, int]) -> None:
+    r, _w = pipe
+
+    async def main() -> bytes:
+        fd = StdFd(r)
+        result = b"unset"
+
+        async def reader() -> None:
+            nonlocal result
+            result = await fd.read()
+
+        try:
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(reader)
+                    await anyio.sleep(0.05)
+                    fd.stop_reading()
+        finally:
+            fd.restore()
+        return result
+
+    assert anyio.run(main) == b""
