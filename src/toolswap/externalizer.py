@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +35,8 @@ from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings
 from .structured import inspect_output
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     # The spill machinery (capture, failure-line scan, pointer, and the artifact module's
     # value objects) is imported when an output is first spilled: a command whose output
     # is returned inline never loads it.
@@ -49,6 +50,14 @@ __all__ = ["Output", "ToolResultExternalizer"]
 _HEAD_SLACK = 8
 _NAMES_TAKEN_MAX = 10_000
 """Names in a row a store may refuse before a capture gives up on it."""
+
+
+def _utc_now() -> datetime:
+    """The default clock. datetime is imported when it is first read: a capture whose
+    output stays inline, in a session whose readiness check is remembered, reads none."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
 
 
 class ToolResultExternalizer(PageFaults, CleanupMethods):
@@ -72,7 +81,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
     ) -> None:
         self.session = session_dir if isinstance(session_dir, Session) else Session.at(session_dir)
         self.settings = settings if settings is not None else ExternalizerSettings.from_env()
-        self._now = now or (lambda: datetime.now(UTC))
+        self._now = now or _utc_now
         self.read_hint: ReadHint = read_hint
         self.manifest = Manifest.of(self.session)
 
@@ -133,9 +142,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                     f"{behind}; restore it from a backup. Until then nothing new is recorded "
                     "in this session (a name it hands out may already be taken)"
                 )
-            now = self._now()
-            if isinstance(now, datetime) and now.utcoffset() is not None:
-                manifest.remember_checked(now.timestamp())
+            manifest.remember_checked(self._now)
         durable.close_unwritten(open_dir_nofollow(self.session.tool_results_dir))
 
     def process(
@@ -249,6 +256,8 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
     ) -> ExternalizedToolResult:
         if argv is not None and not all(isinstance(a, str) for a in argv):
             raise InvalidArgumentError("argv must be a sequence of strings")
+        from datetime import UTC
+
         from .artifact import ExternalizedToolResult, format_source_id
         from .capture import StreamCapture, detect_media_type
         from .pointer import default_summary

@@ -487,14 +487,15 @@ class Manifest:
         except Exception:  # an unreadable or odd memory is no evidence: check in full
             return False
 
-    def remember_checked(self, now: float) -> None:
+    def remember_checked(self, clock: Callable[[], object]) -> None:
         """Remember that the full readiness check passed on the manifest and head file as
         they are now (best effort: nothing is remembered when in doubt).
 
         Only what this process verified is remembered: every byte of the manifest read in
         one pass (:attr:`ChainLog.read_whole`) and still unchanged, its last record the one
-        the head file names, and a manifest not changed within :data:`_SETTLED_S` of
-        ``now`` (seconds since the epoch).
+        the head file names, and a manifest not changed within :data:`_SETTLED_S` of what
+        ``clock`` (the externalizer's) says is now; a clock that does not give a timezone-
+        aware datetime remembers nothing.
         """
         whole = self._log.read_whole
         if type(self._backend) is not LocalBackend or whole is None or not self._hashes:
@@ -512,7 +513,12 @@ class Manifest:
             return
         if self._log.head != verified:
             return
-        if now - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < _SETTLED_S:
+        from datetime import datetime
+
+        now = clock()
+        if not isinstance(now, datetime) or now.utcoffset() is None:
+            return
+        if now.timestamp() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < _SETTLED_S:
             return
         try:
             body = json.dumps(self._checked_body(whole, head_bytes), sort_keys=True).encode()

@@ -41,7 +41,13 @@ NEVER_ON_THE_CAPTURE_PATH = (
     "toolswap.cli.mcp_cmd",
 )
 # Not loaded by `toolswap run [OPTION...] -- COMMAND`, read without click (toolswap.cli._run).
-NOT_ON_THE_USUAL_RUN = ("click", "toolswap.cli._group", "toolswap.cli.capture")
+NOT_ON_THE_USUAL_RUN = (
+    "click",
+    "toolswap.cli._group",
+    "toolswap.cli.capture",
+    "datetime",  # no clock is read for an inline output
+    "hashlib",  # nothing is hashed in a session named explicitly (here TOOLSWAP_WORKSPACE)
+)
 # Loaded only once an output is spilled to an artifact.
 SPILL_MACHINERY = ("toolswap.capture", "toolswap.pointer", "toolswap.salience")
 # Loaded only by a session bound to a shared store, or once a manifest has records to read
