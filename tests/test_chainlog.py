@@ -78,3 +78,33 @@ def test_a_corrupt_record_is_reported_again_on_every_refresh(tmp_path: Path) -> 
     for _ in range(2):
         with pytest.raises(ChainLogError, match="does not match its hash"):
             fresh.refresh()
+
+
+def test_a_log_vouches_for_its_whole_file_only_after_reading_it_from_the_first_byte(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log.jsonl"
+    writer = ChainLog(path, "s1")
+    for i in range(3):
+        writer.append({"n": i}, crash_prefix="manifest")
+    reader = ChainLog(path, "s1")
+
+    reader.refresh()
+    whole = reader.read_whole
+    reader.refresh()  # nothing changed: still whole
+    assert whole is not None and reader.read_whole == whole
+    assert whole[2] == path.stat().st_size
+
+    writer.append({"n": 3}, crash_prefix="manifest")
+    assert writer.read_whole is None  # its own append: it read none of it back
+    reader.refresh()  # read only the new record: says nothing of the bytes before it
+    assert reader.read_whole is None
+
+    fresh = ChainLog(path, "s1")
+    fresh.refresh()
+    assert fresh.read_whole is not None
+    with path.open("ab") as f:
+        f.write(b'{"torn')
+    torn = ChainLog(path, "s1")
+    torn.refresh()
+    assert torn.torn_tail is not None and torn.read_whole is None

@@ -15,11 +15,13 @@ import textwrap
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import Clock
 from s3_server import S3Server
 from tcp_cut import CuttableLink, SilentServer
 from toolswap import (
@@ -1059,3 +1061,18 @@ def test_a_reference_is_never_published_for_what_another_host_collected(
             transaction_id="tx",
         )
     assert owner.get("tx") is None
+
+
+def test_the_readiness_check_of_a_session_in_a_store_always_asks_the_store(
+    fleet: Fleet,
+) -> None:
+    later = Clock(datetime.now(UTC) + timedelta(minutes=1))  # the manifest has settled
+    ToolResultExternalizer(fleet.session_dir("a"), now=later).externalize("a\n" * 40000, "bash")
+    ToolResultExternalizer(fleet.session_dir("a"), now=later).check_ready()
+    fleet.ext("b").externalize("b\n" * 40000, "bash")  # another host adds a record
+
+    ToolResultExternalizer(fleet.session_dir("a"), now=later).check_ready()
+
+    # Nothing was remembered in place of asking: the check pulled the other host's record.
+    assert not (fleet.session_dir("a") / "manifest.checked").exists()
+    assert len((fleet.session_dir("a") / "manifest.jsonl").read_bytes().splitlines()) == 2

@@ -4,13 +4,14 @@ to :mod:`toolswap.cleanup` (imported on first use: a capture never needs it)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .errors import CleanupError
 from .session import Session
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from .cleanup import (
         ArtifactCleanupPlan,
         ArtifactCleanupPolicy,

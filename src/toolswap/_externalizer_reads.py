@@ -7,11 +7,11 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from .artifact import ArtifactReference
 from .manifest import Manifest
 from .session import Session
 
 if TYPE_CHECKING:
+    from .artifact import ArtifactReference
     from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
     from .structured.query import Language, QueryResult
     from .structured.record import RecordResult

@@ -13,7 +13,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidArgumentError, SourceIdError
+from ._artifact_names import SESSION_ID_RE as SESSION_ID_RE
+from ._artifact_names import TMP_PREFIX as TMP_PREFIX
+from ._artifact_names import TMP_SUFFIX as TMP_SUFFIX
+from ._artifact_names import (
+    artifact_filename,
+    parse_artifact_filename,
+    parse_temporary_filename,
+    temporary_filename,
+    validate_session_id,
+)
+from ._results import InlineToolResult
+from .errors import SourceIdError
 
 if TYPE_CHECKING:
     SHA256_RE: re.Pattern[str]
@@ -34,11 +45,7 @@ __all__ = [
     "validate_session_id",
 ]
 
-SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-# The patterns below are compiled on first use (by re's cache): a capture whose output stays
-# inline matches none of them, and compiling costs start-up time on every command.
-# Canonical numbering only: at least three digits, no extra leading zeros beyond the padding.
-_FILENAME = r"tool_result_(\d{3,18})\.txt"
+# The patterns below are compiled on first use (by re's cache), not at every start-up.
 _SHA256 = r"[0-9a-f]{64}"
 _PREFIX = r"[0-9a-f]{12}"
 
@@ -47,56 +54,6 @@ def __getattr__(name: str) -> Any:
     if name == "SHA256_RE":  # a compiled pattern, for the modules that import it
         return re.compile(_SHA256)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def validate_session_id(session: str) -> str:
-    """Return ``session`` if it is a safe single path component, else raise SourceIdError."""
-    if not isinstance(session, str) or not SESSION_ID_RE.fullmatch(session) or ".." in session:
-        raise SourceIdError(
-            f"invalid session id {session!r}: use 1-128 characters of letters, digits, '_', "
-            "'.', '-', starting with a letter or digit, without '..'"
-        )
-    return session
-
-
-def artifact_filename(number: int) -> str:
-    """Return the canonical artifact filename for ``number`` (1 -> ``tool_result_001.txt``)."""
-    if number < 1:
-        raise InvalidArgumentError("artifact numbers start at 1")
-    return f"tool_result_{number:03d}.txt"
-
-
-def parse_artifact_filename(filename: str) -> int | None:
-    """Return the number of a canonical artifact filename, or None if the name is not ours."""
-    match = re.fullmatch(_FILENAME, filename)
-    if match is None:
-        return None
-    number = int(match.group(1))
-    if number < 1 or artifact_filename(number) != filename:
-        return None
-    return number
-
-
-TMP_PREFIX = ".tmp-"
-TMP_SUFFIX = ".partial"
-# The writer's pid (Linux allows at most 2**22; 10 digits bound any system) and 16 hex.
-_TMP = re.escape(TMP_PREFIX) + r"([1-9]\d{0,9})-[0-9a-f]{16}" + re.escape(TMP_SUFFIX)
-_PID_MAX = 2**31 - 1
-
-
-def temporary_filename(pid: int, token: str) -> str:
-    """The temporary name a capture by process ``pid`` writes to (``token``: 16 hex)."""
-    return f"{TMP_PREFIX}{pid}-{token}{TMP_SUFFIX}"
-
-
-def parse_temporary_filename(filename: str) -> int | None:
-    """The writer's pid of a capture's temporary file name, or None if the name is not one
-    toolswap writes (a planted name with an impossible pid included)."""
-    match = re.fullmatch(_TMP, filename)
-    if match is None:
-        return None
-    pid = int(match.group(1))
-    return pid if pid <= _PID_MAX else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,12 +250,3 @@ class ExternalizedToolResult:
     context_text: str
     artifact: ArtifactReference
     externalized: bool = field(default=True, init=False)
-
-
-@dataclass(frozen=True, slots=True)
-class InlineToolResult:
-    """A small output, returned as it is; nothing was written."""
-
-    context_text: str
-    artifact: None = field(default=None, init=False)
-    externalized: bool = field(default=False, init=False)

@@ -18,7 +18,6 @@ refresh verifies only the appended suffix.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import stat
@@ -32,7 +31,7 @@ from .crashpoints import crash_point
 from .durable import fsync_dir, not_ours, write_all
 from .errors import ChainLogError
 
-__all__ = ["GENESIS_HASH", "SCHEMA_VERSION", "ChainLog", "canonical_json"]
+__all__ = ["GENESIS_HASH", "SCHEMA_VERSION", "ChainLog", "StatKey", "canonical_json", "stat_key"]
 
 SCHEMA_VERSION = 1
 GENESIS_HASH = "0" * 64
@@ -40,6 +39,23 @@ _HASH_PREFIX = b',"hash":"'
 _SUFFIX_LEN = len(_HASH_PREFIX) + 64 + 3  # ,"hash":"<64 hex>"}\n
 _READ_BLOCK = 4 << 20
 _RESERVED = frozenset({"v", "seq", "session", "prev", "hash"})
+
+StatKey = tuple[int, int, int, int, int]
+"""(device, inode, size, mtime_ns, ctime_ns) of a file: any write, truncation, rename over
+it or change of its times gives another (the kernel sets ctime; no caller can)."""
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    """The :data:`StatKey` of ``st``."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _sha256(data: bytes) -> str:
+    # hashlib is imported on first use: a command whose readiness check reads no record
+    # (see toolswap.manifest) does not pay for loading OpenSSL.
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
 
 
 def canonical_json(value: object) -> bytes:
@@ -70,6 +86,7 @@ class ChainLog:
         self._floor: tuple[int, str] = (0, GENESIS_HASH)
         self._floor_seen: str | None = None
         self._watch_seq = 0
+        self._whole: StatKey | None = None
         self._dir_synced = False
         self.lock = threading.RLock()
         """Serializes this object's refreshes and appends between threads; callers that
@@ -110,6 +127,14 @@ class ChainLog:
             return True
 
     @property
+    def read_whole(self) -> StatKey | None:
+        """The file's :data:`StatKey` as the last refresh found it, when every byte of it up
+        to that size has been verified by this object in one read from the first byte and
+        the file has not changed since (by its key); None otherwise (only a suffix was
+        read since the file changed, a torn final record, an append of ours, a refusal)."""
+        return self._whole
+
+    @property
     def torn_tail(self) -> tuple[int, int] | None:
         """(offset, length) of an incomplete final record, if the last refresh saw one."""
         return self._torn
@@ -136,6 +161,7 @@ class ChainLog:
         self._offset, self._seq, self._hash = 0, 0, GENESIS_HASH
         self._identity = None
         self._torn = None
+        self._whole = None
 
     def refresh(self) -> tuple[bool, list[dict[str, Any]]]:
         """Verify and return the records appended since the last refresh.
@@ -156,6 +182,7 @@ class ChainLog:
                 # Back to the last verified position: the next refresh meets the same
                 # defect again (a shrunk, replaced or vanished log stays refused).
                 self._offset, self._seq, self._hash, self._identity, self._torn = saved
+                self._whole = None
                 raise
 
     def _refresh(self) -> tuple[bool, list[dict[str, Any]]]:
@@ -177,15 +204,22 @@ class ChainLog:
                     "records; refusing to trust it"
                 )
             from_start = self._offset == 0
+            whole_before = self._whole
             self._identity = identity
             floor_seq, floor_hash = self._floor
             self._watch_seq, self._floor_seen = floor_seq, None
+            key = stat_key(st)
+            self._whole = None
             records = self._read_from(fd, st.st_size)
             if from_start and floor_seq > 0 and self._floor_seen != floor_hash:
                 raise self._fail(
                     f"no longer holds record {floor_seq} that this process verified before "
                     "(cut, replaced or rewritten); refusing to trust it"
                 )
+            # A read of a suffix alone says nothing of the bytes before it: only a read from
+            # the first byte (or a file unchanged since one) vouches for the whole file.
+            if self._offset == st.st_size and (from_start or key == whole_before):
+                self._whole = key
             return reset, records
         finally:
             durable.close_unwritten(fd)
@@ -223,7 +257,7 @@ class ChainLog:
             raise self._fail(f"{where} is malformed")
         body = line[:-_SUFFIX_LEN] + b"}"
         claimed = line[-_SUFFIX_LEN + len(_HASH_PREFIX) : -3].decode("ascii", "replace")
-        if hashlib.sha256(body).hexdigest() != claimed:
+        if _sha256(body) != claimed:
             raise self._fail(f"{where} does not match its hash (changed or corrupt)")
         try:
             record = json.loads(body)
@@ -276,7 +310,7 @@ class ChainLog:
         record.update(v=SCHEMA_VERSION, seq=self._seq + 1, session=self.session)
         record["prev"] = self._hash
         encoded = canonical_json(record)
-        digest = hashlib.sha256(encoded).hexdigest()
+        digest = _sha256(encoded)
         return record, digest, encoded[:-1] + _HASH_PREFIX + digest.encode() + b'"}\n'
 
     def next_line(self, body: dict[str, Any]) -> tuple[int, str, bytes]:
@@ -347,6 +381,7 @@ class ChainLog:
         # create the file, or follow a creator that crashed before its directory fsync);
         # later appends only need the file's own fsync.
         creating = not self._dir_synced
+        self._whole = None
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         io = durable.current()
         try:

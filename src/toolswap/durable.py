@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
 import stat
 import threading
@@ -253,6 +252,8 @@ def hash_fd(
     Returns:
         The hex digest and the number of bytes hashed.
     """
+    import hashlib  # here: opening a session hashes nothing
+
     sha = hashlib.sha256()
     io = _current
     offset = start

@@ -10,22 +10,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import durable
+from ._artifact_names import artifact_filename
 from ._externalizer_cleanup import CleanupMethods
 from ._externalizer_reads import PageFaults
 from ._output import Output, chunks, prepend
+from ._results import InlineToolResult
 from ._utf8 import utf8_chars
-from .artifact import (
-    ArtifactReference,
-    ExternalizedToolResult,
-    InlineToolResult,
-    artifact_filename,
-    format_source_id,
-)
 from .durable import open_dir_nofollow
 from .errors import (
     ArtifactAccessError,
@@ -41,8 +35,12 @@ from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS, ExternalizerSettings
 from .structured import inspect_output
 
 if TYPE_CHECKING:
-    # The spill machinery (capture, failure-line scan, pointer) is imported when an output
-    # is first spilled: a command whose output is returned inline never loads it.
+    from datetime import datetime
+
+    # The spill machinery (capture, failure-line scan, pointer, and the artifact module's
+    # value objects) is imported when an output is first spilled: a command whose output
+    # is returned inline never loads it.
+    from .artifact import ArtifactReference, ExternalizedToolResult
     from .capture import CaptureStats, StreamCapture
     from .pointer import ReadHint
     from .records import ArtifactRecord
@@ -52,6 +50,14 @@ __all__ = ["Output", "ToolResultExternalizer"]
 _HEAD_SLACK = 8
 _NAMES_TAKEN_MAX = 10_000
 """Names in a row a store may refuse before a capture gives up on it."""
+
+
+def _utc_now() -> datetime:
+    """The default clock. datetime is imported when it is first read: a capture whose
+    output stays inline, in a session whose readiness check is remembered, reads none."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
 
 
 class ToolResultExternalizer(PageFaults, CleanupMethods):
@@ -75,7 +81,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
     ) -> None:
         self.session = session_dir if isinstance(session_dir, Session) else Session.at(session_dir)
         self.settings = settings if settings is not None else ExternalizerSettings.from_env()
-        self._now = now or (lambda: datetime.now(UTC))
+        self._now = now or _utc_now
         self.read_hint: ReadHint = read_hint
         self.manifest = Manifest.of(self.session)
 
@@ -115,21 +121,28 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
     def check_ready(self) -> None:
         """Check what can be checked before a tool runs, so its output is never lost to a
         problem known in advance: the manifest verifies and the tool-results directory
-        opens.
+        opens. A local manifest and head file exactly as the last full check found them
+        are not read again (see :meth:`Manifest.unchanged_since_checked`).
 
         Raises:
             ChainLogError: the manifest or its head file is corrupt or cannot be trusted.
             ArtifactAccessError: the tool-results directory cannot be opened.
         """
-        self.manifest.sync()  # a store that cannot be read refuses now, before the tool runs
-        # The manifest and its head file both verify, and the manifest reaches every name
-        # ever handed out: on a deleted or rolled-back one a new record would fork the chain.
-        behind = self.manifest.behind_head()
-        if behind is not None:
-            raise ChainLogError(
-                f"{behind}; restore it from a backup. Until then nothing new is recorded in "
-                "this session (a name it hands out may already be taken)"
-            )
+        manifest = self.manifest
+        # A manifest and head file exactly as the last full check found them pass again
+        # without reading every record (a session's every command would pay for its length).
+        if not manifest.unchanged_since_checked():
+            manifest.sync()  # a store that cannot be read refuses now, before the tool runs
+            # The manifest and its head file both verify, and the manifest reaches every
+            # name ever handed out: on a deleted or rolled-back one a new record would fork
+            # the chain.
+            behind = manifest.behind_head()
+            if behind is not None:
+                raise ChainLogError(
+                    f"{behind}; restore it from a backup. Until then nothing new is recorded "
+                    "in this session (a name it hands out may already be taken)"
+                )
+            manifest.remember_checked(self._now)
         durable.close_unwritten(open_dir_nofollow(self.session.tool_results_dir))
 
     def process(
@@ -243,6 +256,9 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
     ) -> ExternalizedToolResult:
         if argv is not None and not all(isinstance(a, str) for a in argv):
             raise InvalidArgumentError("argv must be a sequence of strings")
+        from datetime import UTC
+
+        from .artifact import ExternalizedToolResult, format_source_id
         from .capture import StreamCapture, detect_media_type
         from .pointer import default_summary
         from .records import ArtifactRecord

@@ -5,6 +5,7 @@ turns a session ID into a path)::
         tool-results/tool_result_NNN.txt   immutable artifacts
         manifest.jsonl                     one record per artifact, collection, journal anchor
         manifest.head                      the manifest's highest head and name (evidence)
+        manifest.checked                   both as the last full readiness check found them
         store.json                         the shared store this session lives in, if any
         retention.json                     where its leases and memory owner live, once known
         retention-leases.jsonl             the lease journal
@@ -17,6 +18,7 @@ from __future__ import annotations
 __all__ = [
     "JOURNAL_NAME",
     "LOCK_NAME",
+    "MANIFEST_CHECKED_NAME",
     "MANIFEST_HEAD_NAME",
     "MANIFEST_NAME",
     "OWNER_DB_NAME",
@@ -29,6 +31,7 @@ __all__ = [
 TOOL_RESULTS_DIR = "tool-results"
 MANIFEST_NAME = "manifest.jsonl"
 MANIFEST_HEAD_NAME = "manifest.head"
+MANIFEST_CHECKED_NAME = "manifest.checked"
 STORE_BINDING_NAME = "store.json"
 RETENTION_CHOICE_NAME = "retention.json"
 JOURNAL_NAME = "retention-leases.jsonl"

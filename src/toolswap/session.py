@@ -9,7 +9,6 @@ carry paths that anything trusts.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import re
 import threading
@@ -20,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import durable
-from .artifact import validate_session_id
+from ._artifact_names import validate_session_id
 from .backends.base import LocalBackend, SessionBackend
 from .durable import ensure_private_dir, not_ours
 from .errors import ArtifactAccessError, ConfigurationError, SourceIdError
 from .layout import (
     JOURNAL_NAME,
     LOCK_NAME,
+    MANIFEST_CHECKED_NAME,
     MANIFEST_HEAD_NAME,
     MANIFEST_NAME,
     STORE_BINDING_NAME,
@@ -96,6 +96,8 @@ def workspace_slug(path: Path | str | None = None) -> str:
     env = os.environ.get("TOOLSWAP_WORKSPACE")
     if path is None and env:
         return validate_session_id(env)
+    import hashlib  # here: OpenSSL's load is not paid by a session named explicitly
+
     real = os.path.realpath(Path(path) if path is not None else Path.cwd())
     digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:_SLUG_HASH]
     readable = _slug(real)[-_SLUG_TAIL:].lstrip("-.") or "root"
@@ -213,6 +215,10 @@ class Session:
     @property
     def manifest_head_path(self) -> Path:
         return self.root / MANIFEST_HEAD_NAME
+
+    @property
+    def manifest_checked_path(self) -> Path:
+        return self.root / MANIFEST_CHECKED_NAME
 
     @property
     def journal_path(self) -> Path:

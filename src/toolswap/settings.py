@@ -27,13 +27,13 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ._utf8 import encode_output, utf8_chars
 from .errors import ClockError, ConfigurationError
 
 if TYPE_CHECKING:
+    from datetime import datetime
     from fractions import Fraction
 
 __all__ = [
@@ -129,6 +129,8 @@ def require_aware(when: object) -> datetime:
     Raises:
         ClockError: ``when`` is not a datetime, or it has no UTC offset.
     """
+    from datetime import datetime  # here: an inline capture reads no clock
+
     if not isinstance(when, datetime) or when.utcoffset() is None:
         raise ClockError(
             f"the clock gave {when!r}: clocks and now= arguments must give timezone-aware "

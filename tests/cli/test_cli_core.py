@@ -537,7 +537,7 @@ def test_verify_of_a_corrupt_manifest_is_a_problem(toolswap_home: Path) -> None:
 
 
 def test_every_command_has_help_text() -> None:
-    assert isinstance(main, click.Group)
+    assert isinstance(main.group, click.Group)
     for name, command in main.commands.items():
         assert (command.help or "").strip(), f"{name} has no help text"
         result = CliRunner().invoke(main, [name, "-h"])

@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
+from conftest import Clock
+from toolswap import ToolResultExternalizer
 
 # Modules the capture path must not import: each costs start-up time on every command.
 NEVER_ON_THE_CAPTURE_PATH = (
@@ -36,11 +40,24 @@ NEVER_ON_THE_CAPTURE_PATH = (
     "toolswap.cli.retention",
     "toolswap.cli.mcp_cmd",
 )
+# Not loaded by `toolswap run [OPTION...] -- COMMAND`, read without click (toolswap.cli._run).
+NOT_ON_THE_USUAL_RUN = (
+    "click",
+    "toolswap.cli._group",
+    "toolswap.cli.capture",
+    "datetime",  # no clock is read for an inline output
+    "hashlib",  # nothing is hashed in a session named explicitly (here TOOLSWAP_WORKSPACE)
+)
 # Loaded only once an output is spilled to an artifact.
 SPILL_MACHINERY = ("toolswap.capture", "toolswap.pointer", "toolswap.salience")
 # Loaded only by a session bound to a shared store, or once a manifest has records to read
 # or write: a capture in a new local session whose output stays inline needs none of them.
-STORE_AND_RECORDS = ("toolswap.backends.store", "toolswap.backends.replica", "toolswap.records")
+STORE_AND_RECORDS = (
+    "toolswap.backends.store",
+    "toolswap.backends.replica",
+    "toolswap.records",
+    "toolswap.artifact",  # its value objects: an inline result is toolswap._results's
+)
 
 _RECORDER = (
     "import atexit, json, sys\n"
@@ -77,6 +94,7 @@ def test_run_with_small_output_imports_neither_the_spill_nor_retention_cleanup_o
     assert proc.stdout == b"small\n"
     assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []
     assert "shlex" not in modules  # a pointer's read hint quotes with it
+    assert _loaded(modules, NOT_ON_THE_USUAL_RUN) == []
 
 
 def test_run_that_spills_imports_the_capture_but_not_retention_cleanup_or_sdks(
@@ -136,3 +154,19 @@ def test_small_run_in_a_session_with_artifacts_reads_records_but_loads_no_store_
     assert "toolswap.records" in modules  # the readiness check verifies the manifest's records
     assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY) == []
     assert _loaded(modules, ("toolswap.backends.store", "toolswap.backends.replica")) == []
+
+
+def test_small_run_in_a_session_checked_before_reads_no_records(tmp_path: Path) -> None:
+    session_dir = tmp_path / "s1"
+    ToolResultExternalizer(session_dir).externalize("big\n" * 50_000, "bash")
+    later = Clock(datetime.now(UTC) + timedelta(minutes=1))  # the manifest has settled
+    ToolResultExternalizer(session_dir, now=later).check_ready()  # remembered as checked
+
+    proc, modules = _modules_after(
+        tmp_path, "run", "--session-dir", str(session_dir), "--", sys.executable, "-c", "print(1)"
+    )
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"1\n"
+    assert "toolswap.records" not in modules  # the manifest was not read again
+    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []

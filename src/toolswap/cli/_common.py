@@ -1,29 +1,34 @@
 """Shared CLI plumbing: opening sessions, JSON output, error handling (private).
 
-The options several commands share are in :mod:`toolswap.cli._options`.
+The options several commands share are in :mod:`toolswap.cli._options`. Nothing here loads
+click: ``toolswap run`` uses this module without it (see :mod:`toolswap.cli._run`).
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import click
-
-from ..artifact import ExternalizedToolResult, parse_artifact_source_id
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..session import Session, legacy_workspace_slug, toolswap_home, workspace_slug
+
+if TYPE_CHECKING:
+    from typing import TextIO
+
+    from ..artifact import ExternalizedToolResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
     "SHOW_BYTES",
+    "echo",
     "echo_json",
     "handle_errors",
     "open_externalizer",
@@ -35,9 +40,35 @@ SHOW_BYTES = 64 << 10
 """The most a query or a record read prints; a larger result is saved as an artifact."""
 
 
+def echo(message: str, *, err: bool = False) -> None:
+    """Print ``message`` and a newline, as ``click.echo`` does, without loading click.
+
+    A message with an escape sequence, or a stream that is not UTF-8, goes through
+    ``click.echo`` itself, which strips escape sequences from what is not a terminal and
+    re-encodes.
+    """
+    stream: TextIO | None = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    if "\x1b" in message or not _is_utf8(stream):
+        import click
+
+        click.echo(message, err=err)
+        return
+    stream.write(message + "\n")
+    stream.flush()
+
+
+def _is_utf8(stream: TextIO) -> bool:
+    try:
+        return codecs.lookup(stream.encoding).name == "utf-8"
+    except (AttributeError, TypeError, LookupError):
+        return False
+
+
 def echo_json(data: object) -> None:
     """Print ``data`` as JSON on one line."""
-    click.echo(json.dumps(data, ensure_ascii=False, default=str))
+    echo(json.dumps(data, ensure_ascii=False, default=str))
 
 
 def handle_errors(func: F) -> F:
@@ -48,7 +79,7 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ToolswapError as exc:
-            click.echo(f"toolswap: {type(exc).__name__}: {exc}", err=True)
+            echo(f"toolswap: {type(exc).__name__}: {exc}", err=True)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
@@ -74,7 +105,7 @@ def _note_legacy_workspace(session_id: str) -> None:
     if legacy == current or (projects / current / session_id).exists():
         return
     if (projects / legacy / session_id).is_dir():
-        click.echo(
+        echo(
             f"toolswap: note: session {session_id!r} of this directory from before the "
             f"workspace naming changed is in workspace {legacy!r}; new output goes to "
             f"{current!r}. Use --workspace {legacy} to keep using the old one "
@@ -98,6 +129,7 @@ def open_externalizer(
 def session_for_source(source_id: str, workspace: str | None, session_dir: Path | None) -> Session:
     """The session that holds ``source_id``: explicit, the cwd's workspace, or wherever the
     artifact is (the source ID's file name and digest pick it among same-named sessions)."""
+    from ..artifact import parse_artifact_source_id
     from ..workspaces import find_session  # reads: not on the capture path
 
     parsed = parse_artifact_source_id(source_id)

@@ -1,6 +1,8 @@
 """Options several commands share: the session, the output format, the retention backend.
 
-Each is declared once here; a command takes them with one decorator.
+Each is declared once, here or (those ``toolswap run`` takes) as an
+:class:`~toolswap.cli._run.OptionSpec` in :mod:`toolswap.cli._run`; a command takes them
+with one decorator.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import click
 from click.core import ParameterSource
 
 from ._common import open_externalizer, resolve_session, session_for_source
+from ._run import JSON, SESSION_DIR, SESSION_OPTIONS, WORKSPACE, OptionSpec
 
 if TYPE_CHECKING:
     from ..externalizer import ToolResultExternalizer
@@ -32,6 +35,7 @@ __all__ = [
     "SourceOptions",
     "backend_options",
     "bundled",
+    "click_option",
     "json_option",
     "session_options",
     "source_options",
@@ -62,17 +66,42 @@ def bundled(name: str, build: Callable[..., object], *options: Decorator) -> Dec
     return decorate
 
 
-def _place_options(*, workspace: str, session_dir: str) -> tuple[Decorator, Decorator]:
-    """``--workspace`` and ``--session-dir``, with the help each command family gives them."""
-    return (
-        click.option("--workspace", envvar="TOOLSWAP_WORKSPACE", default=None, help=workspace),
-        click.option(
-            "--session-dir",
-            type=click.Path(file_okay=False, path_type=Path),
-            default=None,
-            help=session_dir,
-        ),
-    )
+def click_option(spec: OptionSpec, **overrides: Any) -> Callable[[F], F]:
+    """The click option of ``spec``; ``overrides`` replace its settings for one command."""
+    settings: dict[str, Any] = {
+        "default": spec.default,
+        "show_default": spec.show_default,
+        "help": spec.help,
+    }
+    if spec.envvar is not None:
+        settings["envvar"] = spec.envvar
+    if spec.is_flag:
+        settings["is_flag"] = True
+    if spec.directory:
+        settings["type"] = click.Path(file_okay=False, path_type=Path)
+    if spec.check is not None:
+        settings["callback"] = _checked(spec.check)
+    settings.update(overrides)
+    if settings["default"] is None:
+        del settings["default"]  # click: None given is a default, and satisfies required=True
+    return click.option(spec.flag, spec.dest, **settings)
+
+
+def _checked(
+    check: Callable[[str], str],
+) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """A click callback that runs ``check``: a value it refuses is a usage error (exit 2),
+    refused before the command runs."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+    return callback
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,22 +126,7 @@ class SessionOptions:
         )
 
 
-session_options = bundled(
-    "where",
-    SessionOptions,
-    click.option(
-        "--session",
-        "session_id",
-        envvar="TOOLSWAP_SESSION",
-        default="default",
-        show_default=True,
-        help="Session ID ($TOOLSWAP_SESSION).",
-    ),
-    *_place_options(
-        workspace="Workspace name under $TOOLSWAP_HOME/projects (default: derived from the cwd).",
-        session_dir="Use this session directory directly (overrides --session/--workspace).",
-    ),
-)
+session_options = bundled("where", SessionOptions, *map(click_option, SESSION_OPTIONS))
 """``--session``, ``--workspace`` and ``--session-dir``, passed as ``where``
 (:class:`SessionOptions`)."""
 
@@ -132,10 +146,8 @@ class SourceOptions:
 source_options = bundled(
     "where",
     SourceOptions,
-    *_place_options(
-        workspace="Workspace of the session.",
-        session_dir="Session directory (default: found from the source ID).",
-    ),
+    click_option(WORKSPACE, help="Workspace of the session."),
+    click_option(SESSION_DIR, help="Session directory (default: found from the source ID)."),
 )
 """``--workspace`` and ``--session-dir`` for commands that take a source ID, passed as
 ``where`` (:class:`SourceOptions`)."""
@@ -147,7 +159,7 @@ def json_option(help: str = "Print a JSON object.") -> Callable[[F], F]:
     Args:
         help: what the command prints with it.
     """
-    return click.option("--json", "as_json", is_flag=True, help=help)
+    return click_option(JSON, help=help)
 
 
 # -- the retention backend ---------------------------------------------------------------
