@@ -14,11 +14,8 @@ replaced by an older copy no longer reaches it: names are still never reused (th
 water mark is the higher of the two), and cleanup refuses to trust the manifest.
 
 ``<session>/manifest.checked`` spares the readiness check (run before every
-``toolswap run``) a full verification of an unchanged manifest: it holds the manifest's
-:data:`~toolswap.chainlog.StatKey` and the head file's bytes as a full check that passed
-found them (:meth:`Manifest.remember_checked`). The check is skipped only while both are
-exactly so (:meth:`Manifest.unchanged_since_checked`); an append, a cut, a replacement or a
-changed head file, like any doubt about the file itself, means the full check.
+``toolswap run``) a full verification of an unchanged manifest
+(:mod:`toolswap.readiness_memory`).
 
 Every append goes to the session backend's authority first (:mod:`toolswap.backends`):
 locally that is the log itself; a session kept in a shared store writes record ``seq``
@@ -42,12 +39,10 @@ from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import durable
+from . import durable, readiness_memory
 from ._artifact_names import parse_artifact_filename
-from .backends.base import LocalBackend
-from .chainlog import GENESIS_HASH, ChainLog, stat_key
+from .chainlog import GENESIS_HASH, ChainLog
 from .crashpoints import crash_point
-from .durable import not_ours
 from .errors import ArtifactStoreError, ChainLogError
 from .layout import JOURNAL_NAME, MANIFEST_HEAD_NAME
 from .session import Session, session_lock
@@ -77,11 +72,6 @@ SNAPSHOT_EVERY = 1000
 """A replica that appends a multiple of this many records keeps the chain as one object."""
 _APPEND_STALLS = 12
 """Refused appends in a row, with nothing new to pull, before an append gives up (~5 s)."""
-_CHECKED_MAX = 4096
-_SETTLED_S = 2.0
-"""A manifest changed less than this long ago is not remembered as checked: a write in the
-same tick of the file system's clock (coarse: up to 2 s on some) as the check's own read
-could leave every time stamp as it was (git's "racily clean" index entries)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,29 +453,20 @@ class Manifest:
             )
         return None
 
-    # -- the readiness check's memory --------------------------------------------------
+    # -- the readiness check's memory (see :mod:`toolswap.readiness_memory`) ---------
 
     def unchanged_since_checked(self) -> bool:
         """Whether the manifest and its head file are exactly as a full readiness check that
-        passed found them (:meth:`remember_checked`): the same :data:`StatKey` and the same
-        head file bytes. False for a session in a shared store (its check asks the store)
-        and whenever anything about it is in doubt: the full check then runs."""
-        if type(self._backend) is not LocalBackend:
+        passed found them (:meth:`remember_checked`). False when the directory is not the
+        session's authority (a store session's check asks the store) and whenever anything
+        is in doubt: the full check then runs."""
+        if not self._backend.authority_here:
             return False
         try:
-            raw = durable.read_trusted(self._checked_path, _CHECKED_MAX + 1)
-            if not raw or len(raw) > _CHECKED_MAX:
-                return False
-            remembered = json.loads(raw)
-            st = os.lstat(self._log.path)
-            if not_ours(st, directory=False) is not None:
-                return False
             head = self._read_head_bytes()
-            if not head:
-                return False
-            return bool(remembered == self._checked_body(stat_key(st), head))
-        except Exception:  # an unreadable or odd memory is no evidence: check in full
+        except Exception:  # an unusable head file is no evidence: check in full
             return False
+        return readiness_memory.matches(self._checked_path, self._log.path, self._log.session, head)
 
     def remember_checked(self, clock: Callable[[], object]) -> None:
         """Remember that the full readiness check passed on the manifest and head file as
@@ -493,48 +474,24 @@ class Manifest:
 
         Only what this process verified is remembered: every byte of the manifest read in
         one pass (:attr:`ChainLog.read_whole`) and still unchanged, its last record the one
-        the head file names, and a manifest not changed within :data:`_SETTLED_S` of what
-        ``clock`` (the externalizer's) says is now; a clock that does not give a timezone-
-        aware datetime remembers nothing.
+        the head file names (see :func:`toolswap.readiness_memory.remember` for the rest).
         """
         whole = self._log.read_whole
-        if type(self._backend) is not LocalBackend or whole is None or not self._hashes:
+        if not self._backend.authority_here or whole is None or not self._hashes:
             return
         try:
-            st = os.lstat(self._log.path)
             head_bytes = self._read_head_bytes()
             head = self._parse_head(head_bytes)
         except (OSError, ChainLogError):
-            return
-        if stat_key(st) != whole or not_ours(st, directory=False) is not None:
             return
         verified = (len(self._hashes), self._hashes[-1])
         if head_bytes is None or head is None or (head.seq, head.hash) != verified:
             return
         if self._log.head != verified:
             return
-        from datetime import datetime
-
-        now = clock()
-        if not isinstance(now, datetime) or now.utcoffset() is None:
-            return
-        if now.timestamp() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < _SETTLED_S:
-            return
-        try:
-            body = json.dumps(self._checked_body(whole, head_bytes), sort_keys=True).encode()
-            durable.write_atomically(
-                self._checked_path.parent, self._checked_path.name, body, replace=True
-            )
-        except (OSError, UnicodeDecodeError):
-            return
-
-    def _checked_body(self, key: tuple[int, ...], head: bytes) -> dict[str, object]:
-        return {
-            "v": 1,
-            "session": self._log.session,
-            "manifest": list(key),
-            "head": head.decode("ascii"),
-        }
+        readiness_memory.remember(
+            self._checked_path, self._log.path, self._log.session, whole, head_bytes, clock
+        )
 
     def check_head(self) -> None:
         """Raise unless the manifest reaches the head its head file saw.

@@ -50,6 +50,10 @@ class SessionBackend:
     """The crash-point prefix of a manifest append (``manifest`` or ``store.replica``)."""
     pull_interval: float = math.inf
     """Seconds reads may lag the authority (``inf``: the directory is the authority)."""
+    authority_here: bool = True
+    """Whether this directory's manifest is the session's whole truth (nothing to pull), so
+    that a full check of it stays valid while the file is unchanged
+    (:mod:`toolswap.readiness_memory`)."""
     copies_only: bool = False
     """Whether the files in ``tool-results/`` are copies of versions held elsewhere, so
     that a recorded file missing there may be the only copy (cleanup keeps it)."""

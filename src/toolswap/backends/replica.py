@@ -59,6 +59,7 @@ class ReplicaBackend(SessionBackend):
 
     record_crash_prefix = "store.replica"
     pull_interval = PULL_INTERVAL
+    authority_here = False
     copies_only = True
 
     def __init__(self, binding: StoreBinding, root: Path) -> None:
