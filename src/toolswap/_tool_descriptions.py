@@ -2,9 +2,9 @@
 and the bounds their schemas state.
 
 This is a product surface, kept apart from the logic in :mod:`toolswap.tools` so it can be
-read and reviewed as the model sees it. The MCP server puts these texts in its tool schemas;
-:func:`toolswap.tools.artifact_tools` puts them in its functions' docstrings
-(:func:`tool_docstring`), where agent frameworks read them. The descriptions tell the model
+read and reviewed as the model sees it. The MCP tool table (:mod:`toolswap._tool_table`)
+puts these texts in the tool schemas; :func:`toolswap.tools.artifact_tools` puts them in its
+functions' docstrings (:func:`tool_docstring`), where agent frameworks read them. The descriptions tell the model
 what each tool returns and that the saved output should be paged rather than the original
 command run again.
 """
@@ -46,9 +46,9 @@ MAX_LIMIT = 2000
 MAX_MATCHES = 500
 """Upper bound on ``max_matches`` for one search."""
 MAX_GREP_TIMEOUT = 120.0
+"""Upper bound on a model's ``timeout`` for one search, in seconds."""
 DEFAULT_QUERY_TIMEOUT = 30.0
 """Seconds a query may run by default (the artifact's verification not included)."""
-"""Upper bound on a model's ``timeout`` for one search, in seconds."""
 GREP_WIDTH = 1000
 """Longest matching line grep_artifact shows whole, in characters; a longer one is shown
 as a window around its match."""

@@ -11,13 +11,20 @@ comes back as a tool error (``isError: true``) whose text says what to do next; 
 itself never stops because of one. Calls run on worker threads and never wait for each
 other: a search runs in a child process (see :mod:`toolswap.grep`) on a pool of its own, so
 reads are served while searches run, and a cancelled call kills its search at once.
+
+The tools' parameters, bounds, defaults, descriptions and annotations come from
+:mod:`toolswap._tool_table`, the table the SDK-free face answers from: each tool function
+takes its arguments by name and is given the signature the table declares, from which the
+SDK derives the tool's input schema and checks a call's arguments.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
-from collections.abc import Callable
+import typing
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
@@ -27,49 +34,23 @@ from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import Field
 
 from .. import __version__
+from .._tool_table import TOOLS, ToolArg, ToolSpec
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
-from ..grep import DEFAULT_TIMEOUT
-from ..structured.query import DEFAULT_QUERY_TIMEOUT
-from ..tools import (
-    GREP_ARTIFACT_DESCRIPTION,
-    LIST_ARTIFACTS_DESCRIPTION,
-    MAX_BYTES_LENGTH,
-    MAX_GREP_TIMEOUT,
-    MAX_LIMIT,
-    MAX_MATCHES,
-    PARAMETER_DESCRIPTIONS,
-    QUERY_ARTIFACT_DESCRIPTION,
-    READ_ARTIFACT_BYTES_DESCRIPTION,
-    READ_ARTIFACT_DESCRIPTION,
-    ArtifactTools,
-)
+from ..tools import ArtifactTools
 from .local import INSTRUCTIONS
 
 __all__ = ["INSTRUCTIONS", "create_server"]
 
 _T = TypeVar("_T")
 
-_READ_ONLY = ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
-# A query's result or a record too large to return is saved as a new artifact: the call
-# may write (it adds, never changes or removes, so it is not destructive), and asking
-# twice saves the result twice.
-_MAY_SAVE = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
-)
-
-SourceId = Annotated[str, Field(description=PARAMETER_DESCRIPTIONS["source_id"])]
-
-
 _SEARCHES = 4
 """Searches that run at once; more wait for a slot (reads never do)."""
 
 
 async def _call(
-    fn: Callable[..., _T],
-    *args: Any,
+    run: Callable[[], _T],
+    *,
     cancel: threading.Event | None = None,
     limiter: anyio.CapacityLimiter | None = None,
 ) -> _T:
@@ -78,9 +59,7 @@ async def _call(
     A cancelled call returns at once; ``cancel`` tells the abandoned thread to stop.
     """
     try:
-        return await anyio.to_thread.run_sync(
-            functools.partial(fn, *args), abandon_on_cancel=True, limiter=limiter
-        )
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True, limiter=limiter)
     except anyio.get_cancelled_exc_class():
         if cancel is not None:
             cancel.set()
@@ -94,6 +73,56 @@ async def _call(
         ) from None
 
 
+def _annotation(arg: ToolArg) -> Any:
+    """The parameter annotation from which pydantic writes ``arg.schema()`` and checks a value
+    as :meth:`ToolArg.value` does."""
+    bounds: dict[str, Any] = {
+        "ge": arg.minimum,
+        "gt": arg.exclusive_minimum,
+        "le": arg.maximum,
+        "min_length": arg.min_length,
+    }
+    field = Field(description=arg.description, **{k: v for k, v in bounds.items() if v is not None})
+    kind = Literal[arg.choices] if arg.choices else arg.kind
+    return Annotated[kind, field]
+
+
+def _add_tool(server: MCPServer[Any], spec: ToolSpec, body: Callable[..., Awaitable[Any]]) -> None:
+    """Offer ``spec``'s tool on ``server``; a call runs ``body`` with the checked arguments
+    by name.
+
+    The SDK reads a tool's parameters from its function's signature
+    (``inspect.signature``, which honours ``__signature__``) and type hints
+    (``typing.get_type_hints``, from ``__annotations__``), and names the argument model
+    after ``__name__``; all three are set from ``spec``.
+    """
+
+    async def tool(**arguments: Any) -> Any:
+        return await body(**arguments)
+
+    parameters = [
+        inspect.Parameter(
+            arg.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if arg.default is None else arg.default,
+            annotation=_annotation(arg),
+        )
+        for arg in spec.arguments
+    ]
+    returns = typing.get_type_hints(body).get("return", Any)
+    tool.__name__ = tool.__qualname__ = spec.name
+    # A function takes any attribute; typeshed declares no __signature__ on one.
+    tool.__signature__ = inspect.Signature(parameters, return_annotation=returns)  # type: ignore[attr-defined]
+    tool.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": returns}
+    server.add_tool(
+        tool,
+        name=spec.name,
+        description=spec.description,
+        annotations=ToolAnnotations.model_validate(spec.hints()),
+        structured_output=False,
+    )
+
+
 def create_server(
     externalizer: ToolResultExternalizer, *, name: str = "toolswap"
 ) -> MCPServer[Any]:
@@ -104,24 +133,11 @@ def create_server(
         name, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
 
-    async def read_artifact(
-        source_id: SourceId,
-        offset: Annotated[int, Field(ge=0, description=PARAMETER_DESCRIPTIONS["offset"])] = 0,
-        limit: Annotated[
-            int, Field(ge=1, le=MAX_LIMIT, description=PARAMETER_DESCRIPTIONS["limit"])
-        ] = 200,
-        record: Annotated[str, Field(description=PARAMETER_DESCRIPTIONS["record"])] = "",
-    ) -> str:
-        return await _call(tools.read_artifact, source_id, offset, limit, record)
+    async def read_artifact(**arguments: Any) -> str:
+        return await _call(functools.partial(tools.read_artifact, **arguments))
 
-    async def read_artifact_bytes(
-        source_id: SourceId,
-        start: Annotated[int, Field(ge=0, description=PARAMETER_DESCRIPTIONS["start"])] = 0,
-        length: Annotated[
-            int, Field(ge=1, le=MAX_BYTES_LENGTH, description=PARAMETER_DESCRIPTIONS["length"])
-        ] = 65536,
-    ) -> CallToolResult:
-        chunk = await _call(tools.read_artifact_bytes, source_id, start, length)
+    async def read_artifact_bytes(**arguments: Any) -> CallToolResult:
+        chunk = await _call(functools.partial(tools.read_artifact_bytes, **arguments))
         ref = chunk.artifact
         if chunk.whole and ref.binary and ref.media_type.startswith("image/"):
             # The model asked for the whole image: show it as an image, not as base64 text.
@@ -141,58 +157,25 @@ def create_server(
             )
         return CallToolResult(content=[TextContent(text=chunk.text)])
 
-    async def grep_artifact(
-        source_id: SourceId,
-        pattern: Annotated[str, Field(min_length=1, description=PARAMETER_DESCRIPTIONS["pattern"])],
-        context: Annotated[
-            int, Field(ge=0, le=50, description=PARAMETER_DESCRIPTIONS["context"])
-        ] = 0,
-        max_matches: Annotated[
-            int, Field(ge=1, le=MAX_MATCHES, description=PARAMETER_DESCRIPTIONS["max_matches"])
-        ] = 50,
-        timeout: Annotated[
-            float,
-            Field(gt=0, le=MAX_GREP_TIMEOUT, description=PARAMETER_DESCRIPTIONS["timeout"]),
-        ] = DEFAULT_TIMEOUT,
-    ) -> str:
+    async def grep_artifact(**arguments: Any) -> str:
         cancel = threading.Event()
-        run = functools.partial(tools.grep_artifact, cancel=cancel)
-        return await _call(
-            run, source_id, pattern, context, max_matches, timeout, cancel=cancel, limiter=searches
-        )
+        run = functools.partial(tools.grep_artifact, **arguments, cancel=cancel)
+        return await _call(run, cancel=cancel, limiter=searches)
 
-    async def query_artifact(
-        source_id: SourceId,
-        expression: Annotated[
-            str, Field(min_length=1, description=PARAMETER_DESCRIPTIONS["expression"])
-        ],
-        language: Annotated[
-            Literal["jq", "jmespath"], Field(description=PARAMETER_DESCRIPTIONS["language"])
-        ] = "jq",
-        timeout: Annotated[
-            float,
-            Field(gt=0, le=MAX_GREP_TIMEOUT, description=PARAMETER_DESCRIPTIONS["timeout"]),
-        ] = DEFAULT_QUERY_TIMEOUT,
-    ) -> str:
-        return await _call(
-            tools.query_artifact, source_id, expression, language, timeout, limiter=searches
-        )
+    async def query_artifact(**arguments: Any) -> str:
+        run = functools.partial(tools.query_artifact, **arguments)
+        return await _call(run, limiter=searches)
 
     async def list_artifacts() -> str:
         return await _call(tools.list_artifacts)
 
-    for fn, description, hints in (
-        (read_artifact, READ_ARTIFACT_DESCRIPTION, _READ_ONLY),
-        (read_artifact_bytes, READ_ARTIFACT_BYTES_DESCRIPTION, _READ_ONLY),
-        (grep_artifact, GREP_ARTIFACT_DESCRIPTION, _READ_ONLY),
-        (query_artifact, QUERY_ARTIFACT_DESCRIPTION, _MAY_SAVE),
-        (list_artifacts, LIST_ARTIFACTS_DESCRIPTION, _READ_ONLY),
-    ):
-        server.add_tool(
-            fn,
-            name=fn.__name__,
-            description=description,
-            annotations=hints,
-            structured_output=False,
-        )
+    bodies: dict[str, Callable[..., Awaitable[Any]]] = {
+        "read_artifact": read_artifact,
+        "read_artifact_bytes": read_artifact_bytes,
+        "grep_artifact": grep_artifact,
+        "query_artifact": query_artifact,
+        "list_artifacts": list_artifacts,
+    }
+    for spec in TOOLS:
+        _add_tool(server, spec, bodies[spec.name])
     return server
