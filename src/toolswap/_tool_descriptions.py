@@ -4,14 +4,12 @@ and the bounds their schemas state.
 This is a product surface, kept apart from the logic in :mod:`toolswap.tools` so it can be
 read and reviewed as the model sees it. The MCP tool table (:mod:`toolswap._tool_table`)
 puts these texts in the tool schemas; :func:`toolswap.tools.artifact_tools` puts them in its
-functions' docstrings (:func:`tool_docstring`), where agent frameworks read them. The descriptions tell the model
-what each tool returns and that the saved output should be paged rather than the original
-command run again.
+functions' docstrings (:func:`tool_docstring`), where agent frameworks read them. The
+descriptions tell the model what each tool returns and that the saved output should be paged
+rather than the original command run again.
 """
 
 from __future__ import annotations
-
-from .grep import DEFAULT_TIMEOUT
 
 __all__ = [
     "DEFAULT_QUERY_TIMEOUT",
@@ -137,10 +135,9 @@ PARAMETER_DESCRIPTIONS: dict[str, str] = {
     ),
     "language": "'jq' (default) or 'jmespath'.",
     "max_matches": f"Stop after this many matching lines (1-{MAX_MATCHES}).",
-    "timeout": (
-        f"Seconds the search may run before it is stopped (default {DEFAULT_TIMEOUT:g}, "
-        f"at most {MAX_GREP_TIMEOUT:g})."
-    ),
+    # One text for grep's and query's timeout, whose defaults differ: each schema (and each
+    # function signature) states its own default.
+    "timeout": f"Seconds the search may run before it is stopped (at most {MAX_GREP_TIMEOUT:g}).",
 }
 """What each tool parameter means, for tool schemas and docstrings."""
 
