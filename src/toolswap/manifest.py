@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import durable, readiness_memory
 from ._artifact_names import parse_artifact_filename
+from ._gc import collector_paused
 from .chainlog import GENESIS_HASH, ChainLog
 from .crashpoints import crash_point
 from .errors import ArtifactStoreError, ChainLogError
@@ -230,9 +231,10 @@ class Manifest:
             return b""
 
     def _refresh_local(self) -> None:
-        with self._log.lock:
-            # A replaced manifest must still hold every record this process read (the log
-            # refuses it otherwise), so no name is handed out twice.
+        # A replaced manifest must still hold every record this process read (the log
+        # refuses it otherwise), so no name is handed out twice. A first read folds every
+        # record, which makes no cycles: the collector waits.
+        with self._log.lock, collector_paused():
             reset, records = self._log.refresh()
             if reset:
                 self._clear()

@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from .._gc import collector_paused
 from ..chainlog import GENESIS_HASH, ChainLog
 from ..errors import (
     ArtifactLeaseJournalError,
@@ -138,13 +139,14 @@ class JournalCore:
         """Verify and fold the records appended since the last sync (hold the lock)."""
         previous = self._log.head
         try:
-            if use_checkpoint and previous[0] == 0 and self._log.identity is None:
-                self._load_checkpoint()
-            reset, records = self._log.refresh()
-            if reset:
-                self._fold.clear()
-            for record in records:
-                self._fold.fold(record)
+            with collector_paused():  # a recovery builds many lasting objects, no cycles
+                if use_checkpoint and previous[0] == 0 and self._log.identity is None:
+                    self._load_checkpoint()
+                reset, records = self._log.refresh()
+                if reset:
+                    self._fold.clear()
+                for record in records:
+                    self._fold.fold(record)
             if reset and previous[0] > 0:
                 # The file was replaced: the new one must still hold what we saw.
                 seq = self._log.head[0]
