@@ -178,6 +178,20 @@ def test_json_lines_record_n_is_the_nth_line_that_is_not_blank(
         read_record(externalizer.reader, ref, "status")
 
 
+def test_a_json_lines_line_that_is_not_json_keeps_its_place_in_the_outlines_paths(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    items = _items(6000, bad=5120)
+    lines = [json.dumps(x) + "\n" for x in items]
+    lines[100] = "{truncated record\n"  # not JSON: still record 100, as a read counts it
+    result = externalizer.externalize("".join(lines), "events")
+    pointer = result.context_text
+    assert "lines that are not JSON: 101" in pointer
+    assert ".[5120]" in pointer and ".[5119]" not in pointer
+    found = read_record(externalizer.reader, result.artifact, ".[5120]")
+    assert json.loads(found.text) == items[5120]
+
+
 def test_a_csv_row_is_an_object_keyed_by_the_header_typed_as_query_types_it(
     externalizer: ToolResultExternalizer,
 ) -> None:

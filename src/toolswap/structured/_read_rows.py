@@ -53,18 +53,24 @@ def _scan_jsonl(read: Read, limit: int, acc: _Accumulator) -> list[int]:
         except ValueError:
             joined = None
         if isinstance(joined, list) and len(joined) == len(lines):
-            good: list[object] = joined
+            acc.batch(".[]", ".", index, joined)
         else:
-            good = []
-            for number, line in lines:
+            # A line that is not JSON keeps its place: record N is the Nth line that is not
+            # blank, as a record read (``read --record N``) counts them.
+            run: list[object] = []
+            for position, (number, line) in enumerate(lines, index):
                 try:
-                    good.append(json.loads(line))
+                    run.append(json.loads(line))
                 except ValueError:
+                    if run:
+                        acc.batch(".[]", ".", position - len(run), run)
+                        run = []
                     bad.append(number)
                     if len(bad) > max(3, number // 100):
                         raise _NotStructured("too many lines are not JSON") from None
-        acc.batch(".[]", ".", index, good)
-        index += len(good)
+            if run:
+                acc.batch(".[]", ".", index + len(lines) - len(run), run)
+        index += len(lines)
         batch.clear()
 
     for line in _lines(read, limit):
