@@ -174,7 +174,7 @@ def _hint(exc: ToolswapError) -> ToolswapError:
 
 
 class ArtifactTools:
-    """The four artifact tools over one session, returning bounded text for a model.
+    """The five artifact tools over one session, returning bounded text for a model.
 
     Args:
         externalizer: the session whose artifacts are listed; source IDs of sibling

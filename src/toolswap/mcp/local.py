@@ -82,7 +82,7 @@ def _error(text: str) -> dict[str, Any]:
 
 
 class LocalTools:
-    """Answers ``tools/call`` of the four artifact tools over one session.
+    """Answers ``tools/call`` of the five artifact tools over one session.
 
     Args:
         externalizer: the session whose artifacts are read (sibling sessions too, by

@@ -126,7 +126,7 @@ def _add_tool(server: MCPServer[Any], spec: ToolSpec, body: Callable[..., Awaita
 def create_server(
     externalizer: ToolResultExternalizer, *, name: str = "toolswap"
 ) -> MCPServer[Any]:
-    """An :class:`MCPServer` with the four artifact tools over ``externalizer``'s session."""
+    """An :class:`MCPServer` with the five artifact tools over ``externalizer``'s session."""
     tools = ArtifactTools(externalizer)
     searches = anyio.CapacityLimiter(_SEARCHES)
     server: MCPServer[Any] = MCPServer(
