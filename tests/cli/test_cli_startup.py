@@ -5,7 +5,6 @@ Each case runs the real command in a fresh interpreter and lists ``sys.modules``
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Clock
+from import_recorder import loaded, modules_in, recorder_argv
 from toolswap import ToolResultExternalizer
 
 # Modules the capture path must not import: each costs start-up time on every command.
@@ -59,30 +59,13 @@ STORE_AND_RECORDS = (
     "toolswap.artifact",  # its value objects: an inline result is toolswap._results's
 )
 
-_RECORDER = (
-    "import atexit, json, sys\n"
-    "out = sys.argv.pop(1)\n"
-    "def record():\n"
-    "    with open(out, 'w', encoding='utf-8') as f:\n"
-    "        json.dump(sorted(sys.modules), f)\n"
-    "atexit.register(record)\n"
-    "from toolswap.cli import main\n"
-    "main(sys.argv[1:], prog_name='toolswap')\n"
-)
-
 
 def _modules_after(
     tmp_path: Path, *args: str
 ) -> tuple[subprocess.CompletedProcess[bytes], set[str]]:
     out = tmp_path / "modules.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", _RECORDER, str(out), *args], capture_output=True, check=False
-    )
-    return proc, set(json.loads(out.read_text(encoding="utf-8")))
-
-
-def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
-    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+    proc = subprocess.run(recorder_argv(out, *args), capture_output=True, check=False)
+    return proc, modules_in(out)
 
 
 def test_run_with_small_output_imports_neither_the_spill_nor_retention_cleanup_or_sdks(
@@ -92,9 +75,9 @@ def test_run_with_small_output_imports_neither_the_spill_nor_retention_cleanup_o
 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b"small\n"
-    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []
+    assert loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []
     assert "shlex" not in modules  # a pointer's read hint quotes with it
-    assert _loaded(modules, NOT_ON_THE_USUAL_RUN) == []
+    assert loaded(modules, NOT_ON_THE_USUAL_RUN) == []
 
 
 def test_run_that_spills_imports_the_capture_but_not_retention_cleanup_or_sdks(
@@ -106,22 +89,20 @@ def test_run_that_spills_imports_the_capture_but_not_retention_cleanup_or_sdks(
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(b"[Artifact: artifact:")
     assert "toolswap.capture" in modules
-    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH) == []
+    assert loaded(modules, NEVER_ON_THE_CAPTURE_PATH) == []
 
 
 def test_wrap_imports_nothing_of_retention_cleanup_or_sdks(tmp_path: Path) -> None:
     out = tmp_path / "modules.json"
     proc = subprocess.run(
-        [sys.executable, "-c", _RECORDER, str(out), "wrap", "--tool", "t"],
+        recorder_argv(out, "wrap", "--tool", "t"),
         input=b"x" * 100_000,
         capture_output=True,
         check=False,
     )
 
     assert proc.returncode == 0, proc.stderr
-    assert (
-        _loaded(set(json.loads(out.read_text(encoding="utf-8"))), NEVER_ON_THE_CAPTURE_PATH) == []
-    )
+    assert loaded(modules_in(out), NEVER_ON_THE_CAPTURE_PATH) == []
 
 
 @pytest.mark.parametrize(
@@ -152,8 +133,8 @@ def test_small_run_in_a_session_with_artifacts_reads_records_but_loads_no_store_
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b"small\n"
     assert "toolswap.records" in modules  # the readiness check verifies the manifest's records
-    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY) == []
-    assert _loaded(modules, ("toolswap.backends.store", "toolswap.backends.replica")) == []
+    assert loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY) == []
+    assert loaded(modules, ("toolswap.backends.store", "toolswap.backends.replica")) == []
 
 
 def test_small_run_in_a_session_checked_before_reads_no_records(tmp_path: Path) -> None:
@@ -169,4 +150,4 @@ def test_small_run_in_a_session_checked_before_reads_no_records(tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b"1\n"
     assert "toolswap.records" not in modules  # the manifest was not read again
-    assert _loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []
+    assert loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []

@@ -20,6 +20,7 @@ import pytest
 from mcp_helpers import SESSION, UPSTREAM, proxy_argv, serve_argv
 from upstream_data import big_lines, png
 
+from import_recorder import loaded, modules_in, recorder_argv
 from toolswap import ToolResultExternalizer
 from toolswap.mcp import create_server, local
 
@@ -238,22 +239,11 @@ def test_a_bad_argument_is_a_tool_error_that_names_it(
 
 # -- what the processes import ------------------------------------------------------------
 
-_RECORDER = (
-    "import atexit, json, sys\n"
-    "out = sys.argv.pop(1)\n"
-    "def record():\n"
-    "    with open(out, 'w', encoding='utf-8') as f:\n"
-    "        json.dump(sorted(sys.modules), f)\n"
-    "atexit.register(record)\n"
-    "from toolswap.cli import main\n"
-    "main(sys.argv[1:], prog_name='toolswap')\n"
-)
 _SDK = ("mcp", "mcp_types", "pydantic", "starlette", "uvicorn", "httpx")
 
 
 def _sdk_modules(path: Path) -> list[str]:
-    modules = json.loads(path.read_text(encoding="utf-8"))
-    return [m for m in modules if m.split(".")[0] in _SDK]
+    return loaded(modules_in(path), _SDK)
 
 
 @pytest.mark.parametrize("command", ["serve", "proxy"])
@@ -262,7 +252,7 @@ def test_serve_and_proxy_never_import_the_sdk(
 ) -> None:
     out = tmp_path / "modules.json"
     argv = serve_argv() if command == "serve" else proxy_argv()
-    argv = [sys.executable, "-c", _RECORDER, str(out), *argv[3:]]  # after `-m toolswap`
+    argv = recorder_argv(out, *argv[3:])  # after `-m toolswap`
     script = [
         *_legacy_script(ids)[:3],
         _call(4, "read_artifact", source_id=ids["text"], limit=1),
