@@ -226,3 +226,59 @@ def test_captures_after_a_remembered_check_verify_append_and_are_remembered_anew
     assert art.artifact is not None and art.artifact.filename == "tool_result_004.txt"
     assert "manifest.jsonl" in io.opened
     assert (session_dir / MEMORY).read_bytes() != remembered
+
+
+class _FailingAt(durable.DurableIO):
+    """The real I/O, except that durable call number ``at`` (counted from 0) fails."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.calls = 0
+
+    def _step(self) -> None:
+        self.calls += 1
+        if self.calls - 1 == self.at:
+            raise OSError(5, "injected I/O error")
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        self._step()
+        return super().write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        self._step()
+        super().fsync(fd)
+
+    def rename(
+        self,
+        src: durable.PathArg,
+        dst: durable.PathArg,
+        *,
+        src_dir_fd: int | None = None,
+        dst_dir_fd: int | None = None,
+    ) -> None:
+        self._step()
+        super().rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+
+def test_an_io_error_while_remembering_leaves_no_memory_that_could_be_trusted_wrongly(
+    tmp_path: Path,
+) -> None:
+    """The memory's write (write, fsync, rename, directory fsync) failing at each step: the
+    check still passes, leaves no temporary file, and the memory it leaves (none, or a whole
+    one) never lets a manifest changed afterwards pass."""
+    at = 0
+    while True:
+        session_dir = tmp_path / f"s{at}"
+        _three_artifacts(session_dir)
+        failing = _FailingAt(at)
+        with durable.substituted(failing):
+            ToolResultExternalizer(session_dir, now=_later()).check_ready()  # never raises
+        assert not [p.name for p in session_dir.iterdir() if p.name.endswith(".tmp")]
+        with open(session_dir / "manifest.jsonl", "r+b") as f:
+            f.truncate(os.path.getsize(session_dir / "manifest.jsonl") - 1)
+        with pytest.raises(ChainLogError):
+            ToolResultExternalizer(session_dir, now=_later()).check_ready()
+        if failing.calls <= at:  # no call failed: every step has been tried
+            break
+        at += 1
+    assert at >= 4  # write, fsync, rename and the directory's fsync were each made to fail
