@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol, cast
 
+from ._json_form import fields_form
 from .artifact import (
     parse_artifact_filename,
     parse_artifact_source_id,
@@ -145,12 +146,7 @@ class ArtifactCleanupPolicy:
         )
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "orphan_ttl_seconds": self.orphan_ttl_seconds,
-            "max_deletions": self.max_deletions,
-            "dry_run": self.dry_run,
-            "max_bytes": self.max_bytes,
-        }
+        return fields_form(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,18 +167,7 @@ class CleanupEntry:
     """The object version planned on (a session kept in a store; None for a local file)."""
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "status": self.status.value,
-            "reason": self.reason,
-            "source_id": self.source_id,
-            "size": self.size,
-            "mtime_ns": self.mtime_ns,
-            "device": self.device,
-            "inode": self.inode,
-            "sha256": self.sha256,
-            "version": self.version,
-        }
+        return fields_form(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> CleanupEntry:
@@ -250,10 +235,7 @@ class ArtifactCleanupPlan:
         return {
             "kind": "toolswap.cleanup_plan",
             "session": self.session_id,
-            "created_at": self.created_at.isoformat(),
-            "policy": self.policy.to_dict(),
-            "total_bytes": self.total_bytes,
-            "budget_note": self.budget_note,
+            **fields_form(self, skip=("session_id", "entries")),
             "counts": self.counts(),
             "entries": [e.to_dict() for e in self.entries],
         }
@@ -325,11 +307,7 @@ class ArtifactCleanupReport:
         return {
             "kind": "toolswap.cleanup_report",
             "session": self.session_id,
-            "applied_at": self.applied_at.isoformat(),
-            "dry_run": self.dry_run,
-            "freed_bytes": self.freed_bytes,
-            "budget_note": self.budget_note,
-            "pending_transaction_ids": list(self.pending_transaction_ids),
+            **fields_form(self, skip=("session_id", "entries")),
             "counts": self.counts(),
             "entries": [e.to_dict() for e in self.entries],
         }

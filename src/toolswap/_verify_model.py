@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ._json_form import fields_form
+
 __all__ = ["FindingKind", "VerifyFinding"]
 
 
@@ -52,10 +54,4 @@ class VerifyFinding:
     source_id: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "kind": self.kind.value,
-            "problem": self.kind.is_problem,
-            "name": self.name,
-            "detail": self.detail,
-            "source_id": self.source_id,
-        }
+        return {"kind": self.kind.value, "problem": self.kind.is_problem, **fields_form(self)}

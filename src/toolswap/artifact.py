@@ -23,6 +23,7 @@ from ._artifact_names import (
     temporary_filename,
     validate_session_id,
 )
+from ._json_form import fields_form
 from ._results import InlineToolResult
 from .errors import SourceIdError
 
@@ -124,13 +125,8 @@ class ArtifactSource:
     captured_at: datetime | None = None
     """Timezone-aware UTC time the output finished."""
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {
-            "source_id": self.source_id,
-            "source_type": self.source_type,
-            "title": self.title,
-            "captured_at": self.captured_at.isoformat() if self.captured_at else None,
-        }
+    def to_dict(self) -> dict[str, object]:
+        return fields_form(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> ArtifactSource:
@@ -158,13 +154,7 @@ class ArtifactMemoryReference:
     source: ArtifactSource
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "summary": self.summary,
-            "artifact_path": self.artifact_path,
-            "content_sha256": self.content_sha256,
-            "source_tool": self.source_tool,
-            "source": self.source.to_dict(),
-        }
+        return fields_form(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> ArtifactMemoryReference:
@@ -225,22 +215,7 @@ class ArtifactReference:
         )
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "source_id": self.source.source_id,
-            "source": self.source.to_dict(),
-            "path": str(self.path),
-            "summary": self.summary,
-            "source_tool": self.source_tool,
-            "content_sha256": self.content_sha256,
-            "byte_size": self.byte_size,
-            "line_count": self.line_count,
-            "char_count": self.char_count,
-            "binary": self.binary,
-            "media_type": self.media_type,
-            "argv": list(self.argv) if self.argv is not None else None,
-            "exit_code": self.exit_code,
-            "interrupted": self.interrupted,
-        }
+        return {"source_id": self.source_id, **fields_form(self)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._ere import check_searchable, is_literal, translate
+from ._json_form import fields_form
 from ._window import CONTINUATION_MARKER, window
 from .errors import ArtifactReadError, ArtifactSearchTimeoutError
 
@@ -69,14 +70,7 @@ class GrepMatch:
     """Byte offset in the artifact where ``text`` begins (``line_start`` unless windowed)."""
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "line_no": self.line_no,
-            "text": self.text,
-            "line_start": self.line_start,
-            "text_start": self.text_start,
-            "before": [list(x) for x in self.before],
-            "after": [list(x) for x in self.after],
-        }
+        return fields_form(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +82,7 @@ class GrepResult:
     """True when ``max_matches`` stopped the search before the end."""
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "source_id": self.source_id,
-            "pattern": self.pattern,
-            "matches": [m.to_dict() for m in self.matches],
-            "truncated": self.truncated,
-        }
+        return fields_form(self)
 
     def render(self) -> str:
         """``grep -n`` style: ``N:line`` for matches, ``N-line`` for context, ``--`` between

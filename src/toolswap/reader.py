@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from . import durable
 from ._invocation import cli_command
+from ._json_form import fields_form
 from ._lines import iter_lines
 from ._threads import start_helper_thread
 from ._window import CONTINUATION_MARKER, clip_line
@@ -79,14 +80,7 @@ class LinePage:
         return "\n".join(self.lines)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "source_id": self.source_id,
-            "offset": self.offset,
-            "lines": list(self.lines),
-            "next_offset": self.next_offset,
-            "total_lines": self.total_lines,
-            "continue_byte": self.continue_byte,
-        }
+        return fields_form(self)
 
 
 @dataclass(frozen=True, slots=True)

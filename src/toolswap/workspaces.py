@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ._json_form import fields_form
 from .artifact import parse_artifact_source_id, validate_session_id
 from .errors import (
     ArtifactAccessError,
@@ -51,11 +52,7 @@ class SessionEntry:
         return {
             "workspace": self.workspace,
             "session": self.session_id,
-            "path": str(self.path),
-            "artifacts": self.artifacts,
-            "byte_size": self.byte_size,
-            "modified": self.modified.isoformat() if self.modified else None,
-            "store": self.store,
+            **fields_form(self, skip=("workspace", "session_id")),
         }
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
+from .._json_form import fields_form
 from ..crashpoints import crash_point
 from ..errors import (
     ArtifactAccessError,
@@ -49,13 +50,7 @@ class ArtifactJournalSummary:
     """The head the memory owner acknowledged, when an owner was consulted."""
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "records": self.records,
-            "head": self.head.to_dict(),
-            "phases": dict(self.phases),
-            "torn_tail_bytes": self.torn_tail_bytes,
-            "owner_head": self.owner_head.to_dict() if self.owner_head else None,
-        }
+        return fields_form(self)
 
 
 class LeaseProtocol(JournalCore):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from .._json_form import fields_form
 from ..errors import ArtifactRetentionError
 from .claims import ArtifactRetentionClaim
 
@@ -79,13 +80,4 @@ class ArtifactLeaseTransaction:
         return self.claim.source_id
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "transaction_id": self.transaction_id,
-            "phase": self.phase.value,
-            "claim": self.claim.to_dict(),
-            "intent_hash": self.intent_hash,
-            "prepared_at": self.prepared_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
-            "prepared_seq": self.prepared_seq,
-            "last_seq": self.last_seq,
-        }
+        return fields_form(self)

@@ -36,6 +36,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .._json_form import fields_form
 from ..errors import ArtifactReferenceOwnerError
 from .lease import ArtifactLeaseTransaction
 
@@ -148,7 +149,7 @@ class JournalHead:
     hash: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"seq": self.seq, "hash": self.hash}
+        return fields_form(self)
 
 
 class ArtifactReconcileStatus(StrEnum):
@@ -184,9 +185,4 @@ class ArtifactReconcileReport:
     """The owner's generation the decision was made at (None if the owner gave none)."""
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "transaction_id": self.transaction_id,
-            "status": self.status.value,
-            "reason": self.reason,
-            "generation": self.generation,
-        }
+        return fields_form(self)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ..._json_form import fields_form
 from ...artifact import SHA256_RE, ArtifactMemoryReference, parse_artifact_source_id
 from ...chainlog import canonical_json
 from ...errors import (
@@ -49,12 +50,7 @@ class StoredMemoryReference:
     """The ID's generation after the publish."""
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "transaction_id": self.transaction_id,
-            "reference": self.reference.to_dict(),
-            "published_at": self.published_at.isoformat(),
-            "generation": self.generation,
-        }
+        return fields_form(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,62 @@
+"""The one rule for a record's JSON form (``toolswap._json_form``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+
+import pytest
+
+from toolswap import ToolResultExternalizer
+from toolswap._json_form import fields_form, json_form
+
+
+class _Kind(StrEnum):
+    A = "a"
+
+
+@dataclass(frozen=True)
+class _Inner:
+    when: datetime | None
+    kind: _Kind
+
+
+@dataclass(frozen=True)
+class _Outer:
+    name: str
+    path: Path
+    inner: _Inner
+    pairs: tuple[tuple[int, str], ...]
+    secret: str = "x"
+
+
+def test_fields_in_order_each_made_plain() -> None:
+    when = datetime(2026, 12, 2, 4, 0, tzinfo=UTC)
+    record = _Outer("n", Path("/a/b"), _Inner(when, _Kind.A), ((1, "x"), (2, "y")))
+    form = fields_form(record, skip=("secret",))
+    assert list(form) == ["name", "path", "inner", "pairs"]
+    assert form == {
+        "name": "n",
+        "path": "/a/b",
+        "inner": {"when": "2026-12-02T04:00:00+00:00", "kind": "a"},
+        "pairs": [[1, "x"], [2, "y"]],
+    }
+    json.dumps(form)  # nothing in it that JSON cannot hold
+
+
+def test_a_value_with_no_json_form_is_refused() -> None:
+    with pytest.raises(TypeError, match="no JSON form for object"):
+        json_form(object())
+
+
+def test_an_artifact_reference_round_trips_through_its_json_form(tmp_path: Path) -> None:
+    ext = ToolResultExternalizer(tmp_path / "s")
+    ref = ext.externalize(b"line\n" * 100, "bash", argv=["seq", "100"], exit_code=3).artifact
+    data = ref.to_dict()
+    assert list(data)[:3] == ["source_id", "source", "path"]
+    assert data["argv"] == ["seq", "100"] and data["exit_code"] == 3
+    memory = ref.for_memory()
+    assert type(memory).from_dict(json.loads(json.dumps(memory.to_dict()))) == memory
