@@ -4,13 +4,15 @@ read-ahead, end of input, and a stop that wakes a read waiting on a silent pipe.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import select
 from collections.abc import Iterator
 
 import anyio
 import pytest
 
-from toolswap.mcp.transport import READ_CHUNK, StdFd
+from toolswap.mcp.transport import READ_CHUNK, StdFd, pump_frames
 
 
 @pytest.fixture
@@ -104,3 +106,73 @@ def test_stop_reading_wakes_a_read_waiting_on_a_silent_pipe(pipe: tuple[int, int
         return result
 
     assert anyio.run(main) == b""
+
+
+def test_frames_dealt_with_now_never_overtake_a_frame_left_to_the_reader(
+    pipe: tuple[int, int],
+) -> None:
+    """pump_frames's ``now`` sees a frame only while the reader holds none: what it relays
+    comes after what the reader was still handling, as the frames were written."""
+    r, w = pipe
+    out: list[bytes] = []
+
+    def now(line: bytes) -> bool:
+        if line.startswith(b"slow"):
+            return False
+        out.append(b"now " + line)
+        return True
+
+    async def handle(line: bytes) -> None:
+        await anyio.sleep(0.02)  # a rewrite that takes a while, frames queue behind it
+        out.append(b"handled " + line)
+
+    async def main() -> None:
+        fd = StdFd(r)
+        try:
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(functools.partial(pump_frames, fd, handle, now=now))
+                    os.write(w, b"a\nslow 1\n")
+                    await anyio.sleep(0.005)  # the reader holds slow 1, nothing is queued
+                    os.write(w, b"b\nc")  # c continues in the next write
+                    await anyio.sleep(0.005)
+                    os.write(w, b"\nd\n")
+                    await anyio.sleep(0.1)
+                    os.write(w, b"e\nslow 2\nf\nlast, unterminated")
+                    os.close(w)
+        finally:
+            fd.restore()
+
+    anyio.run(main)
+    assert out == [
+        b"now a\n",
+        b"handled slow 1\n",
+        b"handled b\n",
+        b"handled c\n",
+        b"handled d\n",
+        b"now e\n",
+        b"handled slow 2\n",
+        b"handled f\n",
+        b"handled last, unterminated\n",
+    ]
+
+
+def test_write_now_writes_a_whole_frame_or_nothing(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    out = StdFd(w)
+    try:
+        frame = b"x" * 100 + b"\n"
+        sent = 0
+        while out.write_now(frame):  # until the pipe is full
+            sent += 1
+        assert sent > 0
+        os.set_blocking(r, False)
+        got = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(r, 1 << 20):
+                got += chunk
+        assert got == frame * sent  # no frame cut short by the full pipe
+        assert not out.write_now(b"y" * (select.PIPE_BUF + 1))  # too long to promise
+        assert out.write_now(b"z\n")
+    finally:
+        out.restore()

@@ -48,6 +48,7 @@ import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from select import PIPE_BUF
 from typing import Any
 
 import anyio
@@ -236,7 +237,7 @@ class McpProxy:
     async def _pump_client(self, stdin: StdFd) -> None:
         """Host -> upstream, until the host closes our stdin."""
         try:
-            await pump_frames(stdin.read, self._from_client)
+            await pump_frames(stdin, self._from_client, now=self._client_now)
         except OSError as exc:
             say(f"reading from the MCP host failed: {exc}")
         self._client_closed = True
@@ -248,30 +249,45 @@ class McpProxy:
         """Upstream -> host, until the upstream closes its stdout."""
         proc = self._proc
         assert proc is not None
-
-        async def receive() -> bytes:
-            try:
-                return await proc.receive()
-            except OSError:
-                return b""
-
         try:
-            await pump_frames(receive, self._from_upstream)
+            await pump_frames(proc.stdout, self._from_upstream, now=self._upstream_now)
+        except OSError:
+            pass  # as at the end of its output
         finally:
             self._upstream_done = True
 
     # -- host -> upstream ------------------------------------------------------------
 
+    def _client_now(self, line: bytes) -> bool:
+        """Relay a host frame from the read callback (see :func:`pump_frames`) when that
+        needs no await: not one of the proxy's own tools, not a cancellation, the upstream
+        running and its pipe taking the frame at once."""
+        if self._upstream_done:
+            return False
+        message = loads_frame(line)
+        if not isinstance(message, dict):
+            message = {}
+        method = message.get("method")
+        if method == "notifications/cancelled" or (method == "tools/call" and _local(message)):
+            return False
+        proc = self._proc
+        assert proc is not None
+        if not proc.send_now(line):
+            return False
+        # The answer cannot be read before this callback returns: noting the request after
+        # sending it is as good as before.
+        if isinstance(method, str) and "id" in message:
+            self._pending[_key(message["id"])] = self._pending_for(method, _params(message))
+        return True
+
     async def _from_client(self, line: bytes) -> None:
         message = loads_frame(line)
         if isinstance(message, dict):
             method = message.get("method")
-            params = message.get("params")
-            params = params if isinstance(params, dict) else {}
+            params = _params(message)
             if isinstance(method, str) and "id" in message:
                 key = _key(message["id"])
-                name = params.get("name")
-                if method == "tools/call" and name in TOOL_NAMES:
+                if method == "tools/call" and _local(message):
                     assert self._tg is not None
                     self._tg.start_soon(self._local_call, key, message["id"], params)
                     return
@@ -310,6 +326,39 @@ class McpProxy:
         return _Pending(method)
 
     # -- upstream -> host ------------------------------------------------------------
+
+    def _upstream_now(self, line: bytes) -> bool:
+        """Relay an upstream frame from the read callback (see :func:`pump_frames`) when
+        it is passed through as received and the host's pipe takes it at once."""
+        if self._client_gone or len(line) > PIPE_BUF:
+            return False
+        message = loads_frame(line)
+        key = None
+        if isinstance(message, dict) and "method" not in message and "id" in message:
+            key = _key(message["id"])
+            pending = self._pending.get(key)
+            if pending is not None and not self._passes(pending, message.get("result"), line):
+                return False
+        assert self._out is not None
+        if not self._out.write_now(line):
+            return False
+        if key is not None:
+            self._pending.pop(key, None)
+        return True
+
+    def _passes(self, pending: _Pending, result: object, line: bytes) -> bool:
+        """Whether :meth:`_rewrite` would pass this answer through untouched, remembering
+        nothing (an answer the host cancelled is dropped there)."""
+        if pending.cancelled:
+            return False
+        if not isinstance(result, dict):
+            return True  # an error: nothing to rewrite
+        method = pending.method
+        if method in ("tools/call", _TASK_RESULT) and pending.tool is not None:
+            return "task" not in result and _fits(self.rule_for(pending.tool), line)
+        if method == "resources/read":
+            return _fits(self.resource_rule(), line)
+        return method not in ("tools/list", "initialize", "server/discover")
 
     async def _from_upstream(self, line: bytes) -> None:
         if len(line) > _PARSE_IN_THREAD:
@@ -451,6 +500,16 @@ class McpProxy:
                 self._client_gone = True
                 if self._tg is not None:
                     self._tg.cancel_scope.cancel()
+
+
+def _params(message: dict[str, Any]) -> dict[str, Any]:
+    params = message.get("params")
+    return params if isinstance(params, dict) else {}
+
+
+def _local(message: dict[str, Any]) -> bool:
+    """A call of one of the proxy's own artifact tools."""
+    return _params(message).get("name") in TOOL_NAMES
 
 
 def _fits(rule: ToolThreshold, line: bytes) -> bool:

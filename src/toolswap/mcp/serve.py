@@ -16,6 +16,7 @@ closes stdin the server stops every search and exits.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import threading
@@ -40,7 +41,7 @@ from .local import (
     LocalTools,
     tool_definitions,
 )
-from .transport import LineSplitter, StdFd, dumps_frame, loads_frame
+from .transport import StdFd, dumps_frame, loads_frame, pump_frames
 
 __all__ = ["LocalCalls", "StdioServer", "run_server"]
 
@@ -159,16 +160,8 @@ class StdioServer:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                splitter = LineSplitter()
-                try:
-                    while chunk := await stdin.read():
-                        for line in splitter.feed(chunk):
-                            await self._receive(line)
-                    rest = splitter.rest()
-                    if rest.strip():
-                        await self._receive(rest)
-                except OSError:
-                    pass  # the client went away: as when it closes stdin
+                with contextlib.suppress(OSError):  # the client went away: as at EOF
+                    await pump_frames(stdin, self._receive)
                 self.calls.cancel_all()  # their searches are killed; nobody reads answers
                 tg.cancel_scope.cancel()
         finally:
