@@ -55,23 +55,53 @@ async def _timed_call(session: ClientSession, tool: str, arguments: dict[str, An
     return time.perf_counter() - start
 
 
+def _cpu_seconds(marker: str) -> float:
+    """User + system CPU seconds of this process's child whose command line holds
+    ``marker`` (the relay or the proxy the SDK client started)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and marker in cmdline:
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    raise LookupError(f"no child process running {marker}")
+
+
 async def paired(
-    upstream: list[str], proxy: list[str], env: dict[str, str]
-) -> tuple[dict[str, list[float]], int, int]:
-    """Per-call seconds of each call, direct and through the proxy, taken in turn (direct,
-    proxied, direct, ...) so that drift in the machine hits both alike; and the size of
-    the large answer each way."""
+    upstream: list[str], relay: list[str], proxy: list[str], env: dict[str, str]
+) -> tuple[dict[str, list[float]], dict[str, float], int, int]:
+    """Per-call seconds of each call, direct, through a plain relay and through the proxy,
+    taken in turn (direct, relay, proxied, direct, ...) so that drift in the machine hits
+    all alike; the relay's and the proxy's CPU seconds per small call; and the size of the
+    large answer each way."""
     times: dict[str, list[float]] = {
         "direct small": [],
+        "relay small": [],
         "proxy small": [],
         "direct large": [],
         "proxy large": [],
     }
-    async with _session(upstream, env) as direct, _session(proxy, env) as proxied:
+    async with (
+        _session(upstream, env) as direct,
+        _session(relay, env) as relayed,
+        _session(proxy, env) as proxied,
+    ):
+        cpu = {"relay": _cpu_seconds("_relay.py"), "proxy": _cpu_seconds("mcp proxy")}
         for i in range(SMALL_CALLS):
             small = {"text": f"ping {i}"}
             times["direct small"].append(await _timed_call(direct, "echo", small))
+            times["relay small"].append(await _timed_call(relayed, "echo", small))
             times["proxy small"].append(await _timed_call(proxied, "echo", small))
+        cpu = {
+            "relay": (_cpu_seconds("_relay.py") - cpu["relay"]) / SMALL_CALLS,
+            "proxy": (_cpu_seconds("mcp proxy") - cpu["proxy"]) / SMALL_CALLS,
+        }
         for _ in range(LARGE_CALLS):
             times["direct large"].append(await _timed_call(direct, "blob", {"size": LARGE}))
             times["proxy large"].append(await _timed_call(proxied, "blob", {"size": LARGE}))
@@ -80,7 +110,7 @@ async def paired(
             result = await session.call_tool("blob", {"size": LARGE})
             block = result.content[0]
             sizes.append(len(block.text.encode()) if isinstance(block, TextContent) else 0)
-    return times, sizes[0], sizes[1]
+    return times, cpu, sizes[0], sizes[1]
 
 
 def floor(directory: Path) -> float:
@@ -154,24 +184,33 @@ def main() -> None:
     proxy = [sys.executable, "-m", "toolswap", "mcp", "proxy", "--session", "bench"]
     proxy += ["--", *UPSTREAM]
 
-    times, direct_size, pointer_size = anyio.run(paired, UPSTREAM, proxy, env)
+    relay = [sys.executable, str(HERE / "_relay.py"), *UPSTREAM]
+    times, cpu, direct_size, pointer_size = anyio.run(paired, UPSTREAM, relay, proxy, env)
     floor_large = floor(data)
     parse, save = proxy_work(data)
     plain, wrapped = rewrite_work(data)
 
     ds, ps = statistics.median(times["direct small"]), statistics.median(times["proxy small"])
     dl, pl = statistics.median(times["direct large"]), statistics.median(times["proxy large"])
-    added = statistics.median(
-        p - d for p, d in zip(times["proxy small"], times["direct small"], strict=True)
+    added, relay_added = (
+        statistics.median(
+            p - d for p, d in zip(times[f"{via} small"], times["direct small"], strict=True)
+        )
+        for via in ("proxy", "relay")
     )
     print(
         f"MCP proxy overhead (SDK stdio client; medians of {SMALL_CALLS} small and "
-        f"{LARGE_CALLS} large calls, direct and proxied in turn)"
+        f"{LARGE_CALLS} large calls, direct, through a plain relay and proxied in turn)"
     )
     print(
         f"  small result (passed through): direct {ds * 1e3:7.2f} ms   via proxy "
         f"{ps * 1e3:7.2f} ms   added {added * 1e3:+6.2f} ms (median of the pairs; "
         f"goal <= +0.30 ms)   ratio {ps / ds:.2f}x"
+    )
+    print(
+        f"    floor, a plain relay (two threads copying bytes): added {relay_added * 1e3:+6.2f}"
+        f" ms; CPU a call: relay {cpu['relay'] * 1e6:.0f} us, proxy {cpu['proxy'] * 1e6:.0f} us"
+        f" ({cpu['proxy'] / cpu['relay']:.1f}x)"
     )
     print(
         f"  10 MB result:                  direct {dl * 1e3:7.1f} ms   via proxy "
