@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from toolswap import durable
 from toolswap.capture import TMP_PREFIX, CaptureStats, StreamCapture, detect_media_type
 
 
@@ -131,6 +132,47 @@ def test_temporary_file_holds_exactly_the_bytes_written_through_the_worker(
         assert f.read() == data
     capture.discard()
     assert stats.sha256 == hashlib.sha256(data).hexdigest()
+
+
+class _WritebackRecording(durable.DurableIO):
+    """The real I/O, noting each writeback started and each fsync, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int]] = []
+
+    def start_writeback(self, fd: int, offset: int, length: int) -> None:
+        self.calls.append(("writeback", offset, length))
+        super().start_writeback(fd, offset, length)
+
+    def fsync(self, fd: int) -> None:
+        self.calls.append(("fsync", 0, 0))
+        super().fsync(fd)
+
+
+def test_a_large_output_is_written_back_while_it_is_produced_and_fsynced_at_the_end(
+    dir_fd: int,
+) -> None:
+    """Every 8 MiB written, the writer asks the kernel to start writing them to the device,
+    so that the fsync at the end waits for the last few megabytes only; the fsync still
+    comes last, and the file holds every byte."""
+    data = os.urandom(1 << 20) * 20
+    io = _WritebackRecording()
+    with durable.substituted(io):
+        capture, stats = _capture(dir_fd, _split(data, 1 << 20))
+    step = 8 << 20
+    assert io.calls == [("writeback", 0, step), ("writeback", step, step), ("fsync", 0, 0)]
+    with open(f"/proc/self/fd/{dir_fd}/{capture.tmp_name}", "rb") as f:
+        assert f.read() == data
+    capture.discard()
+    assert stats.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_a_small_output_asks_for_no_early_writeback(dir_fd: int) -> None:
+    io = _WritebackRecording()
+    with durable.substituted(io):
+        capture, _ = _capture(dir_fd, _split(os.urandom(3 << 20), 1 << 20))
+    assert io.calls == [("fsync", 0, 0)]
+    capture.discard()
 
 
 def test_a_trailing_newline_does_not_count_as_an_extra_line(dir_fd: int) -> None:

@@ -48,6 +48,8 @@ _BOUNDARY_PROBE = 64 << 10
 _GREP_HANDOFF = 256 << 10
 # A line longer than this stops grep (which would hold all of it in memory).
 _GREP_MAX_LINE = 8 << 20
+_WRITEBACK_STEP = 8 << 20
+"""The writer asks the kernel to start writing back every this many bytes."""
 
 Inspect = Callable[[bytes, Callable[[int, int], bytes], int], str]
 """``inspect(head, read, size)``: the outline of a structured output, or ``""``."""
@@ -231,6 +233,9 @@ class StreamCapture:
         self._grep_off = False
         self._line_run = 0
         self._feed: queue.Queue[bytes | None] = queue.Queue(_FEED_DEPTH)
+        self._drained = 0
+        """Bytes the writer thread has written."""
+        self._writeback_from = 0
         self._feeder: threading.Thread | None = None
 
     def _drain(self) -> None:
@@ -248,6 +253,14 @@ class StreamCapture:
                 self._sha.update(chunk)
                 write_all(self._fd, chunk)
                 self._to_grep(chunk)
+                self._drained += len(chunk)
+                if self._drained - self._writeback_from >= _WRITEBACK_STEP:
+                    # The device writes what is done while the rest is produced: the
+                    # fsync at the end then waits for the last few megabytes only.
+                    durable.current().start_writeback(
+                        self._fd, self._writeback_from, self._drained - self._writeback_from
+                    )
+                    self._writeback_from = self._drained
         except BaseException as exc:  # handed to the caller thread in finish()
             self._error = exc
             self._end_feed()

@@ -4,10 +4,11 @@ files it must keep (the fault seam).
 Two layers:
 
 - :class:`DurableIO` is the set of system calls, one method each (``open``, ``write``,
-  ``pwrite``, ``pread``, ``fsync``, ``ftruncate``, ``link``, ``rename``, ``unlink``,
-  ``mkdir``, ``close``). The process uses one instance, :func:`current`; a test substitutes
-  another (:func:`substituted`) that fails the n-th call or simulates a power loss after
-  it, and so reaches every durable step of every operation without patching modules.
+  ``pwrite``, ``pread``, ``fsync``, ``start_writeback``, ``ftruncate``, ``link``,
+  ``rename``, ``unlink``, ``mkdir``, ``close``). The process uses one instance,
+  :func:`current`; a test substitutes another (:func:`substituted`) that fails the n-th
+  call or simulates a power loss after it, and so reaches every durable step of every
+  operation without patching modules.
 - The helpers below (:func:`open_trusted`, :func:`hash_fd`, :func:`write_all`,
   :func:`write_atomically`, :func:`append_synced`, :func:`link_new`, :func:`unlink_synced`,
   :func:`fsync_dir`, :func:`ensure_private_dir`, :func:`close_unwritten`, ...) are the rules
@@ -93,6 +94,17 @@ class DurableIO:
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
 
+    def start_writeback(self, fd: int, offset: int, length: int) -> None:
+        """Ask the kernel to start writing ``length`` bytes of ``fd`` from ``offset`` to
+        the device, without waiting (Linux ``sync_file_range`` with
+        ``SYNC_FILE_RANGE_WRITE``; nothing elsewhere). A hint, so that the final
+        :meth:`fsync` of a large file finds most of it written while the rest was still
+        being produced: it promises nothing, and it never fails (a writeback error is
+        reported by that fsync)."""
+        call = _writeback_call()
+        if call is not None:
+            call(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
     def ftruncate(self, fd: int, length: int) -> None:
         os.ftruncate(fd, length)
 
@@ -124,6 +136,26 @@ class DurableIO:
 
     def flock(self, fd: int, operation: int) -> None:
         fcntl.flock(fd, operation)
+
+
+_SYNC_FILE_RANGE_WRITE = 2
+_writeback: list[Callable[[int, int, int, int], int] | None] = []
+
+
+def _writeback_call() -> Callable[[int, int, int, int], int] | None:
+    """libc's ``sync_file_range``, looked up once (ctypes loads only for a large file);
+    None where there is none."""
+    if not _writeback:
+        try:
+            import ctypes  # only here: most captures never need it
+
+            call = ctypes.CDLL(None, use_errno=True).sync_file_range
+            call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+            call.restype = ctypes.c_int
+            _writeback.append(call)
+        except (OSError, AttributeError, ImportError):
+            _writeback.append(None)
+    return _writeback[0]
 
 
 _DEFAULT = DurableIO()
