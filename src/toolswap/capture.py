@@ -233,6 +233,8 @@ class StreamCapture:
         self._grep_off = False
         self._line_run = 0
         self._feed: queue.Queue[bytes | None] = queue.Queue(_FEED_DEPTH)
+        self._scanned = 0
+        """Leading bytes already fed to the forward scan (by ``write``)."""
         self._drained = 0
         """Bytes the writer thread has written."""
         self._writeback_from = 0
@@ -281,6 +283,12 @@ class StreamCapture:
             self._tail += chunk
             if len(self._tail) > 2 * self._tail_keep:
                 del self._tail[: len(self._tail) - self._tail_keep]
+        if self._scanned < self._grep_limit:
+            # The forward scan of the first bytes runs here, from memory, while the writer
+            # thread hashes and writes: the caller would otherwise only wait for it.
+            part = chunk[: self._grep_limit - self._scanned]
+            self._scanner.feed(part)
+            self._scanned += len(part)
         self._counter.feed(chunk)
         if self._error is not None:
             return  # nothing more reaches the disk; head, tail and counts still do
@@ -400,7 +408,9 @@ class StreamCapture:
             if grep is not None:
                 grep.kill()
             return scanner.finish(binary=True, total=total, newlines=counter.newlines)
-        pos = self._forward_scan(0, self._grep_limit if grep is not None else self._scan_limit)
+        pos = self._forward_scan(
+            self._scanned, self._grep_limit if grep is not None else self._scan_limit
+        )
         if grep is not None:
             found = grep.finish()
             if found is not None and self._grep_from == scanner.lines_end:
