@@ -191,6 +191,17 @@ def test_a_nul_byte_in_the_first_8_kib_makes_the_output_binary(dir_fd: int) -> N
     assert stats.salient == ()
 
 
+def test_binary_output_reports_nothing_scanned_for_failure_lines(dir_fd: int) -> None:
+    """The first bytes go to the failure-line scan as they arrive; when the output turns
+    out binary, the statistics still say that none of it was scanned."""
+    for size in (100_000, 3 << 20):
+        data = b"\x00" + os.urandom(size - 1)
+        capture, stats = _capture(dir_fd, _split(data, 1 << 16))
+        assert stats.binary
+        assert stats.scanned_bytes == 0
+        capture.discard()
+
+
 def test_invalid_utf8_anywhere_makes_the_output_binary(dir_fd: int) -> None:
     data = b"error: fine so far\n" * 200_000 + b"\xff\xfe" + b"error: after\n"
     capture, stats = _capture(dir_fd, _split(data, 1 << 20))

@@ -12,6 +12,9 @@ import pytest
 
 from toolswap import ToolResultExternalizer
 from toolswap._json_form import fields_form, json_form
+from toolswap.grep import GrepMatch
+from toolswap.retention.claims import ArtifactRetentionClaim
+from toolswap.retention.lease import ArtifactLeasePhase, ArtifactLeaseTransaction
 
 
 class _Kind(StrEnum):
@@ -60,3 +63,27 @@ def test_an_artifact_reference_round_trips_through_its_json_form(tmp_path: Path)
     assert data["argv"] == ["seq", "100"] and data["exit_code"] == 3
     memory = ref.for_memory()
     assert type(memory).from_dict(json.loads(json.dumps(memory.to_dict()))) == memory
+
+
+def test_grep_matches_and_leases_print_their_keys_in_the_order_they_always_had(
+    tmp_path: Path,
+) -> None:
+    """``--json`` output does not sort keys: a grep match and a lease keep their order."""
+    match = GrepMatch(1, "boom", before=((0, "a"),), line_start=5, text_start=5)
+    assert list(match.to_dict()) == [
+        "line_no",
+        "text",
+        "line_start",
+        "text_start",
+        "before",
+        "after",
+    ]
+    assert match.to_dict()["before"] == [[0, "a"]]
+    ref = ToolResultExternalizer(tmp_path / "s").externalize(b"x\n" * 10, "bash").artifact
+    claim = ArtifactRetentionClaim(ref.source_id, ref.content_sha256)
+    when = datetime(2026, 12, 2, tzinfo=UTC)
+    lease = ArtifactLeaseTransaction(
+        "t1", claim, ArtifactLeasePhase.PREPARED, "0" * 64, when, when, 1, 1
+    )
+    assert list(lease.to_dict())[:3] == ["transaction_id", "phase", "claim"]
+    assert lease.to_dict()["phase"] == "PREPARED"

@@ -477,7 +477,9 @@ class StreamCapture:
             tail=tail,
             salient=salient,
             scanned_bytes=(
-                counter.size
+                0  # binary output is not scanned for failure lines
+                if counter.binary
+                else counter.size
                 if scanner.scanned >= counter.size or self._middle_scanned
                 else scanner.lines_end
             ),

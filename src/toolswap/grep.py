@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._ere import check_searchable, is_literal, translate
-from ._json_form import fields_form
+from ._json_form import fields_form, json_form
 from ._window import CONTINUATION_MARKER, window
 from .errors import ArtifactReadError, ArtifactSearchTimeoutError
 
@@ -70,7 +70,11 @@ class GrepMatch:
     """Byte offset in the artifact where ``text`` begins (``line_start`` unless windowed)."""
 
     def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
+        return {
+            **fields_form(self, skip=("before", "after")),
+            "before": json_form(self.before),
+            "after": json_form(self.after),
+        }
 
 
 @dataclass(frozen=True, slots=True)

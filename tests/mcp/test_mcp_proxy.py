@@ -318,6 +318,31 @@ async def test_upstream_death_fails_the_pending_call_and_the_proxy_exits(
     assert "Traceback" not in log
 
 
+async def test_a_large_result_that_cannot_be_saved_fails_that_call_only(
+    errlog: IO[str],
+) -> None:
+    """A file-size limit (RLIMIT_FSIZE, set by the shell that starts the proxy, SIGXFSZ
+    ignored) makes the artifact's write fail with EFBIG: the host gets an error for that
+    call, saying why, and the proxy and its upstream go on."""
+    argv = ["sh", "-c", "trap '' XFSZ; ulimit -f 64; exec \"$@\"", "sh", *proxy_argv()]
+    with anyio.fail_after(HANG_GUARD):
+        async with raw_peer(argv, errlog) as peer:
+            await peer.handshake()
+            big = await peer.request(1, "tools/call", {"name": "big_text", "arguments": {}})
+            small = await peer.request(
+                2, "tools/call", {"name": "echo", "arguments": {"text": "still here"}}
+            )
+    error = json.loads(big)["error"]
+    assert error["code"] == -32603
+    assert "toolswap could not save this large result" in error["message"]
+    assert "could not be saved" in error["message"]  # the externalizer's own reason
+    assert json.loads(small)["result"]["content"][0]["text"] == "still here"
+    errlog.seek(0)
+    log = errlog.read()
+    assert "a large result could not be saved" in log
+    assert "Traceback" not in log
+
+
 async def test_sdk_client_sees_a_clear_error_when_the_upstream_dies(errlog: IO[str]) -> None:
     with anyio.fail_after(HANG_GUARD):
         async with connect(proxy_argv(), errlog) as session:

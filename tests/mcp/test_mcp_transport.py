@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from toolswap.mcp.transport import READ_CHUNK, StdFd, pump_frames
+from toolswap.mcp.transport import READ_CHUNK, StdFd, loads_frame, pump_frames
 
 
 @pytest.fixture
@@ -176,3 +176,98 @@ def test_write_now_writes_a_whole_frame_or_nothing(pipe: tuple[int, int]) -> Non
         assert out.write_now(b"z\n")
     finally:
         out.restore()
+
+
+def test_a_frame_now_cannot_judge_goes_to_the_reader_and_none_is_lost(
+    pipe: tuple[int, int],
+) -> None:
+    """``now`` raising (a frame nested too deep for the parser, say) leaves the frame to
+    the reader's handler, where the error is met and reported; the frames after it still
+    arrive, in order."""
+    r, w = pipe
+    deep = b"[" * 5000 + b"]" * 5000 + b"\n"
+    assert loads_frame(deep) is None  # too deep to parse: not JSON to the proxy
+    seen: list[bytes] = []
+
+    def now(line: bytes) -> bool:
+        if line.startswith(b"["):
+            raise RecursionError("maximum recursion depth exceeded")
+        seen.append(b"now " + line)
+        return True
+
+    async def handle(line: bytes) -> None:
+        seen.append(b"handled " + line[:8])
+
+    async def main() -> None:
+        fd = StdFd(r)
+        try:
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(functools.partial(pump_frames, fd, handle, now=now))
+                    os.write(w, b"a\n" + deep + b"b\n")
+                    await anyio.sleep(0.05)
+                    os.close(w)
+        finally:
+            fd.restore()
+
+    anyio.run(main)
+    assert seen == [b"now a\n", b"handled [[[[[[[[", b"handled b\n"]
+
+
+def test_an_unfinished_frame_is_not_read_without_bound_while_the_reader_is_busy(
+    pipe: tuple[int, int],
+) -> None:
+    """While the reader handles a frame, what is read ahead, an unfinished frame included,
+    stays within the bound: the writer is pushed back."""
+    r, w = pipe
+    os.set_blocking(w, False)
+    release = anyio.Event()
+
+    async def handle(line: bytes) -> None:
+        await release.wait()
+
+    async def main() -> int:
+        fd = StdFd(r)
+        written = 0
+        try:
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(functools.partial(pump_frames, fd, handle, now=lambda _: False))
+                    os.write(w, b"first\n")
+                    await anyio.sleep(0.02)  # the reader now holds "first"
+                    block = b"x" * (1 << 16)
+                    for _ in range(1600):  # 100 MiB of one frame, unterminated
+                        try:
+                            written += os.write(w, block)
+                        except BlockingIOError:
+                            await anyio.sleep(0.001)
+                            continue
+                        await anyio.sleep(0)
+                    release.set()
+                    os.close(w)
+        finally:
+            fd.restore()
+        return written
+
+    written = anyio.run(main)
+    assert written <= 3 * READ_CHUNK + (1 << 20)  # the bound, a read, and the pipe's buffer
+
+
+def test_read_error_ends_ends_on_a_read_error_but_not_on_the_handler_s(
+    pipe: tuple[int, int],
+) -> None:
+    r, w = pipe
+
+    async def failing(line: bytes) -> None:
+        raise OSError("the handler's own failure")
+
+    async def main() -> None:
+        fd = StdFd(r)
+        try:
+            os.write(w, b"frame\n")
+            await pump_frames(fd, failing, now=lambda _: False, read_error_ends=True)
+        finally:
+            fd.restore()
+
+    with pytest.raises(OSError, match="the handler's own failure"):
+        anyio.run(main)

@@ -48,7 +48,6 @@ import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from select import PIPE_BUF
 from typing import Any
 
 import anyio
@@ -56,7 +55,7 @@ import anyio.abc
 import anyio.to_thread
 
 from .._tool_descriptions import TOOL_NAMES
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ToolswapError
 from ..externalizer import ToolResultExternalizer
 from ..settings import ToolThreshold
 from .local import (
@@ -84,6 +83,7 @@ __all__ = ["McpProxy", "run_proxy"]
 
 _PARSE_IN_THREAD = 1 << 20
 """Frames larger than this are parsed on a worker thread, so other traffic keeps moving."""
+_INTERNAL_ERROR = -32603
 _TASK_RESULT = "tasks/result"
 _TASKS_KEPT = 4096
 """Task IDs remembered with their tool; an older task's result is still rewritten, under
@@ -250,9 +250,10 @@ class McpProxy:
         proc = self._proc
         assert proc is not None
         try:
-            await pump_frames(proc.stdout, self._from_upstream, now=self._upstream_now)
-        except OSError:
-            pass  # as at the end of its output
+            # A read error is the end of its output; an error handling a frame is not.
+            await pump_frames(
+                proc.stdout, self._from_upstream, now=self._upstream_now, read_error_ends=True
+            )
         finally:
             self._upstream_done = True
 
@@ -262,7 +263,9 @@ class McpProxy:
         """Relay a host frame from the read callback (see :func:`pump_frames`) when that
         needs no await: not one of the proxy's own tools, not a cancellation, the upstream
         running and its pipe taking the frame at once."""
-        if self._upstream_done:
+        proc = self._proc
+        assert proc is not None
+        if self._upstream_done or not proc.can_send_now(len(line)):
             return False
         message = loads_frame(line)
         if not isinstance(message, dict):
@@ -270,14 +273,15 @@ class McpProxy:
         method = message.get("method")
         if method == "notifications/cancelled" or (method == "tools/call" and _local(message)):
             return False
-        proc = self._proc
-        assert proc is not None
+        noted: tuple[str, _Pending] | None = None
+        if isinstance(method, str) and "id" in message:
+            noted = _key(message["id"]), self._pending_for(method, _params(message))
         if not proc.send_now(line):
             return False
         # The answer cannot be read before this callback returns: noting the request after
         # sending it is as good as before.
-        if isinstance(method, str) and "id" in message:
-            self._pending[_key(message["id"])] = self._pending_for(method, _params(message))
+        if noted is not None:
+            self._pending[noted[0]] = noted[1]
         return True
 
     async def _from_client(self, line: bytes) -> None:
@@ -330,7 +334,8 @@ class McpProxy:
     def _upstream_now(self, line: bytes) -> bool:
         """Relay an upstream frame from the read callback (see :func:`pump_frames`) when
         it is passed through as received and the host's pipe takes it at once."""
-        if self._client_gone or len(line) > PIPE_BUF:
+        assert self._out is not None
+        if self._client_gone or not self._out.can_write_now(len(line)):
             return False
         message = loads_frame(line)
         key = None
@@ -339,7 +344,6 @@ class McpProxy:
             pending = self._pending.get(key)
             if pending is not None and not self._passes(pending, message.get("result"), line):
                 return False
-        assert self._out is not None
         if not self._out.write_now(line):
             return False
         if key is not None:
@@ -372,7 +376,19 @@ class McpProxy:
                     return  # the host gave up on it; do not answer a cancelled request
                 result = message.get("result")
                 if isinstance(result, dict):
-                    line = await self._rewrite(pending, message, result, line)
+                    try:
+                        line = await self._rewrite(pending, message, result, line)
+                    except ToolswapError as exc:
+                        # Not saved, so not passed on whole either (it is what would not
+                        # fit): the host gets an error for this request, and the proxy goes on.
+                        say(f"a large result could not be saved: {exc}")
+                        await self._send_error(
+                            message["id"],
+                            f"toolswap could not save this large result, so it is not shown: "
+                            f"{exc}",
+                            code=_INTERNAL_ERROR,
+                        )
+                        return
         await self._to_client(line)
 
     async def _rewrite(

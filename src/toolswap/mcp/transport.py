@@ -55,7 +55,7 @@ def loads_frame(line: bytes) -> object:
     """The message in a frame, or None if it is not JSON."""
     try:
         return json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested too deep: not ours
         return None
 
 
@@ -72,6 +72,8 @@ class LineSplitter:
 
     def __init__(self) -> None:
         self._parts: list[bytes] = []
+        self.pending = 0
+        """Bytes of the unfinished frame held."""
 
     def feed(self, chunk: bytes) -> list[bytes]:
         lines: list[bytes] = []
@@ -84,16 +86,19 @@ class LineSplitter:
                 self._parts.append(chunk[start : end + 1])
                 lines.append(b"".join(self._parts))
                 self._parts = []
+                self.pending = 0
             else:
                 lines.append(chunk[start : end + 1])
             start = end + 1
         if start < len(chunk):
             self._parts.append(chunk[start:])
+            self.pending += len(chunk) - start
         return lines
 
     def rest(self) -> bytes:
         rest = b"".join(self._parts)
         self._parts = []
+        self.pending = 0
         return rest
 
 
@@ -102,6 +107,7 @@ async def pump_frames(
     handle: Callable[[bytes], Awaitable[None]],
     *,
     now: Callable[[bytes], bool] | None = None,
+    read_error_ends: bool = False,
 ) -> None:
     """Hand each frame read from ``source`` to ``handle`` until the end of input; an
     unterminated last frame gets its newline (one of white space only is dropped).
@@ -112,14 +118,26 @@ async def pump_frames(
     frame a trip through the event loop's queue (about a third of a small call's relay).
 
     Raises:
-        OSError: reading failed.
+        OSError: reading failed (unless ``read_error_ends``: then that is the end of
+            input), or ``handle`` raised it.
     """
+
+    async def read_next() -> bytes:
+        try:
+            if now is not None and source.pollable:
+                return await source.read_frame(now)
+            return await source.read()
+        except OSError:
+            if read_error_ends:
+                return b""
+            raise
+
     if now is not None and source.pollable:
-        while line := await source.read_frame(now):
+        while line := await read_next():
             await handle(line)
         return
     splitter = LineSplitter()
-    while chunk := await source.read():
+    while chunk := await read_next():
         for line in splitter.feed(chunk):
             await handle(line)
     rest = splitter.rest()
@@ -158,7 +176,10 @@ class _Watched:
     def _full(self) -> bool:
         if self._splitter is None:
             return len(self._chunks) >= self._AHEAD
-        return self._queued >= self._AHEAD_BYTES
+        # An unfinished frame is read on while the reader waits for it (it cannot be
+        # handed over before it ends), and counts against the bound once the reader is busy.
+        waiting = bool(self._chunks) or self._busy
+        return waiting and self._queued + self._splitter.pending >= self._AHEAD_BYTES
 
     def _watch(self) -> None:
         if not self._watching and not self._ended and not self._full():
@@ -179,7 +200,7 @@ class _Watched:
             data = exc
         if not isinstance(data, bytes) or not data:
             self._ended = True
-            if self._splitter is not None and isinstance(data, bytes):
+            if self._splitter is not None:
                 rest = self._splitter.rest()
                 if rest.strip():
                     self._chunks.append(rest + b"\n")
@@ -187,10 +208,9 @@ class _Watched:
         elif self._splitter is None:
             self._chunks.append(data)
         else:
-            now, chunks = self._now, self._chunks
-            assert now is not None
+            chunks = self._chunks
             for line in self._splitter.feed(data):
-                if chunks or self._busy or not now(line):
+                if chunks or self._busy or not self._dealt_with_now(line):
                     chunks.append(line)
                     self._queued += len(line)
         if self._ended or self._full():
@@ -198,12 +218,21 @@ class _Watched:
         if self._chunks:
             self._wake()
 
+    def _dealt_with_now(self, line: bytes) -> bool:
+        assert self._now is not None
+        try:
+            return self._now(line)
+        except Exception:  # the reader's handler meets it again, where it is reported
+            return False
+
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
     async def read(self) -> bytes:
-        self._busy = False
+        if self._busy:
+            self._busy = False
+            self._watch()  # reading was held back while the last frame was handled
         while not self._chunks:
             if self._ended:
                 return b""
@@ -293,11 +322,15 @@ class StdFd:
         finally:
             self._writing = False
 
+    def can_write_now(self, size: int) -> bool:
+        """Whether :meth:`write_now` may take ``size`` bytes (it may still refuse them)."""
+        return self._fifo and not self._writing and size <= select.PIPE_BUF
+
     def write_now(self, data: bytes) -> bool:
         """Write all of ``data`` without waiting, or nothing: False when that cannot be
         promised (not a pipe, longer than ``PIPE_BUF``, a write in progress, a full pipe, or
         an error, which the caller's ordinary write then meets and reports)."""
-        if not self._fifo or self._writing or len(data) > select.PIPE_BUF:
+        if not self.can_write_now(len(data)):
             return False
         try:
             # A pipe takes a write of at most PIPE_BUF bytes whole, or not at all (POSIX).
@@ -334,6 +367,10 @@ class UpstreamProcess:
         if self._stdin is None:
             raise BrokenPipeError("the upstream's stdin is closed")
         await self._stdin.write(data)
+
+    def can_send_now(self, size: int) -> bool:
+        """Whether :meth:`send_now` may take ``size`` bytes (it may still refuse them)."""
+        return self._stdin is not None and self._stdin.can_write_now(size)
 
     def send_now(self, data: bytes) -> bool:
         """Write ``data`` to its stdin at once, or nothing (see :meth:`StdFd.write_now`)."""

@@ -80,4 +80,8 @@ class ArtifactLeaseTransaction:
         return self.claim.source_id
 
     def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
+        return {
+            "transaction_id": self.transaction_id,
+            "phase": self.phase.value,
+            **fields_form(self, skip=("transaction_id", "phase")),
+        }
