@@ -27,7 +27,7 @@ from toolswap.structured._fields import _names
 from toolswap.structured._values import _key_path
 
 MIN_BYTES = 60_000
-REPEATS = 3
+REPEATS = 7
 
 
 def _run(argv: list[str], **kw: object) -> bytes:
@@ -124,7 +124,11 @@ def _outputs(work: Path) -> list[tuple[str, str, bytes, str | None]]:
     pip_bad, at = _insert("json", pip, {"error": "METADATA could not be read: invalid UTF-8"})
     out.append(("pip inspect + error record", "json", pip_bad, at))
     ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
-    tree = Path(json.loads(pip)["installed"][0]["metadata_location"]).parent
+    tree = next(
+        Path(item["metadata_location"]).parent
+        for item in json.loads(pip)["installed"]
+        if item["metadata"]["name"] == "pydantic"
+    )
     for fmt, flag in (("json", "json"), ("jsonl", "json-lines")):
         data = _run(
             [

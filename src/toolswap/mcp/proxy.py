@@ -384,8 +384,7 @@ class McpProxy:
                         say(f"a large result could not be saved: {exc}")
                         await self._send_error(
                             message["id"],
-                            f"toolswap could not save this large result, so it is not shown: "
-                            f"{exc}",
+                            f"toolswap could not save this large result, so it is not shown: {exc}",
                             code=_INTERNAL_ERROR,
                         )
                         return

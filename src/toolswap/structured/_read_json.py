@@ -291,11 +291,23 @@ _BIG_RECORD = 1 << 20
 _WS = re.compile(r"[ \t\n\r]*")
 
 
+_WHOLE_ARRAY = 16 << 20
+"""A document that is one array of at most this many bytes, read whole, is split and decoded
+by msgspec."""
+
+
 def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> _Summary:
-    """A document that is one array (``sqlite3 -json``, ``ruff --output-format json``): its
+    """A document that is one array (``sqlite3 -json``, ``ruff --output-format json``).
+
+    When all of it is to be read (at most ``_WHOLE_ARRAY`` bytes), msgspec splits it into
+    its elements' raw bytes and decodes them in C, about twice as fast as ``json`` (the
+    document's bytes, then one batch of records, are in memory). Otherwise, or where msgspec
+    refuses what ``json`` takes (``NaN``, integers past 64 bits, a lone surrogate), its
     elements are decoded one by one by ``json``'s C decoder (``raw_decode``) from a sliding
-    window of the text, about twice as fast as ijson's events, in memory bounded by the
-    window and the largest record. Raises ``_NotStructured`` if it is not one JSON array."""
+    window of the text, in memory bounded by the window and the largest record. Raises
+    ``_NotStructured`` if it is not one JSON array."""
+    if size <= min(limit, _WHOLE_ARRAY) and _split_whole_array(read, acc, size=size):
+        return _Summary(".[]")
     import codecs
 
     decoder = json.JSONDecoder()
@@ -393,6 +405,61 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
     if cut and complete:
         raise _NotStructured("the array does not end")
     return _Summary(".[]")
+
+
+def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
+    """Feed the records of the array that is the whole of a ``size``-byte document to
+    ``acc`` (see :func:`_scan_top_array`); False, having fed nothing, when msgspec is not
+    installed or the document is not one JSON array to it (the caller then reads it with
+    ``json``, which also takes ``NaN``)."""
+    try:
+        import msgspec  # a C extension: only for a document that is one array
+    except ImportError:
+        return False
+    parts: list[bytes] = []
+    taken = 0
+    while taken < size:
+        block = read(min(_BLOCK, size - taken), taken)
+        if not block:
+            break
+        parts.append(block)
+        taken += len(block)
+    data = b"".join(parts)
+    try:
+        # The whole document's syntax is checked here, before anything is fed.
+        raws = msgspec.json.decode(data, type=list[msgspec.Raw])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    decoder = msgspec.json.Decoder()
+    index = 0
+    pending: list[object] = []
+    for raw in raws:
+        if len(raw) > _BIG_RECORD:
+            # Counted, not walked: one huge record would cost the sample its time.
+            if pending:
+                acc.batch(".[]", ".", index, pending)
+                index += len(pending)
+                pending = []
+            acc.record(".[]", f".[{index}]", None, oversized=True)
+            index += 1
+            continue
+        try:
+            value = decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            # What json takes and msgspec does not (an integer past 64 bits, a lone
+            # surrogate): this record as json reads it.
+            try:
+                value = json.loads(bytes(raw))
+            except ValueError:
+                raise _NotStructured("not valid JSON") from None
+        pending.append(value)
+        if len(pending) >= _BATCH:
+            acc.batch(".[]", ".", index, pending)
+            index += len(pending)
+            pending = []
+    if pending:
+        acc.batch(".[]", ".", index, pending)
+    return True
 
 
 def _prefix(parent: str | None, key: object) -> str | None:

@@ -13,7 +13,7 @@ from ._fast_path import _Accumulator
 from ._fields import _MAX_FIELDS, SAMPLE_RECORDS, _Collection, _Field
 from ._read_json import _Summary
 from ._signs import _MAX_FAILURES
-from ._values import _compact
+from ._values import _compact, _utf8_text
 
 __all__ = ["_envelope", "_example", "_render"]
 
@@ -255,6 +255,7 @@ def _render(
 
 def _fit(rows: list[tuple[int, str]], budget: int) -> str:
     """Drop the least important rows (the last of the highest rank first) until it fits."""
+    rows = [(rank, _utf8_text(text)) for rank, text in rows]
     keep = [True] * len(rows)
     cost = sum(len(text.encode()) + 1 for _, text in rows)
     note = "(+{} outline lines not shown for room: query the artifact)"
@@ -283,8 +284,8 @@ def _example(acc: _Accumulator) -> str:
     for coll in acc.collections.values():
         listed = _anomalies(coll)[1]
         if listed:
-            return listed[0][0]
+            return _utf8_text(listed[0][0])
     for coll in acc.collections.values():
         if coll.first is not None:
-            return coll.first[0]
+            return _utf8_text(coll.first[0])
     return "."

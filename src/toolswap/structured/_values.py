@@ -9,7 +9,15 @@ from __future__ import annotations
 import json
 import re
 
-__all__ = ["_IDENTIFIER", "_TYPE_NAMES", "_cell", "_compact", "_key_path", "_type_name"]
+__all__ = [
+    "_IDENTIFIER",
+    "_TYPE_NAMES",
+    "_cell",
+    "_compact",
+    "_key_path",
+    "_type_name",
+    "_utf8_text",
+]
 
 
 _RECORD_CHARS = 360
@@ -79,6 +87,18 @@ def _shorten(value: object, depth: int = 0) -> object:
 def _compact(value: object, limit: int = _RECORD_CHARS) -> str:
     text = json.dumps(_shorten(value), ensure_ascii=False, separators=(",", ":"), default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _utf8_text(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a lone surrogate (JSON allows ``"\\ud800"``, and
+    ``json`` decodes it as one) is written as its escape."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
 
 
 def _cell(text: str) -> object:

@@ -1,0 +1,34 @@
+"""JSON text to values, by msgspec where it takes the text (its C decoder is about twice as
+fast as ``json``'s), by ``json`` where it does not: ``NaN``, a number past a double's range,
+a lone surrogate; the values are the same either way."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+__all__ = ["loads"]
+
+_msgspec_decode: list[Callable[[bytes], object] | None] = []
+
+
+def loads(data: bytes) -> object:
+    """The value of the JSON text ``data``.
+
+    Raises:
+        ValueError: it is not JSON.
+    """
+    if not _msgspec_decode:
+        try:
+            import msgspec  # a C extension: only for structured output
+        except ImportError:
+            _msgspec_decode.append(None)
+        else:
+            _msgspec_decode.append(msgspec.json.Decoder().decode)
+    decode = _msgspec_decode[0]
+    if decode is not None:
+        try:
+            return decode(data)
+        except Exception:  # msgspec.DecodeError or ValidationError: json decides
+            pass
+    return json.loads(data)

@@ -1,0 +1,81 @@
+"""msgspec decodes structured output where it takes the text, json where it does not: the
+outline is the same either way, whatever the numbers and strings in it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from toolswap.structured import _decode
+from toolswap.structured.detect import Format
+from toolswap.structured.outline import outline
+
+# What json takes and msgspec refuses: NaN, a number past a double's range, a lone
+# surrogate; and what both take: an integer past 64 bits, a duplicate key.
+AWKWARD = [
+    '{"id": 1, "status": "ok", "score": NaN}',
+    '{"id": 2, "status": "ok", "score": 1.5e400}',
+    '{"id": 3, "status": "ok", "name": "\\ud800"}',
+    '{"id": 4, "status": "ok", "big": 123456789012345678901234567890}',
+    '{"id": 5, "status": "failed", "id": 6}',
+]
+
+
+def _records(count: int, extra: list[str]) -> list[str]:
+    plain = [
+        json.dumps({"id": i, "status": "ok", "tags": ["a", "b"], "price": i / 3})
+        for i in range(count)
+    ]
+    return plain[: count // 2] + extra + plain[count // 2 :]
+
+
+def _outline(fmt: Format, data: bytes) -> tuple[str, int]:
+    found = outline(fmt, lambda count, offset: data[offset : offset + count], len(data))
+    return found.text, found.records
+
+
+@pytest.fixture
+def without_msgspec(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setitem(sys.modules, "msgspec", None)  # import msgspec raises ImportError
+    monkeypatch.setattr(_decode, "_msgspec_decode", [])
+    yield
+
+
+def _documents(extra: list[str]) -> list[tuple[Format, bytes]]:
+    lines = _records(3000, extra)
+    return [
+        ("json", ("[" + ",\n".join(lines) + "]").encode()),
+        ("jsonl", "\n".join(lines).encode() + b"\n"),
+    ]
+
+
+@pytest.mark.parametrize("extra", [[], AWKWARD], ids=["plain", "awkward"])
+def test_the_outline_is_the_same_with_or_without_msgspec(
+    extra: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("msgspec")
+    with_it = [_outline(fmt, data) for fmt, data in _documents(extra)]
+    monkeypatch.setitem(sys.modules, "msgspec", None)
+    monkeypatch.setattr(_decode, "_msgspec_decode", [])
+    without = [_outline(fmt, data) for fmt, data in _documents(extra)]
+    assert with_it == without
+    assert all(records == 3000 + len(extra) for _, records in with_it)
+    if extra:
+        assert all('"id":6' in text or "failed" in text for text, _ in with_it)
+
+
+def test_loads_gives_json_s_values_where_msgspec_refuses_the_text() -> None:
+    pytest.importorskip("msgspec")
+    for text in AWKWARD:
+        expected = json.loads(text)
+        got = _decode.loads(text.encode())
+        assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    with pytest.raises(ValueError):
+        _decode.loads(b"{not json")
+
+
+def test_loads_works_without_msgspec(without_msgspec: None) -> None:
+    assert _decode.loads(b'[1, {"a": NaN}]')[0] == 1  # type: ignore[index]
