@@ -79,3 +79,22 @@ def test_loads_gives_json_s_values_where_msgspec_refuses_the_text() -> None:
 
 def test_loads_works_without_msgspec(without_msgspec: None) -> None:
     assert _decode.loads(b'[1, {"a": NaN}]')[0] == 1  # type: ignore[index]
+
+
+def test_an_array_of_many_small_elements_is_not_split_whole() -> None:
+    """Each element split out costs a handle of about 50 bytes: an array with too many
+    commas is read through the sliding window instead (bounded memory), with the same
+    outline."""
+    pytest.importorskip("msgspec")
+    from toolswap.structured._fast_path import _Accumulator
+    from toolswap.structured._read_json import _WHOLE_ELEMENTS, _split_whole_array
+
+    dense = ("[" + ",".join(["0"] * (_WHOLE_ELEMENTS + 1)) + "]").encode()
+    sparse = ("[" + ",".join(['{"a": "' + "x" * 40 + '"}'] * 1000) + "]").encode()
+    for data, split in ((dense, False), (sparse, True)):
+        acc = _Accumulator()
+        read = lambda count, offset, data=data: data[offset : offset + count]  # noqa: E731
+        assert _split_whole_array(read, acc, size=len(data)) is split
+    text, records = _outline("json", dense)
+    assert records == _WHOLE_ELEMENTS + 1
+    assert f"{_WHOLE_ELEMENTS + 1:,}" in text

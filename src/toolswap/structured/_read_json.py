@@ -293,7 +293,10 @@ _WS = re.compile(r"[ \t\n\r]*")
 
 _WHOLE_ARRAY = 16 << 20
 """A document that is one array of at most this many bytes, read whole, is split and decoded
-by msgspec."""
+by msgspec,"""
+_WHOLE_ELEMENTS = 1 << 18
+"""... if it has fewer commas than this (so fewer elements): their raw bytes' handles take
+about 50 bytes each, so this bounds them to about 13 MiB."""
 
 
 def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> _Summary:
@@ -425,6 +428,8 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
         parts.append(block)
         taken += len(block)
     data = b"".join(parts)
+    if data.count(b",") >= _WHOLE_ELEMENTS:
+        return False  # many small elements: the sliding window holds less
     try:
         # The whole document's syntax is checked here, before anything is fed.
         raws = msgspec.json.decode(data, type=list[msgspec.Raw])
