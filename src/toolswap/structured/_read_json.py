@@ -451,8 +451,8 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
         try:
             value = decoder.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            # What json takes and msgspec does not (an integer past 64 bits, a lone
-            # surrogate): this record as json reads it.
+            # What json takes and msgspec does not (a number past a double's range, which
+            # json reads as infinity): this record as json reads it.
             try:
                 value = json.loads(bytes(raw))
             except ValueError:
