@@ -98,3 +98,39 @@ def test_an_array_of_many_small_elements_is_not_split_whole() -> None:
     text, records = _outline("json", dense)
     assert records == _WHOLE_ELEMENTS + 1
     assert f"{_WHOLE_ELEMENTS + 1:,}" in text
+
+
+def _json_array(records: list[str]) -> bytes:
+    return ("[" + ",".join(records) + "]").encode()
+
+
+def test_a_record_is_too_large_to_walk_by_its_characters_not_its_bytes() -> None:
+    """700,000 two-byte characters (1.4 MB of UTF-8) are under the 1 Mi-character bound:
+    the record is walked, its field named, as the sliding window always did."""
+    records = [json.dumps({"id": i, "status": "ok"}) for i in range(6)]
+    records.insert(3, json.dumps({"id": 99, "s": "é" * 700_000}, ensure_ascii=False))
+    text, count = _outline("json", _json_array(records))
+    assert count == 7
+    assert ".[].s" in text
+    assert "too large" not in text
+
+
+@pytest.mark.parametrize(
+    "bad", [b"\xed\xa0\x80", b"\xff"], ids=["an encoded surrogate", "not UTF-8 at all"]
+)
+@pytest.mark.parametrize("big", [False, True], ids=["small record", "record over 1 MiB"])
+def test_bytes_that_are_not_utf8_keep_the_document_text(bad: bytes, big: bool) -> None:
+    records = [json.dumps({"id": i, "status": "ok"}).encode() for i in range(40)]
+    filler = b"x" * (1 << 20) if big else b""
+    records[20] = b'{"id": 20, "status": "o' + bad + filler + b'k"}'
+    data = b"[" + b",".join(records) + b"]"
+    found = outline("json", lambda count, offset: data[offset : offset + count], len(data))
+    assert found is None
+
+
+def test_the_last_json_line_counts_without_a_trailing_newline() -> None:
+    lines = [json.dumps({"id": i, "status": "ok"}) for i in range(30)]
+    for data in ("\n".join(lines).encode(), "\n".join(lines).encode() + b"\n"):
+        text, count = _outline("jsonl", data)
+        assert count == 30
+        assert "30 records" in text

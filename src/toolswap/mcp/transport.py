@@ -204,6 +204,7 @@ class _Watched:
                 rest = self._splitter.rest()
                 if rest.strip():
                     self._chunks.append(rest + b"\n")
+                    self._queued += len(rest) + 1
             self._chunks.append(data)
         elif self._splitter is None:
             self._chunks.append(data)

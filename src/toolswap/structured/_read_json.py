@@ -419,15 +419,12 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
         import msgspec  # a C extension: only for a document that is one array
     except ImportError:
         return False
-    parts: list[bytes] = []
-    taken = 0
-    while taken < size:
-        block = read(min(_BLOCK, size - taken), taken)
-        if not block:
+    data = read(size, 0)  # one read: a join of blocks would hold the document twice
+    while 0 < len(data) < size:
+        more = read(size - len(data), len(data))
+        if not more:
             break
-        parts.append(block)
-        taken += len(block)
-    data = b"".join(parts)
+        data += more
     if data.count(b",") >= _WHOLE_ELEMENTS:
         return False  # many small elements: the sliding window holds less
     try:
@@ -439,7 +436,13 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
     index = 0
     pending: list[object] = []
     for raw in raws:
+        text: str | None = None
         if len(raw) > _BIG_RECORD:
+            try:
+                text = bytes(raw).decode()  # as the window does: characters, strict UTF-8
+            except UnicodeDecodeError:
+                raise _NotStructured("not UTF-8") from None
+        if text is not None and len(text) > _BIG_RECORD:
             # Counted, not walked: one huge record would cost the sample its time.
             if pending:
                 acc.batch(".[]", ".", index, pending)
@@ -454,8 +457,9 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
             # What json takes and msgspec does not (a number past a double's range, which
             # json reads as infinity): this record as json reads it.
             try:
-                value = json.loads(bytes(raw))
-            except ValueError:
+                # Strict UTF-8 first: json.loads of bytes would let encoded surrogates in.
+                value = json.loads(text if text is not None else bytes(raw).decode())
+            except ValueError:  # UnicodeDecodeError included
                 raise _NotStructured("not valid JSON") from None
         pending.append(value)
         if len(pending) >= _BATCH:

@@ -20,8 +20,9 @@ from ._values import _cell, _compact
 __all__ = ["_scan_jsonl", "_scan_table"]
 
 
-def _lines(read: Read, limit: int) -> Iterator[bytes]:
-    """Complete lines of the first ``limit`` bytes (a line cut at the limit is left out)."""
+def _lines(read: Read, limit: int, *, complete: bool) -> Iterator[bytes]:
+    """Complete lines of the first ``limit`` bytes (a line cut at the limit is left out;
+    with ``complete``, the limit is the end of the output, and its last line is whole)."""
     pos = 0
     rest = b""
     while pos < limit:
@@ -32,12 +33,13 @@ def _lines(read: Read, limit: int) -> Iterator[bytes]:
         parts = (rest + block).split(b"\n")
         rest = parts.pop()
         yield from parts
-    if rest and pos < limit:
+    if rest and (complete or pos < limit):
         yield rest  # the last line of the output, without a newline
 
 
-def _scan_jsonl(read: Read, limit: int, acc: _Accumulator) -> list[int]:
-    """Feed each line's value to ``acc``; return the numbers of lines that are not JSON."""
+def _scan_jsonl(read: Read, limit: int, acc: _Accumulator, *, complete: bool) -> list[int]:
+    """Feed each line's value to ``acc``; return the numbers of lines that are not JSON
+    (``complete``: ``limit`` is the end of the output)."""
     bad: list[int] = []
     index = 0
     line_no = 0
@@ -74,7 +76,7 @@ def _scan_jsonl(read: Read, limit: int, acc: _Accumulator) -> list[int]:
         index += len(lines)
         batch.clear()
 
-    for line in _lines(read, limit):
+    for line in _lines(read, limit, complete=complete):
         line_no += 1
         batch.append(line)
         if len(batch) >= 512:

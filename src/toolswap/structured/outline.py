@@ -102,7 +102,7 @@ def outline(
             if not acc.collections:
                 return None  # one small object: the raw text says it all
         elif fmt == "jsonl":
-            bad = _scan_jsonl(read, limit, acc)
+            bad = _scan_jsonl(read, limit, acc, complete=complete)
             records = acc.collections[".[]"].count if ".[]" in acc.collections else 0
             if records < 2:
                 return None
