@@ -291,6 +291,34 @@ _BIG_RECORD = 1 << 20
 _WS = re.compile(r"[ \t\n\r]*")
 
 
+class _TopRecords:
+    """The elements of a document that is one array, fed to the accumulator in batches of
+    ``_BATCH``; a record too large to walk is counted, not walked."""
+
+    def __init__(self, acc: _Accumulator) -> None:
+        self._acc = acc
+        self.count = 0
+        """Records fed so far, the pending batch included."""
+        self._pending: list[object] = []
+
+    def add(self, value: object) -> None:
+        self._pending.append(value)
+        self.count += 1
+        if len(self._pending) >= _BATCH:
+            self.flush()
+
+    def add_oversized(self) -> None:
+        # Counted, not walked: one huge record would cost the sample its time.
+        self.flush()
+        self._acc.record(".[]", f".[{self.count}]", None, oversized=True)
+        self.count += 1
+
+    def flush(self) -> None:
+        if self._pending:
+            self._acc.batch(".[]", ".", self.count - len(self._pending), self._pending)
+            self._pending = []
+
+
 _WHOLE_ARRAY = 16 << 20
 """A document that is one array of at most this many bytes, read whole, is split and decoded
 by msgspec,"""
@@ -347,15 +375,14 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
     if not skip() or text[pos] != "[":
         raise _NotStructured("not a JSON array")
     pos += 1
-    index = 0
-    pending: list[object] = []
+    records = _TopRecords(acc)
     cut = False
     closed = False
     while True:
         if not skip():
             cut = True
             break
-        if text[pos] == "]" and index == 0 and not pending:
+        if text[pos] == "]" and records.count == 0:
             pos += 1
             closed = True
             break
@@ -370,25 +397,15 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
             if not more():
                 break
         if end is None:
-            if complete or index + len(pending) == 0:
+            if complete or records.count == 0:
                 raise _NotStructured("not valid JSON")
             cut = True  # the scan limit cut a record: what was parsed stands
             break
         if end - pos > _BIG_RECORD:
-            # Counted, not walked: one huge record would cost the sample its time.
-            if pending:
-                acc.batch(".[]", ".", index, pending)
-                index += len(pending)
-                pending = []
-            acc.record(".[]", f".[{index}]", None, oversized=True)
-            index += 1
+            records.add_oversized()
         else:
-            pending.append(value)
+            records.add(value)
         pos = end
-        if len(pending) >= _BATCH:
-            acc.batch(".[]", ".", index, pending)
-            index += len(pending)
-            pending = []
         if not skip():
             cut = True
             break
@@ -400,9 +417,7 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
             break
         else:
             raise _NotStructured("not valid JSON")
-    if pending:
-        acc.batch(".[]", ".", index, pending)
-        index += len(pending)
+    records.flush()
     if closed and skip():
         raise _NotStructured("data after the array")  # then it is not one JSON document
     if cut and complete:
@@ -433,8 +448,7 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
     except (msgspec.DecodeError, msgspec.ValidationError):
         return False
     decoder = msgspec.json.Decoder()
-    index = 0
-    pending: list[object] = []
+    records = _TopRecords(acc)
     for raw in raws:
         text: str | None = None
         if len(raw) > _BIG_RECORD:
@@ -443,13 +457,7 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
             except UnicodeDecodeError:
                 raise _NotStructured("not UTF-8") from None
         if text is not None and len(text) > _BIG_RECORD:
-            # Counted, not walked: one huge record would cost the sample its time.
-            if pending:
-                acc.batch(".[]", ".", index, pending)
-                index += len(pending)
-                pending = []
-            acc.record(".[]", f".[{index}]", None, oversized=True)
-            index += 1
+            records.add_oversized()
             continue
         try:
             value = decoder.decode(raw)
@@ -461,13 +469,8 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
                 value = json.loads(text if text is not None else bytes(raw).decode())
             except ValueError:  # UnicodeDecodeError included
                 raise _NotStructured("not valid JSON") from None
-        pending.append(value)
-        if len(pending) >= _BATCH:
-            acc.batch(".[]", ".", index, pending)
-            index += len(pending)
-            pending = []
-    if pending:
-        acc.batch(".[]", ".", index, pending)
+        records.add(value)
+    records.flush()
     return True
 
 
