@@ -167,6 +167,17 @@ def test_a_large_output_is_written_back_while_it_is_produced_and_fsynced_at_the_
     assert stats.sha256 == hashlib.sha256(data).hexdigest()
 
 
+def test_writeback_ranges_are_file_offsets_when_small_chunks_came_first(dir_fd: int) -> None:
+    """Small chunks are written inline before the writer thread starts: the ranges it asks
+    to write back count from the start of the file, not from its own first chunk."""
+    data = os.urandom(1000) + os.urandom(1 << 20) * 9
+    io = _WritebackRecording()
+    with durable.substituted(io):
+        capture, _ = _capture(dir_fd, [data[:1000], *_split(data[1000:], 1 << 20)])
+    assert io.calls[0] == ("writeback", 0, 1000 + (8 << 20))
+    capture.discard()
+
+
 def test_a_small_output_asks_for_no_early_writeback(dir_fd: int) -> None:
     io = _WritebackRecording()
     with durable.substituted(io):

@@ -236,7 +236,7 @@ class StreamCapture:
         self._scanned = 0
         """Leading bytes already fed to the forward scan (by ``write``)."""
         self._drained = 0
-        """Bytes the writer thread has written."""
+        """The file's size as far as the writer thread has written it."""
         self._writeback_from = 0
         self._feeder: threading.Thread | None = None
 
@@ -303,6 +303,9 @@ class StreamCapture:
             self._feed_grep(chunk)
             return
         if self._worker is None:
+            # The writer goes on from where the small chunks written here ended (they are
+            # in its first writeback range, which starts at 0).
+            self._drained = self._counter.size - len(chunk)
             self._worker = start_helper_thread(self._drain, "toolswap-capture")
         self._queue.put(chunk)
 

@@ -7,12 +7,16 @@ import contextlib
 import functools
 import os
 import select
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import pytest
 
 from toolswap.mcp.transport import READ_CHUNK, StdFd, loads_frame, pump_frames
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -22,6 +26,30 @@ def pipe() -> Iterator[tuple[int, int]]:
     for fd in (r, w):
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+def _pump_while(
+    r: int,
+    handle: Callable[[bytes], Awaitable[None]],
+    now: Callable[[bytes], bool],
+    feed: Callable[[], Awaitable[T]],
+    *,
+    timeout: float = 10,
+) -> T:
+    """Run pump_frames on ``r`` while ``feed`` writes to the pipe (and closes it); its
+    result once the pump has ended."""
+
+    async def main() -> T:
+        fd = StdFd(r)
+        try:
+            with anyio.fail_after(timeout):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(functools.partial(pump_frames, fd, handle, now=now))
+                    return await feed()
+        finally:
+            fd.restore()
+
+    return anyio.run(main)
 
 
 def test_reads_come_in_order_and_end_with_empty_bytes(pipe: tuple[int, int]) -> None:
@@ -126,24 +154,17 @@ def test_frames_dealt_with_now_never_overtake_a_frame_left_to_the_reader(
         await anyio.sleep(0.02)  # a rewrite that takes a while, frames queue behind it
         out.append(b"handled " + line)
 
-    async def main() -> None:
-        fd = StdFd(r)
-        try:
-            with anyio.fail_after(10):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(functools.partial(pump_frames, fd, handle, now=now))
-                    os.write(w, b"a\nslow 1\n")
-                    await anyio.sleep(0.005)  # the reader holds slow 1, nothing is queued
-                    os.write(w, b"b\nc")  # c continues in the next write
-                    await anyio.sleep(0.005)
-                    os.write(w, b"\nd\n")
-                    await anyio.sleep(0.1)
-                    os.write(w, b"e\nslow 2\nf\nlast, unterminated")
-                    os.close(w)
-        finally:
-            fd.restore()
+    async def feed() -> None:
+        os.write(w, b"a\nslow 1\n")
+        await anyio.sleep(0.005)  # the reader holds slow 1, nothing is queued
+        os.write(w, b"b\nc")  # c continues in the next write
+        await anyio.sleep(0.005)
+        os.write(w, b"\nd\n")
+        await anyio.sleep(0.1)
+        os.write(w, b"e\nslow 2\nf\nlast, unterminated")
+        os.close(w)
 
-    anyio.run(main)
+    _pump_while(r, handle, now, feed)
     assert out == [
         b"now a\n",
         b"handled slow 1\n",
@@ -198,19 +219,12 @@ def test_a_frame_now_cannot_judge_goes_to_the_reader_and_none_is_lost(
     async def handle(line: bytes) -> None:
         seen.append(b"handled " + line[:8])
 
-    async def main() -> None:
-        fd = StdFd(r)
-        try:
-            with anyio.fail_after(10):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(functools.partial(pump_frames, fd, handle, now=now))
-                    os.write(w, b"a\n" + deep + b"b\n")
-                    await anyio.sleep(0.05)
-                    os.close(w)
-        finally:
-            fd.restore()
+    async def feed() -> None:
+        os.write(w, b"a\n" + deep + b"b\n")
+        await anyio.sleep(0.05)
+        os.close(w)
 
-    anyio.run(main)
+    _pump_while(r, handle, now, feed)
     assert seen == [b"now a\n", b"handled [[[[[[[[", b"handled b\n"]
 
 
@@ -226,37 +240,45 @@ def test_an_unfinished_frame_is_not_read_without_bound_while_the_reader_is_busy(
     async def handle(line: bytes) -> None:
         await release.wait()
 
-    async def main() -> int:
-        fd = StdFd(r)
+    async def feed() -> int:
         written = 0
-        try:
-            with anyio.fail_after(20):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(functools.partial(pump_frames, fd, handle, now=lambda _: False))
-                    os.write(w, b"first\n")
-                    await anyio.sleep(0.02)  # the reader now holds "first"
-                    block = b"x" * (1 << 16)
-                    for _ in range(1600):  # 100 MiB of one frame, unterminated
-                        try:
-                            written += os.write(w, block)
-                        except BlockingIOError:
-                            await anyio.sleep(0.001)
-                            continue
-                        await anyio.sleep(0)
-                    release.set()
-                    os.close(w)
-        finally:
-            fd.restore()
+        os.write(w, b"first\n")
+        await anyio.sleep(0.02)  # the reader now holds "first"
+        block = b"x" * (1 << 16)
+        for _ in range(1600):  # 100 MiB of one frame, unterminated
+            try:
+                written += os.write(w, block)
+            except BlockingIOError:
+                await anyio.sleep(0.001)
+                continue
+            await anyio.sleep(0)
+        release.set()
+        os.close(w)
         return written
 
-    written = anyio.run(main)
+    written = _pump_while(r, handle, lambda _: False, feed, timeout=20)
     assert written <= 3 * READ_CHUNK + (1 << 20)  # the bound, a read, and the pipe's buffer
 
 
 def test_read_error_ends_ends_on_a_read_error_but_not_on_the_handler_s(
-    pipe: tuple[int, int],
+    pipe: tuple[int, int], tmp_path: Path
 ) -> None:
     r, w = pipe
+
+    async def kept(line: bytes) -> None:
+        raise AssertionError("a directory has no frames")
+
+    async def read_fails(read_error_ends: bool) -> None:
+        # Reading a directory fails with EISDIR: a real read error from the kernel.
+        fd = StdFd(os.open(tmp_path, os.O_RDONLY))
+        try:
+            await pump_frames(fd, kept, now=lambda _: False, read_error_ends=read_error_ends)
+        finally:
+            os.close(fd.fd)
+
+    anyio.run(read_fails, True)  # the end of input, quietly
+    with pytest.raises(IsADirectoryError):
+        anyio.run(read_fails, False)
 
     async def failing(line: bytes) -> None:
         raise OSError("the handler's own failure")

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["loads"]
 
-_msgspec_decode: list[Callable[[bytes], object] | None] = []
+_msgspec_decode: list[Callable[[Any], object] | None] = []
 
 
-def loads(data: bytes) -> object:
-    """The value of the JSON text ``data``.
+def loads(data: bytes | memoryview) -> object:
+    """The value of the JSON text ``data`` (bytes, or a buffer such as ``msgspec.Raw``),
+    read as strict UTF-8 (``json.loads`` of bytes would let encoded surrogates in).
 
     Raises:
-        ValueError: it is not JSON.
+        ValueError: it is not JSON, or not UTF-8.
     """
     if not _msgspec_decode:
         try:
@@ -31,4 +33,4 @@ def loads(data: bytes) -> object:
             return decode(data)
         except Exception:  # msgspec.DecodeError or ValidationError: json decides
             pass
-    return json.loads(data)
+    return json.loads(bytes(data).decode())

@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from ._decode import loads
 from ._fast_path import _Accumulator
 from ._fields import _names
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
@@ -447,29 +448,20 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
         raws = msgspec.json.decode(data, type=list[msgspec.Raw])
     except (msgspec.DecodeError, msgspec.ValidationError):
         return False
-    decoder = msgspec.json.Decoder()
     records = _TopRecords(acc)
     for raw in raws:
-        text: str | None = None
         if len(raw) > _BIG_RECORD:
             try:
-                text = bytes(raw).decode()  # as the window does: characters, strict UTF-8
+                chars = len(bytes(raw).decode())  # as the window counts: strict UTF-8
             except UnicodeDecodeError:
                 raise _NotStructured("not UTF-8") from None
-        if text is not None and len(text) > _BIG_RECORD:
-            records.add_oversized()
-            continue
+            if chars > _BIG_RECORD:
+                records.add_oversized()
+                continue
         try:
-            value = decoder.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            # What json takes and msgspec does not (a number past a double's range, which
-            # json reads as infinity): this record as json reads it.
-            try:
-                # Strict UTF-8 first: json.loads of bytes would let encoded surrogates in.
-                value = json.loads(text if text is not None else bytes(raw).decode())
-            except ValueError:  # UnicodeDecodeError included
-                raise _NotStructured("not valid JSON") from None
-        records.add(value)
+            records.add(loads(raw))  # json takes what msgspec does not (1e400: infinity)
+        except ValueError:  # UnicodeDecodeError included
+            raise _NotStructured("not valid JSON") from None
     records.flush()
     return True
 
