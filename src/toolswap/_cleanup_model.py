@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol, cast
 
-from ._json_form import fields_form
+from ._json_form import JsonRecord, fields_form
 from .artifact import (
     parse_artifact_filename,
     parse_artifact_source_id,
@@ -104,7 +104,7 @@ class JournalLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class ArtifactCleanupPolicy:
+class ArtifactCleanupPolicy(JsonRecord):
     """How much cleanup may delete. Dry run is the default."""
 
     orphan_ttl_seconds: float = 24 * 60 * 60
@@ -145,12 +145,9 @@ class ArtifactCleanupPolicy:
             max_bytes=max(budgets) if budgets else None,
         )
 
-    def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
-
 
 @dataclass(frozen=True, slots=True)
-class CleanupEntry:
+class CleanupEntry(JsonRecord):
     """One file of ``tool-results/`` (or one claim whose file is gone)."""
 
     name: str
@@ -165,9 +162,6 @@ class CleanupEntry:
     sha256: str | None = None
     version: str | None = None
     """The object version planned on (a session kept in a store; None for a local file)."""
-
-    def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> CleanupEntry:

@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import Enum
 from pathlib import PurePath
 
-__all__ = ["fields_form", "json_form"]
+__all__ = ["JsonRecord", "fields_form", "json_form"]
 
 
 def json_form(value: object) -> object:
@@ -49,3 +49,15 @@ def fields_form(record: object, *, skip: tuple[str, ...] = ()) -> dict[str, obje
 
 
 _NAMES: dict[type, tuple[str, ...]] = {}
+
+
+class JsonRecord:
+    """A dataclass whose JSON form is its fields and nothing more (:func:`fields_form`).
+
+    A record that says more (a ``kind``, a renamed key) writes its own ``to_dict``.
+    """
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return fields_form(self)

@@ -23,7 +23,7 @@ from ._artifact_names import (
     temporary_filename,
     validate_session_id,
 )
-from ._json_form import fields_form
+from ._json_form import JsonRecord, fields_form
 from ._results import InlineToolResult
 from .errors import SourceIdError
 
@@ -115,7 +115,7 @@ def format_source_id(session: str, filename: str, sha256: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class ArtifactSource:
+class ArtifactSource(JsonRecord):
     """Provenance fields shared with the memory layers (spec s09/s12)."""
 
     source_id: str
@@ -124,9 +124,6 @@ class ArtifactSource:
     """Human-readable title: the tool name and the artifact file name."""
     captured_at: datetime | None = None
     """Timezone-aware UTC time the output finished."""
-
-    def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> ArtifactSource:
@@ -140,7 +137,7 @@ class ArtifactSource:
 
 
 @dataclass(frozen=True, slots=True)
-class ArtifactMemoryReference:
+class ArtifactMemoryReference(JsonRecord):
     """What memory may keep of an artifact: no body, no preview.
 
     ``artifact_path`` is informational only; nothing that deletes or trusts a file ever
@@ -152,9 +149,6 @@ class ArtifactMemoryReference:
     content_sha256: str
     source_tool: str
     source: ArtifactSource
-
-    def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> ArtifactMemoryReference:

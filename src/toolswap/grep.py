@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._ere import check_searchable, is_literal, translate
-from ._json_form import fields_form, json_form
+from ._json_form import JsonRecord, fields_form, json_form
 from ._window import CONTINUATION_MARKER, window
 from .errors import ArtifactReadError, ArtifactSearchTimeoutError
 
@@ -78,15 +78,12 @@ class GrepMatch:
 
 
 @dataclass(frozen=True, slots=True)
-class GrepResult:
+class GrepResult(JsonRecord):
     source_id: str
     pattern: str
     matches: tuple[GrepMatch, ...]
     truncated: bool
     """True when ``max_matches`` stopped the search before the end."""
-
-    def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
 
     def render(self) -> str:
         """``grep -n`` style: ``N:line`` for matches, ``N-line`` for context, ``--`` between

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from . import durable
 from ._invocation import cli_command
-from ._json_form import fields_form
+from ._json_form import JsonRecord
 from ._lines import iter_lines
 from ._threads import start_helper_thread
 from ._window import CONTINUATION_MARKER, clip_line
@@ -60,7 +60,7 @@ _GIANT_LINE = 4 * _MAX_PAGE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
-class LinePage:
+class LinePage(JsonRecord):
     """Lines ``offset`` .. ``offset + len(lines) - 1`` (0-based, as ``str.split('\\n')``)."""
 
     source_id: str
@@ -78,9 +78,6 @@ class LinePage:
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
-
-    def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
 
 
 @dataclass(frozen=True, slots=True)

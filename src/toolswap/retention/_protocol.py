@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
-from .._json_form import fields_form
+from .._json_form import JsonRecord
 from ..crashpoints import crash_point
 from ..errors import (
     ArtifactAccessError,
@@ -37,7 +37,7 @@ P = ArtifactLeasePhase
 
 
 @dataclass(frozen=True, slots=True)
-class ArtifactJournalSummary:
+class ArtifactJournalSummary(JsonRecord):
     """What a full verification of the journal found (``toolswap journal verify``)."""
 
     records: int
@@ -48,9 +48,6 @@ class ArtifactJournalSummary:
     """Bytes of an incomplete final record that recovery ignores (0 if none)."""
     owner_head: JournalHead | None
     """The head the memory owner acknowledged, when an owner was consulted."""
-
-    def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
 
 
 class LeaseProtocol(JournalCore):

@@ -36,7 +36,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .._json_form import fields_form
+from .._json_form import JsonRecord
 from ..errors import ArtifactReferenceOwnerError
 from .lease import ArtifactLeaseTransaction
 
@@ -142,14 +142,11 @@ class ArtifactReferenceOwner(ABC):
 
 
 @dataclass(frozen=True, slots=True)
-class JournalHead:
+class JournalHead(JsonRecord):
     """A journal position: the sequence number and hash of one record."""
 
     seq: int
     hash: str
-
-    def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
 
 
 class ArtifactReconcileStatus(StrEnum):
@@ -175,7 +172,7 @@ class ArtifactReconcileStatus(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class ArtifactReconcileReport:
+class ArtifactReconcileReport(JsonRecord):
     """One reconciliation result: no path, no memory body, no credentials."""
 
     transaction_id: str
@@ -183,6 +180,3 @@ class ArtifactReconcileReport:
     reason: str
     generation: int | None = None
     """The owner's generation the decision was made at (None if the owner gave none)."""
-
-    def to_dict(self) -> dict[str, object]:
-        return fields_form(self)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..._json_form import fields_form
+from ..._json_form import JsonRecord
 from ...artifact import SHA256_RE, ArtifactMemoryReference, parse_artifact_source_id
 from ...chainlog import canonical_json
 from ...errors import (
@@ -39,7 +39,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class StoredMemoryReference:
+class StoredMemoryReference(JsonRecord):
     """A reference as the owner stores it."""
 
     transaction_id: str
@@ -48,9 +48,6 @@ class StoredMemoryReference:
     published_at: datetime
     generation: int
     """The ID's generation after the publish."""
-
-    def to_dict(self) -> dict[str, object]:
-        return fields_form(self)
 
 
 @dataclass(frozen=True, slots=True)
