@@ -24,6 +24,7 @@ from toolswap import (
     ExternalizedToolResult,
     ExternalizerSettings,
     InlineToolResult,
+    InvalidArgumentError,
     ToolResultExternalizer,
     ToolThreshold,
 )
@@ -692,3 +693,19 @@ def test_a_symlinked_session_lock_is_refused_and_the_output_still_reaches_the_ca
     assert BIG[-200:] in caught.value.preview  # the tail of the output, bounded
     assert not target.exists()
     assert externalizer.list_artifacts() == []
+
+
+@pytest.mark.parametrize("call", ["process", "externalize"])
+def test_an_unknown_or_invalid_fact_is_refused_before_anything_is_written(
+    tmp_path: Path, call: str
+) -> None:
+    ext = ToolResultExternalizer(tmp_path / "s")
+    method = getattr(ext, call)
+    with pytest.raises(InvalidArgumentError, match="unknown argument.*exitcode"):
+        method(b"x" * 100_000, "bash", exitcode=3)
+    # argv is checked whether or not the output spills (a small one used to pass unchecked).
+    with pytest.raises(InvalidArgumentError, match="argv must be a sequence of strings"):
+        method(b"small", "bash", argv=["ls", 3])
+    assert not any(ext.tool_results_dir.iterdir())
+    manifest = ext.session.manifest_path
+    assert not manifest.exists() or manifest.stat().st_size == 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from . import durable
 from ._artifact_names import artifact_filename
@@ -45,7 +45,26 @@ if TYPE_CHECKING:
     from .pointer import ReadHint
     from .records import ArtifactRecord
 
-__all__ = ["Output", "ToolResultExternalizer"]
+__all__ = ["CallFacts", "Output", "ToolResultExternalizer"]
+
+
+class CallFacts(TypedDict, total=False):
+    """What a caller knows about the call that produced an output; each is optional.
+
+    ``exit_code`` and ``interrupted`` may be callables, asked once the output has ended
+    (a process's code is known only then).
+    """
+
+    summary: str | None
+    """One line for the pointer, instead of the one made from the output."""
+    argv: list[str] | tuple[str, ...] | None
+    """The command line, recorded with the artifact."""
+    exit_code: int | Callable[[], int | None] | None
+    media_type: str | None
+    """Instead of the one detected from the head of the output."""
+    interrupted: str | Callable[[], str | None] | None
+    """What stopped the tool early (a signal, a timeout), said in the summary."""
+
 
 _HEAD_SLACK = 8
 _NAMES_TAKEN_MAX = 10_000
@@ -146,36 +165,21 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         durable.close_unwritten(open_dir_nofollow(self.session.tool_results_dir))
 
     def process(
-        self,
-        output: Output,
-        tool_name: str,
-        *,
-        summary: str | None = None,
-        argv: list[str] | tuple[str, ...] | None = None,
-        exit_code: int | Callable[[], int | None] | None = None,
-        media_type: str | None = None,
-        interrupted: str | Callable[[], str | None] | None = None,
+        self, output: Output, tool_name: str, **facts: Unpack[CallFacts]
     ) -> ExternalizedToolResult | InlineToolResult:
         """Return small output inline (writing nothing) and externalize large output.
 
         The output is streamed: only up to the threshold is buffered before spilling.
         Binary output (not UTF-8, or a NUL in its first 8 KiB) is externalized whatever its
-        size, unless the tool's rule is ``never``.
+        size, unless the tool's rule is ``never``. ``facts`` are those of
+        :class:`CallFacts`.
         """
         self._check_tool(tool_name)
-        summary = _checked_summary(summary)
+        facts = _checked_facts(facts)
         rule = self.settings.rule_for(tool_name)
 
         def spill(chunks: Iterable[bytes]) -> ExternalizedToolResult:
-            return self._capture(
-                chunks,
-                tool_name,
-                summary=summary,
-                argv=argv,
-                exit_code=exit_code,
-                media_type=media_type,
-                interrupted=interrupted,
-            )
+            return self._capture(chunks, tool_name, facts)
 
         buffered: list[bytes] = []
         size = 0
@@ -206,33 +210,18 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         )
 
     def externalize(
-        self,
-        output: Output,
-        tool_name: str,
-        *,
-        summary: str | None = None,
-        argv: list[str] | tuple[str, ...] | None = None,
-        exit_code: int | Callable[[], int | None] | None = None,
-        media_type: str | None = None,
-        interrupted: str | Callable[[], str | None] | None = None,
+        self, output: Output, tool_name: str, **facts: Unpack[CallFacts]
     ) -> ExternalizedToolResult:
         """Write ``output`` to a new immutable artifact and return the pointer for the context.
 
+        ``facts`` are those of :class:`CallFacts`.
+
         Raises:
-            ValueError: the summary is blank, too long or not a single line (nothing is
-                written).
+            InvalidArgumentError: a fact is unknown or invalid: the summary is blank, too
+                long or not a single line, ``argv`` holds a non-string (nothing is written).
         """
         self._check_tool(tool_name)
-        summary = _checked_summary(summary)
-        return self._capture(
-            chunks(output),
-            tool_name,
-            summary=summary,
-            argv=argv,
-            exit_code=exit_code,
-            media_type=media_type,
-            interrupted=interrupted,
-        )
+        return self._capture(chunks(output), tool_name, _checked_facts(facts))
 
     @staticmethod
     def _check_tool(tool_name: str) -> None:
@@ -244,18 +233,12 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             raise InvalidArgumentError("tool_name must be a single line")
 
     def _capture(
-        self,
-        chunks: Iterable[bytes],
-        tool_name: str,
-        *,
-        summary: str | None,
-        argv: list[str] | tuple[str, ...] | None,
-        exit_code: int | Callable[[], int | None] | None,
-        media_type: str | None,
-        interrupted: str | Callable[[], str | None] | None = None,
+        self, chunks: Iterable[bytes], tool_name: str, facts: CallFacts
     ) -> ExternalizedToolResult:
-        if argv is not None and not all(isinstance(a, str) for a in argv):
-            raise InvalidArgumentError("argv must be a sequence of strings")
+        summary = facts.get("summary")
+        argv = facts.get("argv")
+        exit_code = facts.get("exit_code")
+        interrupted = facts.get("interrupted")
         from datetime import UTC
 
         from .artifact import ExternalizedToolResult, format_source_id
@@ -298,7 +281,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 reason = exc.strerror or str(exc)
                 raise self._unsaved(capture, tool_name, exit_code, reason) from exc
             code = exit_code() if callable(exit_code) else exit_code
-            kind = media_type or detect_media_type(stats.head, binary=stats.binary)
+            kind = facts.get("media_type") or detect_media_type(stats.head, binary=stats.binary)
             text_summary = summary or default_summary(stats, tool_name, kind, code)
             stopped = interrupted() if callable(interrupted) else interrupted
             if stopped and summary is None:
@@ -480,13 +463,23 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         return f" --session-dir {shlex.quote(str(root))}"
 
 
-def _checked_summary(summary: str | None) -> str | None:
-    """A caller's summary, checked (ValueError before anything is written)."""
+def _checked_facts(facts: CallFacts) -> CallFacts:
+    """A caller's facts, checked before anything is written (the summary made canonical)."""
+    unknown = sorted(facts.keys() - CallFacts.__optional_keys__)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown argument(s) {', '.join(unknown)}; the facts of a call are "
+            + ", ".join(sorted(CallFacts.__optional_keys__))
+        )
+    argv = facts.get("argv")
+    if argv is not None and not all(isinstance(a, str) for a in argv):
+        raise InvalidArgumentError("argv must be a sequence of strings")
+    summary = facts.get("summary")
     if summary is None:
-        return None
+        return facts
     from .pointer import validate_summary
 
-    return validate_summary(summary)
+    return {**facts, "summary": validate_summary(summary)}
 
 
 def _unclaimed_name(record: object, collected: object) -> str | None:
