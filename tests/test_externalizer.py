@@ -701,7 +701,7 @@ def test_an_unknown_or_invalid_fact_is_refused_before_anything_is_written(
 ) -> None:
     ext = ToolResultExternalizer(tmp_path / "s")
     method = getattr(ext, call)
-    with pytest.raises(InvalidArgumentError, match="unknown argument.*exitcode"):
+    with pytest.raises(InvalidArgumentError, match=r"unknown argument.*exitcode"):
         method(b"x" * 100_000, "bash", exitcode=3)
     # argv is checked whether or not the output spills (a small one used to pass unchecked).
     with pytest.raises(InvalidArgumentError, match="argv must be a sequence of strings"):

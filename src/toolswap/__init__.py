@@ -43,8 +43,8 @@ if TYPE_CHECKING:
         plan_cleanup,
         plan_cleanup_from_journal,
     )
-    from .externalizer import Output, ToolResultExternalizer
-    from .grep import GrepMatch, GrepResult
+    from .externalizer import CallFacts, Output, ToolResultExternalizer
+    from .grep import GrepMatch, GrepOptions, GrepResult
     from .pointer import POINTER_TEMPLATE
     from .reader import ArtifactReader, ByteRange, LinePage
     from .retention import (
@@ -82,9 +82,11 @@ _LAZY: dict[str, str] = {
     "apply_cleanup_from_journal": ".cleanup",
     "plan_cleanup": ".cleanup",
     "plan_cleanup_from_journal": ".cleanup",
+    "CallFacts": ".externalizer",
     "Output": ".externalizer",
     "ToolResultExternalizer": ".externalizer",
     "GrepMatch": ".grep",
+    "GrepOptions": ".grep",
     "GrepResult": ".grep",
     "POINTER_TEMPLATE": ".pointer",
     "ArtifactReader": ".reader",
@@ -128,9 +130,11 @@ __all__ = [
     "ArtifactRetentionJournal",
     "ArtifactSource",
     "ByteRange",
+    "CallFacts",
     "ExternalizedToolResult",
     "ExternalizerSettings",
     "GrepMatch",
+    "GrepOptions",
     "GrepResult",
     "InlineToolResult",
     "JournalHead",

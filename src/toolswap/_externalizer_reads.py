@@ -5,13 +5,14 @@ the reader and grep modules imported, on the first read: a capture never needs t
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from .manifest import Manifest
 from .session import Session
 
 if TYPE_CHECKING:
     from .artifact import ArtifactReference
+    from .grep import GrepOptions
     from .reader import ArtifactReader, ByteRange, GrepResult, LinePage
     from .structured.query import Language, QueryResult
     from .structured.record import RecordResult
@@ -62,30 +63,11 @@ class PageFaults:
         return self.reader.read_bytes(artifact, start, length)
 
     def grep(
-        self,
-        artifact: ArtifactReference | str,
-        pattern: str,
-        *,
-        context: int = 0,
-        max_matches: int = 100,
-        ignore_case: bool = False,
-        fixed: bool = False,
-        timeout: float | None = None,
+        self, artifact: ArtifactReference | str, pattern: str, **options: Unpack[GrepOptions]
     ) -> GrepResult:
         """See :meth:`ArtifactReader.grep`: a linear-time search stopped at ``timeout`` s
         (default :data:`toolswap.grep.DEFAULT_TIMEOUT`, 10)."""
-        reader = self.reader
-        from .grep import DEFAULT_TIMEOUT
-
-        return reader.grep(
-            artifact,
-            pattern,
-            context=context,
-            max_matches=max_matches,
-            ignore_case=ignore_case,
-            fixed=fixed,
-            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
-        )
+        return self.reader.grep(artifact, pattern, **options)
 
     def query(
         self,

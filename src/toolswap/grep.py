@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from ._ere import check_searchable, is_literal, translate
 from ._json_form import JsonRecord, fields_form, json_form
@@ -38,6 +39,7 @@ __all__ = [
     "MAX_CONTEXT",
     "MAX_TIMEOUT",
     "GrepMatch",
+    "GrepOptions",
     "GrepQuery",
     "GrepResult",
     "search",
@@ -106,6 +108,23 @@ class GrepResult(JsonRecord):
 
 
 # -- the search ----------------------------------------------------------------------
+
+
+class GrepOptions(TypedDict, total=False):
+    """How to search, as keywords of every grep call (each optional; the defaults are
+    :class:`GrepQuery`'s)."""
+
+    context: int
+    """Lines shown before and after each match (0 .. :data:`MAX_CONTEXT`; default 0)."""
+    max_matches: int
+    """Stop after this many matching lines (default 100)."""
+    ignore_case: bool
+    fixed: bool
+    """``pattern`` is a plain string, not a regular expression."""
+    width: int
+    """The longest line shown whole (default 2000)."""
+    timeout: float
+    """Seconds the search may run (default :data:`DEFAULT_TIMEOUT`)."""
 
 
 @dataclass(frozen=True, slots=True)

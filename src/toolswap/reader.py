@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Unpack
 
 from . import durable
 from ._invocation import cli_command
@@ -37,7 +38,7 @@ from .errors import (
     ArtifactReadError,
     SourceIdError,
 )
-from .grep import DEFAULT_TIMEOUT, GrepMatch, GrepQuery, GrepResult, search
+from .grep import GrepMatch, GrepOptions, GrepQuery, GrepResult, search
 from .manifest import Manifest
 from .session import Session
 
@@ -575,13 +576,8 @@ class ArtifactReader:
         source: str | ArtifactReference,
         pattern: str,
         *,
-        context: int = 0,
-        max_matches: int = 100,
-        ignore_case: bool = False,
-        fixed: bool = False,
-        width: int = 2000,
-        timeout: float = DEFAULT_TIMEOUT,
         cancel: threading.Event | None = None,
+        **options: Unpack[GrepOptions],
     ) -> GrepResult:
         """Lines matching ``pattern`` with 1-based line numbers (see :mod:`toolswap.grep`).
 
@@ -589,14 +585,15 @@ class ArtifactReader:
             pattern: a regular expression in Python syntax without backreferences or
                 lookaround (those cannot run in linear time and are refused), or a plain
                 string with ``fixed``.
-            timeout: seconds the search may run (digest verification not included).
+            options: see :class:`~toolswap.grep.GrepOptions`; ``timeout`` does not count
+                the digest verification.
             cancel: set it from another thread to stop the search.
 
         Raises:
             ArtifactPatternError: the pattern is invalid or cannot run in linear time.
             ArtifactSearchTimeoutError: the search missed its deadline; it was stopped.
         """
-        query = GrepQuery(pattern, context, max_matches, ignore_case, fixed, width, timeout)
+        query = GrepQuery(pattern, **options)
         ref = self.reference(source)
         if ref.binary:
             raise ArtifactReadError(f"{ref.source_id} is binary; grep reads text artifacts")

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Unpack
 
 import click
 
-from ..grep import DEFAULT_TIMEOUT
+from ..grep import DEFAULT_TIMEOUT, GrepOptions
 from ..pointer import human_size
 from ..reader import CONTINUATION_MARKER, ArtifactReader
 from ..verify import verify_session
@@ -157,7 +158,7 @@ def _read_record(source_id: str, record: str, where: SourceOptions, as_json: boo
 @click.option("-C", "--context", type=int, default=0, show_default=True, help="Context lines.")
 @click.option("-m", "--max-matches", type=int, default=100, show_default=True, help="Stop after N.")
 @click.option("-i", "--ignore-case", is_flag=True, help="Case-insensitive match.")
-@click.option("-F", "--fixed-strings", is_flag=True, help="PATTERN is a plain string.")
+@click.option("-F", "--fixed-strings", "fixed", is_flag=True, help="PATTERN is a plain string.")
 @click.option(
     "--timeout",
     type=float,
@@ -174,14 +175,9 @@ def _read_record(source_id: str, record: str, where: SourceOptions, as_json: boo
 def grep(
     source_id: str,
     pattern: str,
-    context: int,
-    max_matches: int,
-    ignore_case: bool,
-    fixed_strings: bool,
-    timeout: float,
-    width: int,
     where: SourceOptions,
     as_json: bool,
+    **options: Unpack[GrepOptions],
 ) -> None:
     """Search an artifact for PATTERN; print matching lines with their 1-based numbers.
 
@@ -191,16 +187,7 @@ def grep(
     with `toolswap read ID --byte-start N`).
     """
     reader = ArtifactReader(where.session(source_id))
-    result = reader.grep(
-        source_id,
-        pattern,
-        context=context,
-        max_matches=max_matches,
-        ignore_case=ignore_case,
-        fixed=fixed_strings,
-        width=width,
-        timeout=timeout,
-    )
+    result = reader.grep(source_id, pattern, **options)
     if as_json:
         echo_json(result.to_dict())
     else:
