@@ -39,8 +39,6 @@ from .salience.middle_scan import GrepStream
 __all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect_media_type"]
 
 _QUEUE_DEPTH = 4
-_FEED_DEPTH = 8
-"""Chunks written but not yet handed to grep (it may lag that far behind the writer)."""
 _READ_BACK = 1 << 20
 _BOUNDARY_PROBE = 64 << 10
 # Where grep takes over from the Python scan (which holds the GIL at about 40 MB/s with the
@@ -232,7 +230,10 @@ class StreamCapture:
         self._grep_from = 0
         self._grep_off = False
         self._line_run = 0
-        self._feed: queue.Queue[bytes | None] = queue.Queue(_FEED_DEPTH)
+        self._feed: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+        """Written chunks for grep, as (length, index of the last newline or -1): grep
+        reads the bytes back from the file, so the writer never waits for it, and what
+        is queued costs no memory to speak of however far grep lags."""
         self._scanned = 0
         """Leading bytes already fed to the forward scan (by ``write``)."""
         self._drained = 0
@@ -300,7 +301,7 @@ class StreamCapture:
             except OSError as exc:
                 self._error = exc
                 return
-            self._feed_grep(chunk)
+            self._feed_grep(len(chunk), chunk.rfind(b"\n"))
             return
         if self._worker is None:
             # The writer goes on from where the small chunks written here ended (they are
@@ -314,15 +315,15 @@ class StreamCapture:
         never waits for grep, which catches up while the rest is written and fsynced."""
         if self._feeder is None:
             self._feeder = start_helper_thread(self._feed_all, "toolswap-grep-feed")
-        self._feed.put(chunk)
+        self._feed.put((len(chunk), chunk.rfind(b"\n")))
 
     def _feed_all(self) -> None:
         failed = False
-        while (chunk := self._feed.get()) is not None:
+        while (written := self._feed.get()) is not None:
             if failed:
-                continue  # keep taking chunks: the writer must never block on a full queue
+                continue  # the rest is not fed: it ends at the writer's None all the same
             try:
-                self._feed_grep(chunk)
+                self._feed_grep(*written)
             except BaseException as exc:  # handed to the caller thread like a write error
                 if self._error is None:
                     self._error = exc
@@ -339,15 +340,16 @@ class StreamCapture:
             self._feeder.join()
             self._feeder = None
 
-    def _feed_grep(self, chunk: bytes) -> None:
-        """Hand what was just written past the Python scan's limit to grep (feeder thread).
+    def _feed_grep(self, length: int, newline: int) -> None:
+        """Hand what was just written past the Python scan's limit to grep (feeder thread):
+        ``length`` bytes, the last newline among them at ``newline`` (-1: none).
 
         Starts grep when the output first passes the scan limit, at the line boundary the
         forward scan will stop at, so the two searches meet without a gap; grep then runs
         on the other core while the output keeps arriving.
         """
         start = self._bytes_written
-        self._bytes_written += len(chunk)
+        self._bytes_written += length
         if self._grep_off:
             return
         if self._grep is None:
@@ -373,13 +375,12 @@ class StreamCapture:
             return
         # grep holds a whole line in memory: stop it on a giant line (the Python scans
         # take over, and the pointer says what they did not reach).
-        newline = chunk.rfind(b"\n")
-        self._line_run = self._line_run + len(chunk) if newline < 0 else len(chunk) - newline - 1
+        self._line_run = self._line_run + length if newline < 0 else length - newline - 1
         if self._line_run > _GREP_MAX_LINE:
             self._grep.kill()
             self._grep, self._grep_off = None, True
             return
-        self._grep.copy_from(self._fd, start, len(chunk))
+        self._grep.copy_from(self._fd, start, length)
 
     def _forward_scan(self, pos: int, limit: int) -> int:
         """Feed the forward scanner the file's bytes from ``pos`` up to ``limit``."""
