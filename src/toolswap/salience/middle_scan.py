@@ -92,7 +92,9 @@ class GrepStream:
         lines = 0
         for (_, start), candidates in zip(self._stages, found, strict=True):
             assert candidates is not None
-            if start:
+            if start and candidates.entries:
+                # Counted only for a stage that found something: a clean log costs no
+                # second pass over its first stage's bytes.
                 lines = self._newlines(self._origin or 0, start)
             merged.merge(candidates, lines=lines, offset=start)
         return merged
