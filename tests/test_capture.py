@@ -501,3 +501,44 @@ def test_an_interrupted_scan_leaves_no_grep_process_behind(
         ext.process(b"x" * 99 + b"\n" * 1 + b"y\n" * 2_000_000, "t")
     assert _children() == before
     assert list(ext.tool_results_dir.iterdir()) == []
+
+
+_NOISY = (b"error: something failed here, a line of a noisy log\n" * 21000)[: 1 << 20]
+"""Every line matches: grep's matches are read in Python, so it falls behind the writer."""
+
+
+def test_grep_may_fall_behind_the_writer_only_so_far(
+    dir_fd: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer hands grep what it wrote without waiting, until grep is ``_GREP_LAG``
+    bytes behind: then the writer (and a pipe producing the output) waits for it."""
+    from toolswap import capture as capture_module
+
+    monkeypatch.setattr(capture_module, "_GREP_LAG", 2 << 20)
+    lags: list[int] = []
+    hand = StreamCapture._to_grep
+
+    def recording(self: StreamCapture, chunk: bytes) -> None:
+        hand(self, chunk)
+        lags.append(self._lag)
+
+    monkeypatch.setattr(StreamCapture, "_to_grep", recording)
+    capture, stats = _capture(dir_fd, [_NOISY] * 12, scan_limit=64 << 10, tail_scan=1 << 20)
+    capture.discard()
+    assert max(lags) <= (2 << 20) + len(_NOISY)
+    assert max(lags) > len(_NOISY)  # grep did fall behind, and the bound was what held it
+    assert stats.salient  # and the search still completed
+
+
+def test_discarding_a_capture_feeds_grep_nothing_more(dir_fd: int) -> None:
+    """An interrupted capture does not wait for grep to search what it lags behind (with
+    many matching lines that was minutes for a large output): grep is fed nothing more and
+    killed."""
+    capture = StreamCapture(
+        dir_fd, head_keep=6144, tail_keep=24576, scan_limit=64 << 10, tail_scan=1 << 20
+    )
+    for _ in range(16):
+        capture.write(_NOISY)
+    capture.discard()
+    assert capture._bytes_written < 16 * len(_NOISY)  # bytes handed to grep
+    assert os.listdir(f"/proc/self/fd/{dir_fd}") == []

@@ -6,8 +6,9 @@ writer thread) and lets it read the finished file back.
 Memory stays bounded whatever the output size: the head, a tail buffer, the salience
 module's candidate lines and a small queue of chunks in flight. Hashing and writing run on a worker
 thread (both release the GIL) while the calling thread reads and counts the next chunk; a third
-thread hands what was written to grep, so the writer never waits for grep (output already in
-memory arrives faster than grep searches it).
+thread hands what was written to grep, which reads it back from the file: the writer waits
+for grep only when grep is far behind (``_GREP_LAG``), so output already in memory is written
+at its own pace.
 The failure-line scan, which holds the GIL and is slower than hashing, runs at the end over
 the first and the last bytes of the file (read back from the page cache) while the worker
 fsyncs, so it overlaps the one step that no capture can skip.
@@ -19,7 +20,6 @@ leaves either no final name or a complete one.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import hashlib
 import os
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import durable
+from ._counter import OutputCounter
 from ._threads import start_helper_thread
 from .artifact import TMP_PREFIX, temporary_filename
 from .crashpoints import crash_point
@@ -46,6 +47,11 @@ _BOUNDARY_PROBE = 64 << 10
 _GREP_HANDOFF = 256 << 10
 # A line longer than this stops grep (which would hold all of it in memory).
 _GREP_MAX_LINE = 8 << 20
+_GREP_LAG = 32 << 20
+"""How far grep may fall behind the writer before the writer waits for it. Ordinary output
+never gets that far (grep runs at 400 MB/s or more); output where most lines match slows
+grep, whose matches are read in Python, and then holds back the writer (and a producing
+pipe) instead of leaving all that work for ``finish``."""
 _WRITEBACK_STEP = 8 << 20
 """The writer asks the kernel to start writing back every this many bytes."""
 
@@ -116,44 +122,6 @@ class CaptureStats:
         return self.byte_size - len(self.tail)
 
 
-class _Counter:
-    """Counts bytes, lines and characters and validates UTF-8, chunk by chunk."""
-
-    def __init__(self) -> None:
-        self.size = 0
-        self.newlines = 0
-        self.chars = 0
-        self.binary = False
-        self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
-
-    def feed(self, chunk: bytes) -> None:
-        if not self.binary:
-            if chunk.isascii() and not self._decoder.getstate()[0]:
-                self.chars += len(chunk)
-                if self.size < 8192 and b"\x00" in chunk[: 8192 - self.size]:
-                    self.binary = True
-            else:
-                try:
-                    text = self._decoder.decode(chunk)
-                except UnicodeDecodeError:
-                    self.binary = True
-                else:
-                    self.chars += len(text)
-                    if self.size < 8192 and "\x00" in text:
-                        self.binary = True
-        self.newlines += chunk.count(b"\n")
-        self.size += len(chunk)
-
-    def finish(self) -> None:
-        if not self.binary:
-            try:
-                self._decoder.decode(b"", final=True)
-            except UnicodeDecodeError:
-                self.binary = True
-        if self.binary:
-            self.chars = self.size
-
-
 class StreamCapture:
     """Writes one output to a temporary file in an open ``tool-results`` directory.
 
@@ -217,7 +185,7 @@ class StreamCapture:
         # Past this, grep takes over from the Python scan (when it runs).
         self._grep_limit = min(scan_limit, _GREP_HANDOFF)
         self._tail_scan = tail_scan
-        self._counter = _Counter()
+        self._counter = OutputCounter()
         self._sha = hashlib.sha256()
         self._queue: queue.Queue[bytes | None] = queue.Queue(_QUEUE_DEPTH)
         self._worker: threading.Thread | None = None
@@ -232,8 +200,12 @@ class StreamCapture:
         self._line_run = 0
         self._feed: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
         """Written chunks for grep, as (length, index of the last newline or -1): grep
-        reads the bytes back from the file, so the writer never waits for it, and what
-        is queued costs no memory to speak of however far grep lags."""
+        reads the bytes back from the file, so the queue holds none of the output."""
+        self._lag = 0
+        """Bytes in ``_feed`` (at most about ``_GREP_LAG``)."""
+        self._lag_changed = threading.Condition()
+        self._abandoned = False
+        """``discard`` began: grep's results are not wanted, so nothing waits for it."""
         self._scanned = 0
         """Leading bytes already fed to the forward scan (by ``write``)."""
         self._drained = 0
@@ -315,19 +287,26 @@ class StreamCapture:
         never waits for grep, which catches up while the rest is written and fsynced."""
         if self._feeder is None:
             self._feeder = start_helper_thread(self._feed_all, "toolswap-grep-feed")
+        with self._lag_changed:
+            while self._lag > _GREP_LAG and not self._abandoned:
+                self._lag_changed.wait()
+            self._lag += len(chunk)
         self._feed.put((len(chunk), chunk.rfind(b"\n")))
 
     def _feed_all(self) -> None:
         failed = False
         while (written := self._feed.get()) is not None:
-            if failed:
-                continue  # the rest is not fed: it ends at the writer's None all the same
             try:
-                self._feed_grep(*written)
+                if not (failed or self._abandoned):
+                    self._feed_grep(*written)
             except BaseException as exc:  # handed to the caller thread like a write error
                 if self._error is None:
                     self._error = exc
-                failed = True
+                failed = True  # the rest is not fed: it ends at the writer's None all the same
+            finally:
+                with self._lag_changed:
+                    self._lag -= written[0]
+                    self._lag_changed.notify()
 
     def _end_feed(self) -> None:
         """No more chunks for grep (writer side): the feeder ends once it has them all."""
@@ -571,6 +550,9 @@ class StreamCapture:
         cleanup.
         """
         if not self._closed:
+            with self._lag_changed:
+                self._abandoned = True  # grep is killed below: feed it nothing more
+                self._lag_changed.notify_all()
             if self._worker is not None:
                 self._queue.put(None)
                 self._worker.join()
