@@ -709,3 +709,12 @@ def test_an_unknown_or_invalid_fact_is_refused_before_anything_is_written(
     assert not any(ext.tool_results_dir.iterdir())
     manifest = ext.session.manifest_path
     assert not manifest.exists() or manifest.stat().st_size == 0
+
+
+def test_argv_may_be_any_iterable_of_strings_but_not_one_string(tmp_path: Path) -> None:
+    ext = ToolResultExternalizer(tmp_path / "s")
+    made = ext.externalize(b"x\n" * 10, "bash", argv=(a for a in ["ls", "-l"]))
+    assert made.artifact.argv == ("ls", "-l")  # a generator is read once, not used up
+    with pytest.raises(InvalidArgumentError, match="not one string"):
+        ext.externalize(b"x\n", "bash", argv="ls -l")
+    assert len(list(ext.tool_results_dir.iterdir())) == 1

@@ -17,6 +17,7 @@ from toolswap import (
     ArtifactReader,
     ArtifactReadError,
     ArtifactReference,
+    InvalidArgumentError,
     ToolResultExternalizer,
 )
 from toolswap.reader import CONTINUATION_MARKER
@@ -565,3 +566,11 @@ def test_a_byte_range_says_which_line_it_starts_in(
         start = text.index(b"line %d\n" % (line - 1))
         for byte in (start, start + 3):
             assert externalizer.read_bytes(artifact, byte, 4).line_no == line
+
+
+def test_an_unknown_grep_option_is_refused_with_the_known_ones(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    art = externalizer.externalize(b"a\nb\n", "t").artifact
+    with pytest.raises(InvalidArgumentError, match=r"unknown argument\(s\) contxt; grep's"):
+        externalizer.grep(art, "a", contxt=2)  # type: ignore[call-arg]

@@ -17,6 +17,7 @@ from . import durable
 from ._artifact_names import artifact_filename
 from ._externalizer_cleanup import CleanupMethods
 from ._externalizer_reads import PageFaults
+from ._keywords import refuse_unknown
 from ._output import Output, chunks, prepend
 from ._results import InlineToolResult
 from ._utf8 import utf8_chars
@@ -57,8 +58,9 @@ class CallFacts(TypedDict, total=False):
 
     summary: str | None
     """One line for the pointer, instead of the one made from the output."""
-    argv: list[str] | tuple[str, ...] | None
-    """The command line, recorded with the artifact."""
+    argv: Iterable[str] | None
+    """The command line, recorded with the artifact (any iterable of strings but a
+    string)."""
     exit_code: int | Callable[[], int | None] | None
     media_type: str | None
     """Instead of the one detected from the head of the output."""
@@ -464,22 +466,24 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
 
 
 def _checked_facts(facts: CallFacts) -> CallFacts:
-    """A caller's facts, checked before anything is written (the summary made canonical)."""
-    unknown = sorted(facts.keys() - CallFacts.__optional_keys__)
-    if unknown:
-        raise InvalidArgumentError(
-            f"unknown argument(s) {', '.join(unknown)}; the facts of a call are "
-            + ", ".join(sorted(CallFacts.__optional_keys__))
-        )
+    """A caller's facts, checked before anything is written: the summary made canonical,
+    ``argv`` made a tuple (a generator is read once, a string refused)."""
+    refuse_unknown(facts, CallFacts.__optional_keys__, "the facts of a call")
+    checked = facts
     argv = facts.get("argv")
-    if argv is not None and not all(isinstance(a, str) for a in argv):
-        raise InvalidArgumentError("argv must be a sequence of strings")
+    if argv is not None:
+        if isinstance(argv, (str, bytes)):
+            raise InvalidArgumentError("argv must be a sequence of strings, not one string")
+        argv = tuple(argv)
+        if not all(isinstance(a, str) for a in argv):
+            raise InvalidArgumentError("argv must be a sequence of strings")
+        checked = {**checked, "argv": argv}
     summary = facts.get("summary")
-    if summary is None:
-        return facts
-    from .pointer import validate_summary
+    if summary is not None:
+        from .pointer import validate_summary
 
-    return {**facts, "summary": validate_summary(summary)}
+        checked = {**checked, "summary": validate_summary(summary)}
+    return checked
 
 
 def _unclaimed_name(record: object, collected: object) -> str | None:

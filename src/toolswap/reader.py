@@ -25,6 +25,7 @@ from typing import Unpack
 from . import durable
 from ._invocation import cli_command
 from ._json_form import JsonRecord
+from ._keywords import refuse_unknown
 from ._lines import iter_lines
 from ._threads import start_helper_thread
 from ._window import CONTINUATION_MARKER, clip_line
@@ -593,6 +594,7 @@ class ArtifactReader:
             ArtifactPatternError: the pattern is invalid or cannot run in linear time.
             ArtifactSearchTimeoutError: the search missed its deadline; it was stopped.
         """
+        refuse_unknown(options, GrepOptions.__optional_keys__, "grep's options")
         query = GrepQuery(pattern, **options)
         ref = self.reference(source)
         if ref.binary:
