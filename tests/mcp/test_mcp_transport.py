@@ -14,7 +14,14 @@ from typing import TypeVar
 import anyio
 import pytest
 
-from toolswap.mcp.transport import READ_CHUNK, StdFd, loads_frame, pump_frames
+from toolswap.mcp.transport import (
+    READ_CHUNK,
+    StdFd,
+    loads_frame,
+    pump_frames,
+    request_id_of,
+    request_key,
+)
 
 T = TypeVar("T")
 
@@ -293,3 +300,12 @@ def test_read_error_ends_ends_on_a_read_error_but_not_on_the_handler_s(
 
     with pytest.raises(OSError, match="the handler's own failure"):
         anyio.run(main)
+
+
+def test_a_request_key_tells_every_json_rpc_id_apart_and_gives_it_back() -> None:
+    ids: list[object] = [1, "1", True, 1.0, None, "null", "true", "1.0", "s1", "", 10**30, [1]]
+    keys = [request_key(i) for i in ids]
+    assert len(set(keys)) == len(ids)
+    for request_id, key in zip(ids, keys, strict=True):
+        back = request_id_of(key)
+        assert back == request_id and type(back) is type(request_id)

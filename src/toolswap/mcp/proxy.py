@@ -43,7 +43,6 @@ period) and exits with status 0.
 from __future__ import annotations
 
 import contextlib
-import json
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -74,6 +73,8 @@ from .transport import (
     dumps_frame,
     loads_frame,
     pump_frames,
+    request_id_of,
+    request_key,
     say,
     start_upstream,
     stop_upstream,
@@ -88,11 +89,6 @@ _TASK_RESULT = "tasks/result"
 _TASKS_KEPT = 4096
 """Task IDs remembered with their tool; an older task's result is still rewritten, under
 the name ``tasks/result``."""
-
-
-def _key(request_id: object) -> str:
-    """A dict key for a JSON-RPC id (``1`` and ``"1"`` are different ids)."""
-    return json.dumps(request_id)
 
 
 @dataclass(slots=True)
@@ -275,7 +271,7 @@ class McpProxy:
             return False
         noted: tuple[str, _Pending] | None = None
         if isinstance(method, str) and "id" in message:
-            noted = _key(message["id"]), self._pending_for(method, _params(message))
+            noted = request_key(message["id"]), self._pending_for(method, _params(message))
         if not proc.send_now(line):
             return False
         # The answer cannot be read before this callback returns: noting the request after
@@ -290,7 +286,7 @@ class McpProxy:
             method = message.get("method")
             params = _params(message)
             if isinstance(method, str) and "id" in message:
-                key = _key(message["id"])
+                key = request_key(message["id"])
                 if method == "tools/call" and _local(message):
                     assert self._tg is not None
                     self._tg.start_soon(self._local_call, key, message["id"], params)
@@ -302,7 +298,7 @@ class McpProxy:
                     return
                 self._pending[key] = self._pending_for(method, params)
             elif method == "notifications/cancelled":
-                key = _key(params.get("requestId"))
+                key = request_key(params.get("requestId"))
                 if self._calls.cancel(key):
                     return
                 pending = self._pending.get(key)
@@ -340,7 +336,7 @@ class McpProxy:
         message = loads_frame(line)
         key = None
         if isinstance(message, dict) and "method" not in message and "id" in message:
-            key = _key(message["id"])
+            key = request_key(message["id"])
             pending = self._pending.get(key)
             if pending is not None and not self._passes(pending, message.get("result"), line):
                 return False
@@ -370,7 +366,7 @@ class McpProxy:
         else:
             message = loads_frame(line)
         if isinstance(message, dict) and "method" not in message and "id" in message:
-            pending = self._pending.pop(_key(message["id"]), None)
+            pending = self._pending.pop(request_key(message["id"]), None)
             if pending is not None:
                 if pending.cancelled:
                     return  # the host gave up on it; do not answer a cancelled request
@@ -501,7 +497,7 @@ class McpProxy:
         pending, self._pending = self._pending, {}
         for key, entry in pending.items():
             if not entry.cancelled:
-                await self._send_error(json.loads(key), message)
+                await self._send_error(request_id_of(key), message)
 
     async def _to_client(self, data: bytes) -> None:
         if self._client_gone:

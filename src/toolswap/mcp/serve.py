@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -41,7 +40,7 @@ from .local import (
     LocalTools,
     tool_definitions,
 )
-from .transport import StdFd, dumps_frame, loads_frame, pump_frames
+from .transport import StdFd, dumps_frame, loads_frame, pump_frames, request_key
 
 __all__ = ["LocalCalls", "StdioServer", "run_server"]
 
@@ -183,7 +182,7 @@ class StdioServer:
         params = params if isinstance(params, dict) else {}
         if "id" not in message:
             if method == "notifications/cancelled":
-                self.calls.cancel(_key(params.get("requestId")))
+                self.calls.cancel(request_key(params.get("requestId")))
             return
         request_id = message["id"]
         try:
@@ -292,7 +291,7 @@ class StdioServer:
 
     async def _tool_call(self, request_id: object, params: Mapping[str, Any], modern: bool) -> None:
         name = params.get("name")
-        result = await self.calls.call(_key(request_id), str(name), params.get("arguments"))
+        result = await self.calls.call(request_key(request_id), str(name), params.get("arguments"))
         if result is not None:
             await self._result(request_id, result, modern)
 
@@ -331,11 +330,6 @@ class StdioServer:
                 if self._tg is not None:
                     self.calls.cancel_all()
                     self._tg.cancel_scope.cancel()
-
-
-def _key(request_id: object) -> str:
-    """A dict key for a JSON-RPC id (``1`` and ``"1"`` are different ids)."""
-    return json.dumps(request_id)
 
 
 async def run_server(externalizer: ToolResultExternalizer) -> None:

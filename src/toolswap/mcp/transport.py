@@ -32,6 +32,8 @@ __all__ = [
     "host_environment",
     "loads_frame",
     "pump_frames",
+    "request_id_of",
+    "request_key",
     "say",
     "start_upstream",
     "stop_upstream",
@@ -57,6 +59,22 @@ def loads_frame(line: bytes) -> object:
         return json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError):  # nested too deep: not ours
         return None
+
+
+def request_key(request_id: object) -> str:
+    """A dict key for a JSON-RPC id: ``1`` and ``"1"`` are different ids. A string or an
+    integer (nearly every id) costs no JSON encoding; other values are keyed by their JSON,
+    which never starts with ``s``."""
+    if type(request_id) is str:
+        return "s" + request_id
+    if type(request_id) is int:
+        return str(request_id)  # as JSON writes it
+    return json.dumps(request_id)
+
+
+def request_id_of(key: str) -> object:
+    """The JSON-RPC id that :func:`request_key` made ``key`` of."""
+    return key[1:] if key.startswith("s") else json.loads(key)
 
 
 def describe_exit(code: int | None) -> str:
