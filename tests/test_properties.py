@@ -152,3 +152,62 @@ def test_source_ids_round_trip_through_the_strict_parser(
 
     assert (parsed.session, parsed.number, parsed.digest_prefix) == (session, number, digest[:12])
     assert str(parsed) == source_id
+
+
+_FRAGMENTS = st.sampled_from(
+    [
+        b"error",
+        b"Error:",
+        b" ",
+        b"  ",
+        b"\t",
+        b"0x1f3a",
+        b"0xdeadbeef",
+        b"deadbee",
+        b"abcdef12",
+        b"1234567",
+        b"12",
+        b"3.14",
+        b"10:20:30",
+        b"1,000",
+        b"/usr/lib/x86_64/libc.so.6",
+        b"src/mod_9.py:42:7",
+        b"./a-b~c",
+        b"'quoted 5 here'",
+        b'"double 77"',
+        b"\xe2\x80\x98curly 8\xe2\x80\x99",
+        b"\x1b[31m",
+        b"\x1b[0m",
+        b"2026-01-02T03:04:05.678Z ",
+        b"2026-01-02 03:04:05,6 ",
+        b"v2",
+        b"item-3",
+        b"a_b9",
+        b"@",
+        b"+",
+        b"(",
+        b")",
+        b"=",
+        b"-",
+        b".",
+        b"~",
+    ]
+)
+
+
+@PROPERTY
+@given(
+    st.lists(st.one_of(_FRAGMENTS, st.binary(max_size=6)), max_size=40),
+    st.integers(min_value=1, max_value=9),
+)
+def test_a_template_is_the_line_masked_whatever_its_nonzero_digits(
+    parts: list[bytes], digit: int
+) -> None:
+    """Lines that differ only in their digits from 1 to 9 share a template (computed once):
+    the same as masking each line itself."""
+    from toolswap.salience.vocabulary import _TEMPLATE_BYTES, _template, template
+
+    line = b"".join(parts)
+    other = line.translate(bytes.maketrans(b"123456789", bytes([48 + digit]) * 9))
+    assert template(line) == _template(line[:_TEMPLATE_BYTES])
+    assert template(other) == _template(other[:_TEMPLATE_BYTES]) == template(line)

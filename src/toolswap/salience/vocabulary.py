@@ -354,9 +354,29 @@ def _word_at_start(text: bytes, kept: bytes, word: bytes) -> bool:
 
 
 def template(raw: bytes) -> bytes:
-    """The line with its variable parts masked: what repeated lines have in common."""
-    text = raw[:_TEMPLATE_BYTES]
+    """The line with its variable parts masked: what repeated lines have in common.
+
+    Every digit is masked, and a digit from 1 to 9 in place of another matches the same
+    patterns (only ``0x`` names one), so lines that differ only in those digits (a flood of
+    one error with its counters and timestamps) have one template, computed once and
+    remembered (``_TEMPLATES``)."""
+    shape = raw[:_TEMPLATE_BYTES].translate(_NONZERO_AS_ONE)
+    found = _TEMPLATES.get(shape)
+    if found is None:
+        found = _template(shape)
+        if len(_TEMPLATES) >= _TEMPLATES_KEPT:
+            _TEMPLATES.clear()
+        _TEMPLATES[shape] = found
+    return found
+
+
+def _template(text: bytes) -> bytes:
     if b"\x1b" in text:
         text = ANSI_BYTES.sub(b"", text)
     text = TIMESTAMP_BYTES.sub(b"", text)
     return _MASK.sub(b"*", text.translate(ASCII_LOWER)).strip()
+
+
+_NONZERO_AS_ONE = bytes.maketrans(b"23456789", b"11111111")
+_TEMPLATES: dict[bytes, bytes] = {}
+_TEMPLATES_KEPT = 4096
