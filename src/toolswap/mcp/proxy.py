@@ -82,6 +82,8 @@ from .transport import (
 
 __all__ = ["McpProxy", "run_proxy"]
 
+_RULES_KEPT = 1024
+
 _PARSE_IN_THREAD = 1 << 20
 """Frames larger than this are parsed on a worker thread, so other traffic keeps moving."""
 _INTERNAL_ERROR = -32603
@@ -149,6 +151,7 @@ class McpProxy:
         self._schemas: dict[str, dict[str, Any]] = {}
         """The upstream ``outputSchema`` of each tool listed with it kept."""
         self._pending: dict[str, _Pending] = {}
+        self._rules: dict[str, ToolThreshold] = {}
         self._tasks: dict[str, str] = {}
         """Task ID -> the tool whose call created it (its result comes by tasks/result)."""
         self._server_info_stamp: object = None
@@ -165,14 +168,17 @@ class McpProxy:
     # -- thresholds ------------------------------------------------------------------
 
     def rule_for(self, tool: str) -> ToolThreshold:
-        """Per-tool rule from the settings, else ``--threshold``, else the default."""
-        settings = self.externalizer.settings
-        rule = settings.tools.get(tool)
-        if rule is not None:
-            return rule
-        if self.threshold is not None:
-            return self.threshold
-        return settings.rule_for(tool)
+        """Per-tool rule from the settings, else ``--threshold``, else the default (made
+        once per tool name: it is asked for every answer)."""
+        rule = self._rules.get(tool)
+        if rule is None:
+            settings = self.externalizer.settings
+            rule = settings.tools.get(tool)
+            if rule is None:
+                rule = self.threshold if self.threshold is not None else settings.rule_for(tool)
+            if len(self._rules) < _RULES_KEPT:  # the names come from the host: bounded
+                self._rules[tool] = rule
+        return rule
 
     def resource_rule(self) -> ToolThreshold:
         """``--resource-threshold``, else ``--threshold``, else the default."""
