@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -542,3 +543,31 @@ def test_discarding_a_capture_feeds_grep_nothing_more(dir_fd: int) -> None:
     capture.discard()
     assert capture._bytes_written < 16 * len(_NOISY)  # bytes handed to grep
     assert os.listdir(f"/proc/self/fd/{dir_fd}") == []
+
+
+class _DiskFullAfter(durable.DurableIO):
+    """The real I/O until ``writes`` writes have been made; then ENOSPC."""
+
+    def __init__(self, writes: int) -> None:
+        self.left = writes
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        self.left -= 1
+        if self.left < 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(fd, data)
+
+
+def test_a_write_error_feeds_grep_nothing_more(dir_fd: int) -> None:
+    """Once a write failed, grep's results will not be used: what it lags behind is not fed
+    to it, so the error reaches the caller at once."""
+    capture = StreamCapture(
+        dir_fd, head_keep=6144, tail_keep=24576, scan_limit=64 << 10, tail_scan=1 << 20
+    )
+    with durable.substituted(_DiskFullAfter(40)), pytest.raises(OSError) as raised:
+        for _ in range(64):
+            capture.write(_NOISY)
+        capture.finish()
+    capture.discard()
+    assert raised.value.errno == errno.ENOSPC
+    assert capture._bytes_written < 32 * len(_NOISY)  # bytes handed to grep, of 40 written

@@ -717,4 +717,6 @@ def test_argv_may_be_any_iterable_of_strings_but_not_one_string(tmp_path: Path) 
     assert made.artifact.argv == ("ls", "-l")  # a generator is read once, not used up
     with pytest.raises(InvalidArgumentError, match="not one string"):
         ext.externalize(b"x\n", "bash", argv="ls -l")
+    with pytest.raises(InvalidArgumentError, match="a sequence of strings"):
+        ext.externalize(b"x\n", "bash", argv=5)  # type: ignore[arg-type]
     assert len(list(ext.tool_results_dir.iterdir())) == 1

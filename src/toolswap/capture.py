@@ -297,7 +297,8 @@ class StreamCapture:
         failed = False
         while (written := self._feed.get()) is not None:
             try:
-                if not (failed or self._abandoned):
+                # A write error (or discard) means grep's results will not be used.
+                if not (failed or self._abandoned or self._error is not None):
                     self._feed_grep(*written)
             except BaseException as exc:  # handed to the caller thread like a write error
                 if self._error is None:

@@ -474,7 +474,10 @@ def _checked_facts(facts: CallFacts) -> CallFacts:
     if argv is not None:
         if isinstance(argv, (str, bytes)):
             raise InvalidArgumentError("argv must be a sequence of strings, not one string")
-        argv = tuple(argv)
+        try:
+            argv = tuple(argv)
+        except TypeError:
+            raise InvalidArgumentError("argv must be a sequence of strings") from None
         if not all(isinstance(a, str) for a in argv):
             raise InvalidArgumentError("argv must be a sequence of strings")
         checked = {**checked, "argv": argv}

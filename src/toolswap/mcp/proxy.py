@@ -169,7 +169,8 @@ class McpProxy:
 
     def rule_for(self, tool: str) -> ToolThreshold:
         """Per-tool rule from the settings, else ``--threshold``, else the default (made
-        once per tool name: it is asked for every answer)."""
+        once per tool name: it is asked for every answer; the settings and the threshold are
+        fixed once the proxy is built)."""
         rule = self._rules.get(tool)
         if rule is None:
             settings = self.externalizer.settings
