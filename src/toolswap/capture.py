@@ -283,8 +283,9 @@ class StreamCapture:
         self._queue.put(chunk)
 
     def _to_grep(self, chunk: bytes) -> None:
-        """Hand a written chunk to grep on a thread of its own (writer side): the writer
-        never waits for grep, which catches up while the rest is written and fsynced."""
+        """Hand a written chunk to grep on a thread of its own (writer side): grep catches
+        up while the rest is written and fsynced, and the writer waits for it only when it
+        is ``_GREP_LAG`` bytes behind."""
         if self._feeder is None:
             self._feeder = start_helper_thread(self._feed_all, "toolswap-grep-feed")
         with self._lag_changed:
