@@ -103,8 +103,11 @@ def _locate(pread: Pread, line_offset: int, size: int) -> int | None:
     return None
 
 
+_TRACEBACK_START = b"Traceback (most recent call last)"
+
+
 def _is_traceback_start(text: bytes) -> bool:
-    return b"Traceback (most recent call last)" in text
+    return _TRACEBACK_START in text
 
 
 def _traceback_end(pread: Pread, after: int, line_no: int) -> tuple[int, bytes] | None:
@@ -121,7 +124,12 @@ def _traceback_end(pread: Pread, after: int, line_no: int) -> tuple[int, bytes] 
 def _traceback_start(pread: Pread, line_offset: int, line_no: int) -> tuple[int, bytes] | None:
     """The first line of the traceback that the line at ``line_offset`` ends."""
     start = max(line_offset - _TRACEBACK_READ, 0)
-    lines = pread(line_offset - start, start).split(b"\n")[:-1]
+    before = pread(line_offset - start, start)
+    if _TRACEBACK_START not in before:
+        # No line above can start one: the walk below would end in None, after reading
+        # every line of an indented document (pretty-printed JSON) one by one.
+        return None
+    lines = before.split(b"\n")[:-1]
     number = line_no
     for line in reversed(lines if start == 0 else lines[1:]):
         number -= 1
