@@ -35,6 +35,21 @@ def pipe() -> Iterator[tuple[int, int]]:
             os.close(fd)
 
 
+async def _offer(w: int, blocks: int) -> int:
+    """Offer ``blocks`` blocks of 64 KiB to the non-blocking pipe ``w``, yielding to the loop
+    after each; return how many bytes it took (a full pipe takes none of a block)."""
+    written = 0
+    block = b"x" * (1 << 16)
+    for _ in range(blocks):
+        try:
+            written += os.write(w, block)
+        except BlockingIOError:
+            await anyio.sleep(0.001)
+            continue
+        await anyio.sleep(0)
+    return written
+
+
 def _pump_while(
     r: int,
     handle: Callable[[bytes], Awaitable[None]],
@@ -91,16 +106,8 @@ def test_read_ahead_is_bounded_so_a_slow_reader_pushes_back_on_the_writer(
         fd = StdFd(r)
         try:
             first = await fd.read()  # the descriptor is watched from now on
-            written = 0
-            block = b"x" * (1 << 16)
             # Give the loop many chances to read ahead while nobody asks for more.
-            for _ in range(400):
-                try:
-                    written += os.write(w, block)
-                except BlockingIOError:
-                    await anyio.sleep(0.001)
-                    continue
-                await anyio.sleep(0)
+            written = await _offer(w, 400)
             assert first == b"start\n"
             taken = 0
             while taken < written:
@@ -248,17 +255,9 @@ def test_an_unfinished_frame_is_not_read_without_bound_while_the_reader_is_busy(
         await release.wait()
 
     async def feed() -> int:
-        written = 0
         os.write(w, b"first\n")
         await anyio.sleep(0.02)  # the reader now holds "first"
-        block = b"x" * (1 << 16)
-        for _ in range(1600):  # 100 MiB of one frame, unterminated
-            try:
-                written += os.write(w, block)
-            except BlockingIOError:
-                await anyio.sleep(0.001)
-                continue
-            await anyio.sleep(0)
+        written = await _offer(w, 1600)  # 100 MiB of one frame, unterminated
         release.set()
         os.close(w)
         return written
