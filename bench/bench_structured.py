@@ -7,6 +7,12 @@ anomalous record inserted in the middle. Per output it reports: the share of fie
 (present in at least 1% of records) the pointer names, whether the exact record count is
 shown, whether the anomalous record is shown (by its jq path), the pointer's bytes, and the
 capture time of `cat FILE` against the floor (pipe read + sha256 + write + fsync).
+
+A tree's entries nested under the key that holds them (npm's dependencies within
+dependencies) are records of the same kind: counted as records, with their field paths
+folded (`.dependencies[].dependencies[].version` is `.dependencies[].version`). A path is
+named when the pointer spells it, or a brace group in it does (`.a{.b, .c}` spells `.a.b`
+and `.a.c`).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -56,37 +63,134 @@ def _records(fmt: str, data: bytes) -> tuple[str, list[object]]:
     return _key_path("", key) + "[]", value
 
 
-_MAPS: set[str] = set()
-"""Field paths seen holding a map of names (as the outline, a path once a map stays one)."""
+_LAST_KEY = re.compile(r'(?:\.[A-Za-z_][A-Za-z0-9_]*|\["(?:[^"\\]|\\.)*"\])\Z')
 
 
-def _paths(value: object, pattern: str, out: set[str]) -> None:
+def _folded(pattern: str) -> str | None:
+    """``W.k[]`` for ``W.k[].k``: entries that hold more entries like themselves under one
+    key (npm's dependencies within dependencies) are records of the same kind, with the same
+    field paths however deep they are nested."""
+    found = _LAST_KEY.search(pattern)
+    if found is not None and pattern.endswith(found.group() + "[]" + found.group()):
+        return pattern[: -len(found.group())]
+    return None
+
+
+def _maps(value: object, pattern: str, maps: set[str], depth: int = 0) -> None:
+    """The field paths holding a map of names (once one, a path stays one)."""
     if isinstance(value, dict):
-        if pattern.count("[]") and (pattern in _MAPS or _names(value)):
-            _MAPS.add(pattern)  # named entries: iterated as jq's .[]
+        if depth and (pattern in maps or _names(value)):
+            maps.add(pattern)
+            target = _folded(pattern)
             for v in value.values():
-                out.add(pattern + "[]")
-                _paths(v, pattern + "[]", out)
+                if target is None:
+                    _maps(v, pattern + "[]", maps, depth + 1)
+                else:
+                    _maps(v, target, maps, depth - 1)
             return
         for k, v in value.items():
-            p = _key_path(pattern, str(k))
-            out.add(p)
-            _paths(v, p, out)
+            _maps(v, _key_path(pattern, str(k)), maps, depth + 1)
     elif isinstance(value, list):
+        target = _folded(pattern) if depth else None
         for v in value:
-            out.add(pattern + "[]")
-            _paths(v, pattern + "[]", out)
+            if target is None:
+                _maps(v, pattern + "[]", maps, depth + 1)
+            else:
+                _maps(v, target, maps, depth - 1)
 
 
-def _common_paths(pattern: str, records: list[object]) -> list[str]:
-    _MAPS.clear()
-    counts: dict[str, int] = {}
+def _paths(
+    value: object, pattern: str, maps: set[str], out: set[str], nested: list[object], depth: int = 0
+) -> None:
+    """The field paths of one record into ``out``; entries nested like it into ``nested``."""
+    if isinstance(value, dict):
+        if depth and pattern in maps:
+            items: list[object] = list(value.values())
+        else:
+            for k, v in value.items():
+                p = _key_path(pattern, str(k))
+                out.add(p)
+                _paths(v, p, maps, out, nested, depth + 1)
+            return
+    elif isinstance(value, list):
+        items = value
+    else:
+        return
+    if depth and _folded(pattern) is not None:
+        nested.extend(items)
+        return
+    for v in items:
+        out.add(pattern + "[]")
+        _paths(v, pattern + "[]", maps, out, nested, depth + 1)
+
+
+def _common_paths(pattern: str, records: list[object]) -> tuple[list[str], int]:
+    """The field paths present in at least 1% of the records, and the records counted: the
+    collection's own and, in a tree, every entry nested like them."""
+    maps: set[str] = set()
     for record in records:
+        _maps(record, pattern, maps)
+    counts: dict[str, int] = {}
+    nodes = list(records)
+    for record in nodes:  # grows as nested entries are found
         seen: set[str] = set()
-        _paths(record, pattern, seen)
+        _paths(record, pattern, maps, seen, nodes)
         for p in seen:
             counts[p] = counts.get(p, 0) + 1
-    return [p for p, n in counts.items() if n >= 0.01 * len(records)]
+    return [p for p, n in counts.items() if n >= 0.01 * len(nodes)], len(nodes)
+
+
+def _expanded(pointer: str) -> str:
+    """The pointer with every brace group spelled out (``.a{.b, .c{.d}}``: ``.a.b``,
+    ``.a.c.d``), one path a line, after it: the outline may list paths grouped."""
+    spelled: list[str] = []
+    for line in pointer.splitlines():
+        text = line.strip().replace("↻", "")
+        if text.startswith(".") and "{" in text and " " not in text.split("{", 1)[0]:
+            spelled.extend(_braces(text))
+    return pointer + "\n" + "\n".join(spelled)
+
+
+def _braces(text: str) -> list[str]:
+    depth, quoted, start = 0, False, -1
+    for i, ch in enumerate(text):
+        if quoted:
+            quoted = ch != '"' or text[i - 1] == "\\"
+        elif ch == '"':
+            quoted = True
+        elif ch == "{":
+            depth += 1
+            if depth == 1:
+                start = i
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                head, tail = text[:start], text[i + 1 :]
+                return [
+                    head + x + y
+                    for item in _items(text[start + 1 : i])
+                    for x in _braces(item)
+                    for y in _braces(tail)
+                ]
+    return [text]
+
+
+def _items(text: str) -> list[str]:
+    out, depth, quoted, last = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if quoted:
+            quoted = ch != '"' or text[i - 1] == "\\"
+        elif ch == '"':
+            quoted = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(text[last:i].strip())
+            last = i + 1
+    out.append(text[last:].strip())
+    return out
 
 
 def _insert(fmt: str, data: bytes, anomaly: dict[str, object]) -> tuple[bytes, str]:
@@ -241,7 +345,7 @@ def main() -> int:
             path = work / "out.bin"
             path.write_bytes(data)
             pattern, records = _records(fmt, data)
-            paths = _common_paths(pattern, records)
+            paths, record_count = _common_paths(pattern, records)
             floors, captures, texts = [], [], []
             pointer = ""
             for _ in range(REPEATS):
@@ -249,16 +353,17 @@ def main() -> int:
                 took, pointer = _capture(ext, path)
                 captures.append(took)
                 texts.append(_text_capture(path, work))
-            named = sum(1 for p in paths if p in pointer)
+            spelled = _expanded(pointer)
+            named = sum(1 for p in paths if p in spelled)
             named_all += named
             total_all += len(paths)
-            count_shown = f"{len(records):,} " in pointer
+            count_shown = f"{record_count:,} " in pointer
             shown = "-"
             if anomaly is not None:
                 shown = "yes" if f"{anomaly}: " in pointer else "NO"
             ratio = min(captures) / min(floors)
             print(
-                f"{name:28} {len(data):>9,} {len(records):>8,} {named:>3}/{len(paths):<3} "
+                f"{name:28} {len(data):>9,} {record_count:>8,} {named:>3}/{len(paths):<3} "
                 f"{'yes' if count_shown else 'NO':>5} {shown:>7} {len(pointer.encode()):>8,} "
                 f"{ratio:>12.2f}x {min(captures):>9.3f} {min(captures) / min(texts):>6.2f}x"
             )

@@ -418,18 +418,75 @@ def test_a_map_keyed_by_names_is_outlined_as_entries_of_one_shape(
     text = externalizer.externalize(json.dumps(doc, indent=2), "npm").context_text
     assert len(text.encode()) <= POINTER_BUDGET
     assert '"dependencies": {312 entries}' in text
+    # Entries nested in an entry's dependencies are entries like it: one set of fields.
     assert (
-        ".dependencies{}: 312 entries {version: str, resolved: str, dependencies{}: "
-        "{version: str, resolved: str, dependencies{}: {…}}" in text
+        ".dependencies{}: 312 entries {version: str, resolved: str, dependencies{}?: ↻, "
+        "error?: str}" in text
     )
-    for path in ("version", "dependencies[]", "dependencies[].version"):
+    walked = 200 + 200 * 3 + 200 * 9  # the records walked whole and the entries below them
+    assert (
+        "(their dependencies hold entries like them, nested up to 2 deep: 2,400 more; the "
+        f"fields below count all {walked:,} entries walked whole; list every one: "
+        "[.dependencies[] | recurse(.dependencies[]?)])" in text
+    )
+    for path in ("version", "resolved", "dependencies"):
         assert f".dependencies[].{path}  " in text
+    assert ".dependencies[].dependencies[]" not in text
     assert "package-7" not in text.split("fields (path")[1].split("records that")[0]
-    assert '.dependencies["@scope/package-155"]: {"version":"1.155.0"' in text
+    # A record listed as a failure shows the field that says so first.
+    assert '.dependencies["@scope/package-155"]: {"error":"ELSPROBLEMS","version":"1.155.0"' in text
     # The path the outline prints reads the record back.
     sid = next(line for line in text.splitlines() if line.startswith("[Artifact: "))[11:-1]
     found = externalizer.read_record(sid, '.dependencies["@scope/package-155"].error')
     assert found.text == '"ELSPROBLEMS"'
+
+
+def _directory(name: str, depth: int) -> dict[str, object]:
+    node: dict[str, object] = {"name": name, "size": 100 * len(name), "kind": "file"}
+    if depth:
+        node["kind"] = "dir"
+        node["children"] = [_directory(f"{name}/{i}", depth - 1) for i in range(6)]
+    return node
+
+
+def test_a_tree_of_children_is_one_set_of_fields_at_every_depth(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    text = externalizer.externalize(json.dumps(_directory("", 4), indent=1), "tree").context_text
+    assert ".children[]: 6 objects {name: str, size: int, kind: str, children[]?: ↻}" in text
+    every = "[.children[] | recurse(.children[]?)]"
+    assert (
+        "(their children hold entries like them, nested up to 3 deep: 1,548 more; the fields "
+        f"below count all 1,554 entries; list every one: {every})" in text
+    )
+    assert '.children[].kind  str  100%  values: "file" ×1,296, "dir" ×258' in text
+    assert ".children[].children  array  17%" in text
+    assert ".children[].children[]" not in text
+    sid = next(line for line in text.splitlines() if line.startswith("[Artifact: "))[11:-1]
+    assert externalizer.query(sid, every + " | length").text.strip() == "1554"
+
+
+def test_fields_past_the_table_s_room_are_all_named_as_grouped_paths(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    records = [
+        {
+            "id": i,
+            "meta": {f"key_{j}": j for j in range(i % 3, 240, 3)},
+            "spec": {"a": {"p": 1, "q": i}, "b": {"p": 1, "q": i}, "c": [{"r": i}]},
+        }
+        for i in range(300)
+    ]
+    text = externalizer.externalize(json.dumps({"items": records}), "wide").context_text
+    assert len(text.encode()) <= POINTER_BUDGET
+    tree = text.split("field paths in at least 1% of records (")[1].split("fields (path")[0]
+    keys = ", ".join(f".key_{j}" for start in range(3) for j in range(start, 240, 3))
+    assert f"\n  .items[].meta{{{keys}}}\n" in tree
+    # Fields with the same fields below them are one group.
+    assert "\n  .items[].spec{{.a, .b}{.p, .q}, .c[].r}\n" in tree
+    assert "\n  .items[].id\n" in tree
+    # The table of types and shares keeps what room is left.
+    assert ".items[].id  int  100%" in text
 
 
 def test_an_object_of_fields_is_not_taken_for_a_map_of_names() -> None:
@@ -452,6 +509,16 @@ def test_real_npm_ls_output_collapses_its_dependency_maps(
         ["npm", "ls", "--all", "--json"], capture_output=True, cwd=home, check=False
     )
     deps = json.loads(proc.stdout)["dependencies"]
+
+    def entries(level: dict[str, dict[str, object]]) -> int:
+        return sum(1 + entries(e.get("dependencies") or {}) for e in level.values())  # type: ignore[arg-type]
+
     text = externalizer.externalize(proc.stdout, "npm").context_text
     assert f".dependencies{{}}: {len(deps):,} entries {{" in text
-    assert ".dependencies[].dependencies[].version  str" in text
+    assert f"the fields below count all {entries(deps):,} entries;" in text
+    assert ".dependencies[].version  str" in text
+    sid = next(line for line in text.splitlines() if line.startswith("[Artifact: "))[11:-1]
+    every = "[.dependencies[] | recurse(.dependencies[]?)]"
+    assert f"list every one: {every})" in text
+    found = externalizer.query(sid, every + " | length")
+    assert found.text.strip() == str(entries(deps))

@@ -24,7 +24,7 @@ from ._fields import (
     _shape_key,
     _Walker,
 )
-from ._signs import _MAX_FAILURES, _SIGN_KEYS, _failure_signs
+from ._signs import _MAX_FAILURES, _SIGN_KEYS, _failure_signs, _signs_first
 from ._values import _IDENTIFIER, _TYPE_NAMES, _cell, _compact, _type_name
 
 __all__ = ["_Accumulator"]
@@ -124,6 +124,11 @@ class _Accumulator(_Walker):
                 found = texts[offset] = show(values[offset])
             return found
 
+        def failed(offset: int) -> str:  # a failure: the fields that say so first
+            if text_of is not None:
+                return text(offset)
+            return _compact(_signs_first(values[offset]))
+
         # (signs, offsets of the records whose value carries them), per sign-bearing value.
         marked: list[tuple[tuple[str, ...], list[int]]] = []
         cell = text_of is not None
@@ -201,7 +206,7 @@ class _Accumulator(_Walker):
                 coll.note_signs(
                     list(tokens),
                     f"{base}[{first + offset}]",
-                    functools.partial(text, offset),
+                    functools.partial(failed, offset),
                     before + offset + 1,
                 )
             if len(offsets) > _MAX_FAILURES:
@@ -279,11 +284,11 @@ class _Accumulator(_Walker):
                     text = text_of() if text_of is not None else _compact(value)
                 values[shown] = [1, path, text]
         if why:
-            known = text
+            known = text if text_of is not None else None
             coll.note_signs(
                 list(why),
                 path,
                 (lambda: known)
                 if known is not None
-                else (text_of if text_of is not None else lambda: _compact(value)),
+                else (text_of if text_of is not None else lambda: _compact(_signs_first(value))),
             )

@@ -8,10 +8,11 @@ the sample (``_fast_path``) extends this walker.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._signs import _MAX_FAILURES, _failure_signs
+from ._signs import _MAX_FAILURES, _failure_signs, _signs_first
 from ._values import _IDENTIFIER, _compact, _key_path, _type_name
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "_Field",
     "_Plan",
     "_Walker",
+    "_nest_target",
     "_shape_key",
 ]
 
@@ -136,6 +138,40 @@ def _names(value: dict[Any, Any]) -> bool:
     return shared is not None
 
 
+_LAST_KEY = re.compile(r'(?:\.[A-Za-z_][A-Za-z0-9_]*|\["(?:[^"\\]|\\.)*"\])\Z')
+_NESTS: dict[str, str | None] = {}
+
+
+def _nest_target(pattern: str) -> str | None:
+    """``W.k[]`` when ``pattern`` is ``W.k[].k``: the array or map of an entry that holds
+    more entries like itself under the same key (npm's ``dependencies`` within
+    ``dependencies``, a tree's ``children``). Its entries are walked as ``W.k[]``, so a
+    tree's fields are one set of paths however deep it goes; else None."""
+    if pattern in _NESTS:
+        return _NESTS[pattern]
+    found = _LAST_KEY.search(pattern)
+    target = None
+    if found is not None:
+        key = found.group()
+        if pattern.endswith(key + "[]" + key):
+            target = pattern[: -len(key)]
+    if len(_NESTS) < 4096:
+        _NESTS[pattern] = target
+    return target
+
+
+class _Nest:
+    """Entries nested under the key of a collection's records (or of a field's items)
+    that are walked as those records are (see ``_nest_target``)."""
+
+    __slots__ = ("deepest", "entries", "target")
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.entries = 0
+        self.deepest = 0
+
+
 def _shape_key(value: dict[Any, Any]) -> object:
     """What makes a record's shape new: its keys (in order) and the types of their values
     (built in C: cheap enough for every record)."""
@@ -154,6 +190,9 @@ class _Walker:
         self.notes: list[str] = []
         self.maps: set[str] = set()
         """Field paths of objects keyed by names, not fields (see ``_names``)."""
+        self.nests: dict[str, _Nest] = {}
+        """Field paths (``W.k[].k``) whose entries are walked as ``W.k[]``."""
+        self._level = 0
 
     def collection(self, pattern: str) -> _Collection:
         found = self.collections.get(pattern)
@@ -211,8 +250,9 @@ class _Walker:
                 if coll.count > 1 and len(coll.different) < _MAX_DIFFERENT:
                     coll.different.append((path, text or _compact(value)))
         if why:
-            known = text
-            coll.note_signs(why, path, lambda: known or _compact(value))
+            shown = _signs_first(value) if type(value) is dict else value
+            known = text if shown is value else None
+            coll.note_signs(why, path, lambda: known or _compact(shown))
 
     def _walk(
         self,
@@ -251,15 +291,40 @@ class _Walker:
                 # elements of an array are, under ``pattern[]`` (jq's .[] iterates them).
                 if len(self.maps) < _MAX_FIELDS:
                     self.maps.add(pattern)
-                inner = pattern + "[]"
-                for item in value.values():
-                    self._walk(item, inner, pattern, depth + 1, why, firsts)
+                self._items(value.values(), pattern, depth, why, firsts)
                 return
             for key, item in value.items():
                 if depth < _FAILURE_DEPTH:
                     _failure_signs(str(key), item, why)
                 self._walk(item, _key_path(pattern, str(key)), pattern, depth + 1, why, firsts)
         elif isinstance(value, list):
+            self._items(value, pattern, depth, why, firsts)
+
+    def _items(
+        self,
+        items: Iterable[object],
+        pattern: str,
+        depth: int,
+        why: list[str],
+        firsts: list[_Field],
+    ) -> None:
+        """Walk the elements of an array (or the entries of a map) at ``pattern``: as
+        ``pattern[]``, or, when they nest under the key of the entries that hold them, as
+        those entries themselves, one level up (see ``_nest_target``)."""
+        target = _nest_target(pattern) if depth else None
+        if target is None:
             inner = pattern + "[]"
-            for item in value:
+            for item in items:
                 self._walk(item, inner, pattern, depth + 1, why, firsts)
+            return
+        nest = self.nests.get(pattern)
+        if nest is None:
+            nest = self.nests[pattern] = _Nest(target)
+        self._level += 1
+        nest.deepest = max(nest.deepest, self._level)
+        try:
+            for item in items:
+                nest.entries += 1
+                self._walk(item, target, pattern, depth - 1, why, firsts)
+        finally:
+            self._level -= 1

@@ -80,7 +80,10 @@ def _shape(acc: _Accumulator, pattern: str, depth: int = 0) -> str:
         name = path[prefix_len:].lstrip(".")
         kind = _types(field)
         entries = acc.fields.get(path + "[]")
-        if path in acc.maps and entries is not None:
+        if path in acc.nests:
+            name += "{}" if path in acc.maps else "[]"
+            kind = "↻"
+        elif path in acc.maps and entries is not None:
             name += "{}"
             if "object" not in entries.types:
                 kind = _types(entries)
@@ -178,6 +181,9 @@ def _render(
         else:
             head = f"{pattern}: {_count_kinds(coll)}"
         rows.append((0, f"{head} {shape}".rstrip()))
+        rows.extend(
+            (0, note) for note in _nest_notes(acc, pattern, sampled=coll.walked < coll.count)
+        )
         if coll.oversized:
             rows.append((1, f"  ({coll.oversized:,} records too large to outline)"))
         if coll.walked < coll.count:
@@ -197,7 +203,10 @@ def _render(
             rank = 1 if len(failures) < 3 else 3
             failures.append((rank, f"{path}: {text}  <- {why}"))
         if coll.first is not None:
-            samples.append((1, f"{coll.first[0]}: {coll.first[1]}"))
+            # A few strings or objects beside the records (a document's keywords) are
+            # shown by the envelope; their first element goes first when room is short.
+            rank = 1 if coll.count >= _SMALL else 3
+            samples.append((rank, f"{coll.first[0]}: {coll.first[1]}"))
         samples.extend((4, f"{path}: {text}  (other fields)") for path, text in coll.different)
     field_rows: list[tuple[int, str]] = []
     # Fields named by a map's keys before the map was known to be one (its entries are
@@ -236,7 +245,15 @@ def _render(
                 (1, f"{rpath}: {rtext}  <- rare {path.rsplit('.', 1)[-1]}={value!r} (×{count})")
             )
     if field_rows:
-        rows.append((2, "fields (path, types, share of records that have it):"))
+        header = (2, "fields (path, types, share of records that have it):")
+        if not _fits([*rows, header, *field_rows], budget):
+            # The table cannot show every field: the paths alone, grouped, come first.
+            field_rows = [(max(rank, 3), text) for rank, text in field_rows]
+            tree = _tree_rows(acc, named)
+            if tree:
+                rows.append((2, _TREE_HEADER))
+                rows.extend((2, row) for row in tree)
+        rows.append(header)
         rows.extend(field_rows)
     for note in acc.notes:
         rows.append((1, note))
@@ -251,6 +268,88 @@ def _render(
         rows.append((1, "sample records:"))
         rows.extend(samples)
     return _fit(rows, budget)
+
+
+def _nest_notes(acc: _Accumulator, pattern: str, *, sampled: bool) -> list[str]:
+    """What a nested tree under ``pattern`` holds and how to list all of its entries."""
+    notes = []
+    for where, nest in acc.nests.items():
+        if nest.target != pattern:
+            continue
+        key = where[len(pattern) :]
+        step = key if key.startswith(".") else "." + key
+        total = acc.fields[pattern].count if pattern in acc.fields else nest.entries
+        walked = " walked whole" if sampled else ""
+        notes.append(
+            f"  (their {key.lstrip('.')} hold entries like them, nested up to {nest.deepest} "
+            f"deep: {nest.entries:,} more; the fields below count all {total:,} entries"
+            f"{walked}; list every one: [{pattern} | recurse({step}[]?)])"
+        )
+    return notes
+
+
+_SMALL = 20
+"""A collection this small is a detail of the document, not its records."""
+
+_TREE_HEADER = (
+    "field paths in at least 1% of records ({.a, .b} groups the fields under one path; "
+    "↻ holds entries nested like their parent):"
+)
+
+
+def _tree_rows(acc: _Accumulator, skip: tuple[str, ...]) -> list[str]:
+    """Every field path that at least 1% of a collection's records have, grouped under its
+    parent as ``.deps[]{.name, .author{.email, .url}}`` (brace expansion spells each path
+    in full): a row for the record's fields that have none below them, then one row for
+    each that has."""
+    kids: dict[str, list[str]] = {}
+    for path in acc.order:
+        parent = acc.fields[path].parent
+        if parent is not None and not (skip and path.startswith(skip)):
+            kids.setdefault(parent, []).append(path)
+
+    def below(path: str, least: float) -> str:
+        if path in acc.nests:
+            return "↻"
+        # Fields with the same fields below them share them: {.import, .require}{.a, .b}
+        same: dict[str, list[str]] = {}
+        for child in kids.get(path, ()):
+            if acc.fields[child].count >= least:
+                same.setdefault(below(child, least), []).append(child[len(path) :])
+        parts = [
+            (names[0] if len(names) == 1 else "{" + ", ".join(names) + "}") + rest
+            for rest, names in same.items()
+            for names in ([names] if rest else [[name] for name in names])
+        ]
+        if len(parts) == 1:
+            return parts[0]
+        return "{" + ", ".join(parts) + "}" if parts else ""
+
+    rows: list[str] = []
+    for root, coll in acc.collections.items():
+        if coll.count == 0 or root not in kids:
+            continue
+        least = acc.fields[root].count / 100 if root in acc.fields else 0
+        leaves: list[str] = []
+        inner: list[str] = []
+        for child in kids[root]:
+            if acc.fields[child].count < least:
+                continue
+            rest = below(child, least)
+            if rest and rest != "↻":
+                inner.append(f"  {child}{rest}")
+            else:
+                leaves.append(child[len(root) :] + rest)
+        if len(leaves) > 1:
+            rows.append(f"  {root}{{{', '.join(leaves)}}}")
+        elif leaves:
+            rows.append(f"  {root}{leaves[0]}")
+        rows.extend(inner)
+    return rows
+
+
+def _fits(rows: list[tuple[int, str]], budget: int) -> bool:
+    return sum(len(_utf8_text(text).encode()) + 1 for _, text in rows) <= budget
 
 
 def _fit(rows: list[tuple[int, str]], budget: int) -> str:

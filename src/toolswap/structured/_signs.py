@@ -7,8 +7,9 @@ is rendered (a sign most records carry is the norm, not a failure).
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["_FAILURE_WORD", "_MAX_FAILURES", "_SIGN_KEYS", "_failure_signs"]
+__all__ = ["_FAILURE_WORD", "_MAX_FAILURES", "_SIGN_KEYS", "_failure_signs", "_signs_first"]
 
 
 _MAX_FAILURES = 8
@@ -50,3 +51,19 @@ def _failure_signs(key: str, value: object, why: list[str]) -> None:
             why.append(f"{key}={value}")
     elif name in _SUCCESS_KEYS and value is False:
         why.append(f"{key}=false")
+
+
+def _signs_first(value: dict[Any, Any]) -> dict[Any, Any]:
+    """The record with the fields that carry a failure sign first: a record cut for room
+    still shows why it was listed."""
+    why: list[str] = []
+    signed = []
+    for key, item in value.items():
+        if key in _SIGN_KEYS or str(key).lower() in _SIGN_KEYS:
+            _failure_signs(str(key), item, why)
+            if why:
+                signed.append(key)
+                why.clear()
+    if not signed or signed == list(value)[: len(signed)]:
+        return value
+    return {**{key: value[key] for key in signed}, **value}
