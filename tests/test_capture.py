@@ -414,7 +414,10 @@ def test_a_grep_that_fails_falls_back_to_the_python_tail_scan(
 
 
 def test_lines_of_one_template_are_listed_once_with_their_count(dir_fd: int) -> None:
-    lines = [b"error %07d at 0x%08x" % (i, i * 7) for i in range(400_000)]
+    lines = [
+        b"error %07d at 0x%08x" % (i, i * 7) if i % 3 == 0 else b"step %07d done" % i
+        for i in range(400_000)
+    ]
     lines[300_000] = b"fatal: the one different line"
     data = b"\n".join(lines) + b"\n"
     capture, stats = _capture(
@@ -422,12 +425,57 @@ def test_lines_of_one_template_are_listed_once_with_their_count(dir_fd: int) -> 
     )
     capture.discard()
 
-    hits = [(s.line_no, s.text, s.similar, s.rank) for s in stats.salient if not s.context]
+    hits = [
+        (s.line_no, s.text, s.similar, s.counted_to, s.rank) for s in stats.salient if not s.context
+    ]
     assert hits == [
-        (1, "error 0000000 at 0x00000000", 399_998, 1),
-        (300_001, "fatal: the one different line", 0, 0),
+        (1, "error 0000000 at 0x00000000", 133_332, None, 1),
+        (300_001, "fatal: the one different line", 0, None, 0),
     ]
     assert stats.scanned_bytes == len(data)
+
+
+def _lines(template: bytes, count: int) -> list[bytes]:
+    return [template % (i, i * 7) for i in range(count)]
+
+
+def test_where_most_lines_hold_a_failure_word_the_rest_is_searched_for_failure_forms(
+    dir_fd: int,
+) -> None:
+    # A severity field on every line: each holds "error", and sorting 400,000 of them
+    # would cost several times the capture. Past the first few thousand, only failure
+    # forms are looked for; the line that says "fatal:" is still found, and the count of
+    # the lines like the first says which lines it covers.
+    lines = _lines(b'{"severity": "error", "n": %07d, "at": "0x%08x"}', 400_000)
+    lines[300_000] = b'{"severity": "error", "message": "fatal: the one different line"}'
+    data = b"\n".join(lines) + b"\n"
+    capture, stats = _capture(
+        dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=128 * 1024
+    )
+    capture.discard()
+
+    hits = [s for s in stats.salient if not s.context]
+    assert [s.line_no for s in hits] == [1, 300_001]
+    first = hits[0]
+    assert first.counted_to is not None and first.counted_to < 300_000
+    assert first.similar == first.counted_to - 1  # every line up to it is one like it
+    assert hits[1].similar == 0 and hits[1].counted_to is None
+    assert stats.scanned_bytes == len(data)
+
+
+def test_where_most_lines_are_failure_forms_only_the_ends_are_searched(dir_fd: int) -> None:
+    lines = _lines(b"error: step %07d at 0x%08x", 400_000)
+    data = b"\n".join(lines) + b"\n"
+    capture, stats = _capture(
+        dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=1 << 20
+    )
+    capture.discard()
+
+    # grep is stopped: the Python scans read as much at each end as they read before grep
+    # takes over (not the whole tail_scan), and say where they stopped.
+    assert stats.scanned_bytes <= 64 * 1024
+    assert stats.tail_scan_start is not None
+    assert len(data) - stats.tail_scan_start <= 64 * 1024
 
 
 def test_grep_is_fed_through_user_space_where_splice_does_not_exist(
@@ -504,8 +552,9 @@ def test_an_interrupted_scan_leaves_no_grep_process_behind(
     assert list(ext.tool_results_dir.iterdir()) == []
 
 
-_NOISY = (b"error: something failed here, a line of a noisy log\n" * 21000)[: 1 << 20]
-"""Every line matches: grep's matches are read in Python, so it falls behind the writer."""
+_NOISY = (b"error: something failed here, a line of a noisy log\nok\n-\n" * 19000)[: 1 << 20]
+"""Many lines match (a third: not most, which would make grep look for failure forms
+only): grep's matches are read in Python, so it falls behind the writer."""
 
 
 def test_grep_may_fall_behind_the_writer_only_so_far(

@@ -503,3 +503,19 @@ def test_a_per_tool_budget_applies_to_that_tool_only(session_dir: Path) -> None:
 
     assert 3500 < len(small.encode()) <= 4096
     assert 7500 < len(large.encode()) <= 8192
+
+
+def test_a_count_that_stopped_where_only_failure_forms_were_searched_says_so(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    # Every line holds "error" (a severity field): past the first few thousand, the middle
+    # is searched only for failure forms, and the count of the lines like the first one
+    # names the lines it covers rather than pass for all of them.
+    lines = [f"step {i} ok" for i in range(10_000)]
+    lines += [f"step {i} severity=error request=GET /items/{i}" for i in range(290_000)]
+    lines[200_000] = "Traceback (most recent call last):"
+    text = externalizer.externalize("\n".join(lines) + "\n", "t").context_text
+    pattern = r"^10001: step 0 severity=error .*\(\+(\d+) similar in lines 1-(\d+)\)$"
+    (count, last) = re.findall(pattern, text, re.M)[0]
+    assert int(count) == int(last) - 10_001 and int(last) < 200_000
+    assert "200001: Traceback (most recent call last):" in text

@@ -197,6 +197,9 @@ class StreamCapture:
         self._grep: GrepStream | None = None
         self._grep_from = 0
         self._grep_off = False
+        self._dense = False
+        """Most lines matched the failure words: the Python scans read only as much at
+        each end as they read before grep takes over (they would take seconds)."""
         self._line_run = 0
         self._feed: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
         """Written chunks for grep, as (length, index of the last newline or -1): grep
@@ -362,6 +365,12 @@ class StreamCapture:
             self._grep, self._grep_off = None, True
             return
         self._grep.copy_from(self._fd, start, length)
+        if self._grep.dense:
+            # Most lines match: they are what this output is, not failures among its
+            # lines. The Python scans take over, and the pointer says what they did not
+            # reach (grep the artifact for a word).
+            self._grep.kill()
+            self._grep, self._grep_off, self._dense = None, True, True
 
     def _forward_scan(self, pos: int, limit: int) -> int:
         """Feed the forward scanner the file's bytes from ``pos`` up to ``limit``."""
@@ -394,7 +403,7 @@ class StreamCapture:
                 grep.kill()
             return scanner.finish(binary=True, total=total, newlines=counter.newlines)
         pos = self._forward_scan(
-            self._scanned, self._grep_limit if grep is not None else self._scan_limit
+            self._scanned, self._grep_limit if grep is not None or self._dense else self._scan_limit
         )
         if grep is not None:
             found = grep.finish()
@@ -406,7 +415,8 @@ class StreamCapture:
             pos = self._forward_scan(pos, self._scan_limit)
         window = b""
         if pos < total and self._tail_scan:
-            start = max(total - self._tail_scan, scanner.lines_end)
+            tail = min(self._tail_scan, self._grep_limit) if self._dense else self._tail_scan
+            start = max(total - tail, scanner.lines_end)
             window = durable.current().pread(self._fd, total - start, start)
         return scanner.finish(
             binary=False,

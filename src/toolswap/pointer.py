@@ -215,6 +215,8 @@ def _row(line: SalientLine) -> str:
         return f"{line.line_no}- {line.text}"
     where = f"[from byte {line.byte_offset}] " if line.byte_offset is not None else ""
     similar = f"  (+{line.similar} similar)" if line.similar else ""
+    if line.similar and line.counted_to is not None:
+        similar = f"  (+{line.similar} similar in lines 1-{line.counted_to})"
     return f"{line.line_no}: {where}{line.text}{similar}"
 
 

@@ -36,6 +36,9 @@ class Entry:
     repeats: list[tuple[int, int]] = field(default_factory=list)
     """The next ``REPEATS_KEPT`` occurrences after the first, (line number, line offset);
     whole lines only."""
+    counted_to: int | None = None
+    """The last line ``count`` covers, when the lines past it were searched only for
+    failure forms this line's template lacks (a dense output); None: every line."""
 
 
 class Candidates:
@@ -93,6 +96,8 @@ class Candidates:
             if entry.match_offset is not None:
                 entry.match_offset += offset
             entry.repeats = [(n + lines, o + offset) for n, o in entry.repeats]
+            if entry.counted_to is not None:
+                entry.counted_to += lines
             mine = self.entries.get(key)
             if mine is None:
                 self.entries[key] = entry
@@ -102,6 +107,8 @@ class Candidates:
                 first.repeats.append((later.line_no, later.line_offset))
             first.repeats = sorted({*first.repeats, *later.repeats})[:REPEATS_KEPT]
             first.count = mine.count + entry.count
+            ends = [e.counted_to for e in (mine, entry) if e.counted_to is not None]
+            first.counted_to = min(ends) if ends else None
             self.entries[key] = first
         if len(self.entries) > _MAX_TEMPLATES:
             self._prune()

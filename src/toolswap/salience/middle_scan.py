@@ -20,7 +20,7 @@ import subprocess
 
 from .._threads import start_helper_thread
 from .candidates import Candidates
-from .vocabulary import BROAD_GREP_PATTERN, GREP_PATTERN
+from .vocabulary import BROAD_GREP_PATTERN, DENSE_GREP_PATTERN, GREP_PATTERN
 
 __all__ = ["GrepStream"]
 
@@ -33,14 +33,17 @@ _LINE_CAP = 1024
 # The broad vocabulary for this many bytes, then only the strongest words (GNU grep runs
 # at about 600 MB/s with the first, over 2 GB/s with the second).
 BROAD_BYTES = 16 << 20
+DENSE_MATCHES = 2_000
+"""Matching lines past which a search that matches most lines is dense (see ``dense``)."""
 
 
 class GrepStream:
     """The middle of an output searched by grep as it is written: the first
     ``BROAD_BYTES`` for the whole vocabulary (``salience.BROAD_GREP_PATTERN``), the rest
     for the strongest words (``salience.GREP_PATTERN``), each by its own process, switched
-    at a line boundary. Same interface as one ``_Grep``; line numbers and byte offsets
-    count from the first byte fed.
+    at a line boundary; where most lines match (``dense``), the rest for failure forms
+    (``salience.DENSE_GREP_PATTERN``). Same interface as one ``_Grep``; line numbers and
+    byte offsets count from the first byte fed.
 
     Raises:
         OSError: no ``grep`` on PATH, or it could not be started.
@@ -51,6 +54,8 @@ class GrepStream:
         self._stages: list[tuple[_Grep, int]] = [(_Grep(BROAD_GREP_PATTERN), 0)]
         self._origin: int | None = None
         self._fd = -1
+        self._forms = False
+        """The current stage looks for failure forms (a dense output)."""
         self.failed = False
 
     def copy_from(self, fd: int, offset: int, count: int) -> None:
@@ -60,23 +65,31 @@ class GrepStream:
         self._fd = fd
         grep = self._stages[-1][0]
         end = offset + count
-        if len(self._stages) == 1 and end - self._origin > self._broad_bytes:
+        forms = not self._forms and _dense(grep)
+        if forms or (len(self._stages) == 1 and end - self._origin > self._broad_bytes):
             block = os.pread(fd, count, offset)
             newline = block.rfind(b"\n")
-            if newline >= 0:
-                # The broad search ends at a line boundary, the narrow one starts there.
+            if newline >= 0:  # (else: at a later block's line boundary)
+                # One search ends at a line boundary, the next starts there.
                 grep.copy_from(fd, offset, newline + 1)
                 grep.close_input()
                 try:
-                    narrow = _Grep(GREP_PATTERN)
+                    grep = _Grep(DENSE_GREP_PATTERN if forms else GREP_PATTERN)
                 except OSError:
                     self.failed = True
                     return
-                self._stages.append((narrow, offset + newline + 1 - self._origin))
-                grep, offset = narrow, offset + newline + 1
+                self._forms = self._forms or forms
+                self._stages.append((grep, offset + newline + 1 - self._origin))
+                offset += newline + 1
         grep.copy_from(fd, offset, end - offset)
         if grep.failed:
             self.failed = True
+
+    @property
+    def dense(self) -> bool:
+        """Whether most lines match even the failure forms (see ``_dense``): the search
+        is no use here."""
+        return self._forms and _dense(self._stages[-1][0])
 
     def finish(self) -> Candidates | None:
         """End the input, wait for every grep and merge what they found.
@@ -92,10 +105,18 @@ class GrepStream:
         lines = 0
         for (_, start), candidates in zip(self._stages, found, strict=True):
             assert candidates is not None
-            if start and candidates.entries:
-                # Counted only for a stage that found something: a clean log costs no
-                # second pass over its first stage's bytes.
+            if start and (candidates.entries or (self._forms and candidates is found[-1])):
+                # Counted only for a stage that found something (a clean log costs no
+                # second pass over its first stage's bytes), or that looked for failure
+                # forms only: what the stages before it counted ends at its first line.
                 lines = self._newlines(self._origin or 0, start)
+            if self._forms and candidates is found[-1]:
+                # What the word searches counted covers the lines before this stage; the
+                # lines it finds are listed on their own, never folded into a count that
+                # stopped (a template of theirs holds many lines that say nothing).
+                for entry in merged.entries.values():
+                    entry.counted_to = lines
+                candidates.entries = {b"\0" + k: e for k, e in candidates.entries.items()}
             merged.merge(candidates, lines=lines, offset=start)
         return merged
 
@@ -116,6 +137,14 @@ class GrepStream:
         self.failed = True
         for grep, _ in self._stages:
             grep.kill()
+
+
+def _dense(grep: _Grep) -> bool:
+    """Whether most lines match (at least ``DENSE_MATCHES`` of them): a failure word is
+    what every line of this output holds (a ``"severity": "error"`` field in each record),
+    and sorting them all costs several times the capture while none stands out for it."""
+    matched = grep.matched
+    return matched >= DENSE_MATCHES and 2 * matched > grep.last_line
 
 
 class _Grep:
@@ -147,6 +176,10 @@ class _Grep:
                 fcntl.fcntl(self._in, set_size, _PIPE_SIZE)
         self.candidates = Candidates()
         self.failed = False
+        self.matched = 0
+        """Matching lines read so far."""
+        self.last_line = 0
+        """The line number of the last of them."""
         self._reader = start_helper_thread(self._read, "toolswap-grep")
 
     def write(self, data: bytes | memoryview) -> None:
@@ -216,7 +249,9 @@ class _Grep:
         offset, sep2, text = rest.partition(b":")
         if not (sep and sep2 and number.isdigit() and offset.isdigit()):
             return
-        self.candidates.add(int(number), int(offset), text, long_line=len(line) >= _LINE_CAP)
+        self.matched += 1
+        self.last_line = int(number)
+        self.candidates.add(self.last_line, int(offset), text, long_line=len(line) >= _LINE_CAP)
 
     def finish(self) -> Candidates | None:
         """End the input and wait for grep.

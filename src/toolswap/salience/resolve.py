@@ -43,6 +43,9 @@ class SalientLine:
     """When ``text`` is a window inside a long line: the artifact byte it starts at."""
     similar: int = 0
     """How many other lines share this line's template (they are not listed)."""
+    counted_to: int | None = None
+    """The last line ``similar`` covers (past it, only failure forms were searched: see
+    ``salience.DENSE_GREP_PATTERN``); None: every line."""
     score: float = 0.0
     """How strongly the failure line of this line's group reads as the reason of a failure
     (``vocabulary.score_line``: 4 or more says something failed, under 3 is a warning or a
@@ -350,6 +353,7 @@ def resolve(
                     rank=rank,
                     byte_offset=match_offset,
                     similar=entry.count - 1,
+                    counted_to=entry.counted_to,
                     score=score,
                 )
             )
@@ -362,6 +366,7 @@ def resolve(
                     display_line(line),
                     rank=rank,
                     similar=entry.count - 1,
+                    counted_to=entry.counted_to,
                     score=score,
                 )
             )

@@ -16,6 +16,7 @@ from .display import ANSI_BYTES, TIMESTAMP_BYTES
 __all__ = [
     "ASCII_LOWER",
     "BROAD_GREP_PATTERN",
+    "DENSE_GREP_PATTERN",
     "EXIT_FAILED",
     "FAILURE_SCORE",
     "FIND_WORDS",
@@ -159,6 +160,27 @@ GREP_WORDS: tuple[bytes, ...] = (
     b"abort",
 )
 GREP_PATTERN = "|".join(_ere(word) for word in GREP_WORDS)
+DENSE_GREP_PATTERN = "|".join(
+    (
+        r"error:",  # error: ..., SyntaxError: ... (not a JSON key "error": or -Werror=)
+        r"error\[",  # rustc's error[E0308]
+        r"exception:",
+        r"exception in thread",
+        r"traceback \(most recent call last\)",
+        r"\bfailed\b",
+        r"\bfatal\b",
+        r"panic:",
+        r"panicked at",
+        r"segmentation fault",
+        r"core dumped",
+        r"\*\*\* ",  # make: *** [target] Error 2
+        r"^not ok ",
+        r"exit (code|status) [1-9]",
+    )
+)
+"""Failure forms rather than words, for the middle of an output where a failure word is on
+most lines (a ``"severity": "error"`` field in every record, ``-Werror`` in every compiler
+command): the line that says ``error:`` still stands out there."""
 
 ASCII_LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 """``bytes.translate`` table: the vocabulary is matched in ASCII lower case."""
