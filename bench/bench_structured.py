@@ -79,54 +79,62 @@ def _folded(pattern: str) -> str | None:
 def _maps(value: object, pattern: str, maps: set[str], depth: int = 0) -> None:
     """The field paths holding a map of names (once one, a path stays one)."""
     if isinstance(value, dict):
-        if depth and (pattern in maps or _names(value)):
-            maps.add(pattern)
-            target = _folded(pattern)
-            for v in value.values():
-                if target is None:
-                    _maps(v, pattern + "[]", maps, depth + 1)
-                else:
-                    _maps(v, target, maps, depth - 1)
-            return
-        for k, v in value.items():
-            _maps(v, _key_path(pattern, str(k)), maps, depth + 1)
-    elif isinstance(value, list):
-        target = _folded(pattern) if depth else None
-        for v in value:
-            if target is None:
-                _maps(v, pattern + "[]", maps, depth + 1)
-            else:
-                _maps(v, target, maps, depth - 1)
-
-
-def _paths(
-    value: object, pattern: str, maps: set[str], out: set[str], nested: list[object], depth: int = 0
-) -> None:
-    """The field paths of one record into ``out``; entries nested like it into ``nested``."""
-    if isinstance(value, dict):
-        if depth and pattern in maps:
-            items: list[object] = list(value.values())
-        else:
+        if not (depth and (pattern in maps or _names(value))):
             for k, v in value.items():
-                p = _key_path(pattern, str(k))
-                out.add(p)
-                _paths(v, p, maps, out, nested, depth + 1)
+                _maps(v, _key_path(pattern, str(k)), maps, depth + 1)
             return
+        maps.add(pattern)
+        items: list[object] = list(value.values())
     elif isinstance(value, list):
         items = value
     else:
         return
-    if depth and _folded(pattern) is not None:
-        nested.extend(items)
-        return
+    target = _folded(pattern) if depth else None
     for v in items:
-        out.add(pattern + "[]")
-        _paths(v, pattern + "[]", maps, out, nested, depth + 1)
+        if target is not None and isinstance(v, dict):
+            _maps(v, target, maps, depth - 1)
+        else:
+            _maps(v, pattern + "[]", maps, depth + 1)
+
+
+def _paths(
+    value: object,
+    pattern: str,
+    maps: set[str],
+    out: set[str],
+    nested: list[object],
+    collection: str,
+    depth: int = 0,
+) -> None:
+    """The field paths of one record into ``out``; objects nested like the collection's
+    records into ``nested`` (those nested like a field's items are part of this record)."""
+    if isinstance(value, dict):
+        if not (depth and pattern in maps):
+            for k, v in value.items():
+                p = _key_path(pattern, str(k))
+                out.add(p)
+                _paths(v, p, maps, out, nested, collection, depth + 1)
+            return
+        items: list[object] = list(value.values())
+    elif isinstance(value, list):
+        items = value
+    else:
+        return
+    target = _folded(pattern) if depth else None
+    for v in items:
+        if target is not None and isinstance(v, dict):
+            if target == collection:
+                nested.append(v)
+            else:
+                _paths(v, target, maps, out, nested, collection, depth - 1)
+        else:
+            out.add(pattern + "[]")
+            _paths(v, pattern + "[]", maps, out, nested, collection, depth + 1)
 
 
 def _common_paths(pattern: str, records: list[object]) -> tuple[list[str], int]:
     """The field paths present in at least 1% of the records, and the records counted: the
-    collection's own and, in a tree, every entry nested like them."""
+    collection's own and, in a tree, every object nested like them."""
     maps: set[str] = set()
     for record in records:
         _maps(record, pattern, maps)
@@ -134,31 +142,48 @@ def _common_paths(pattern: str, records: list[object]) -> tuple[list[str], int]:
     nodes = list(records)
     for record in nodes:  # grows as nested entries are found
         seen: set[str] = set()
-        _paths(record, pattern, maps, seen, nodes)
+        _paths(record, pattern, maps, seen, nodes, pattern)
         for p in seen:
             counts[p] = counts.get(p, 0) + 1
     return [p for p, n in counts.items() if n >= 0.01 * len(nodes)], len(nodes)
 
 
 def _expanded(pointer: str) -> str:
-    """The pointer with every brace group spelled out (``.a{.b, .c{.d}}``: ``.a.b``,
-    ``.a.c.d``), one path a line, after it: the outline may list paths grouped."""
+    """The pointer with the brace groups of its field paths spelled out (``.a{.b, .c{.d}}``:
+    ``.a.b``, ``.a.c.d``), one path a line, after it: the outline may list paths grouped."""
     spelled: list[str] = []
+    inside = False
     for line in pointer.splitlines():
-        text = line.strip().replace("↻", "")
-        if text.startswith(".") and "{" in text and " " not in text.split("{", 1)[0]:
-            spelled.extend(_braces(text))
+        if line.startswith("field paths in at least 1% of records"):
+            inside = True
+        elif inside and line.startswith("  ."):
+            spelled.extend(_braces(line.strip().replace("↻", "")))
+        else:
+            inside = False
     return pointer + "\n" + "\n".join(spelled)
 
 
-def _braces(text: str) -> list[str]:
-    depth, quoted, start = 0, False, -1
+def _scan(text: str) -> list[tuple[int, str]]:
+    """(position, character) of ``text`` outside its quoted keys."""
+    found: list[tuple[int, str]] = []
+    quoted = escaped = False
     for i, ch in enumerate(text):
-        if quoted:
-            quoted = ch != '"' or text[i - 1] == "\\"
+        if escaped:
+            escaped = False
+        elif quoted:
+            escaped = ch == "\\"
+            quoted = ch != '"'
         elif ch == '"':
             quoted = True
-        elif ch == "{":
+        else:
+            found.append((i, ch))
+    return found
+
+
+def _braces(text: str) -> list[str]:
+    depth, start = 0, -1
+    for i, ch in _scan(text):
+        if ch == "{":
             depth += 1
             if depth == 1:
                 start = i
@@ -176,13 +201,9 @@ def _braces(text: str) -> list[str]:
 
 
 def _items(text: str) -> list[str]:
-    out, depth, quoted, last = [], 0, False, 0
-    for i, ch in enumerate(text):
-        if quoted:
-            quoted = ch != '"' or text[i - 1] == "\\"
-        elif ch == '"':
-            quoted = True
-        elif ch in "{[":
+    out, depth, last = [], 0, 0
+    for i, ch in _scan(text):
+        if ch in "{[":
             depth += 1
         elif ch in "}]":
             depth -= 1

@@ -425,9 +425,9 @@ def test_a_map_keyed_by_names_is_outlined_as_entries_of_one_shape(
     )
     walked = 200 + 200 * 3 + 200 * 9  # the records walked whole and the entries below them
     assert (
-        "(their dependencies hold entries like them, nested up to 2 deep: 2,400 more; the "
-        f"fields below count all {walked:,} entries walked whole; list every one: "
-        "[.dependencies[] | recurse(.dependencies[]?)])" in text
+        "(their dependencies hold objects like them, nested up to 2 deep: 2,400 more in the "
+        f"records walked whole; the fields below count all {walked:,} entries; list every "
+        "one: [.dependencies?[]? | recurse(.dependencies? | .[]? | objects)])" in text
     )
     for path in ("version", "resolved", "dependencies"):
         assert f".dependencies[].{path}  " in text
@@ -454,9 +454,9 @@ def test_a_tree_of_children_is_one_set_of_fields_at_every_depth(
 ) -> None:
     text = externalizer.externalize(json.dumps(_directory("", 4), indent=1), "tree").context_text
     assert ".children[]: 6 objects {name: str, size: int, kind: str, children[]?: ↻}" in text
-    every = "[.children[] | recurse(.children[]?)]"
+    every = "[.children?[]? | recurse(.children? | .[]? | objects)]"
     assert (
-        "(their children hold entries like them, nested up to 3 deep: 1,548 more; the fields "
+        "(their children hold objects like them, nested up to 3 deep: 1,548 more; the fields "
         f"below count all 1,554 entries; list every one: {every})" in text
     )
     assert '.children[].kind  str  100%  values: "file" ×1,296, "dir" ×258' in text
@@ -464,6 +464,88 @@ def test_a_tree_of_children_is_one_set_of_fields_at_every_depth(
     assert ".children[].children[]" not in text
     sid = next(line for line in text.splitlines() if line.startswith("[Artifact: "))[11:-1]
     assert externalizer.query(sid, every + " | length").text.strip() == "1554"
+
+
+def _contents(name: str, depth: int) -> dict[str, object]:
+    """A directory as ``tree -J`` writes it: its entries under ``contents``."""
+    if depth == 0:
+        return {"type": "file", "name": name}
+    entries = [_contents(f"{name}/{i}", depth - 1) for i in range(4)]
+    return {"type": "directory", "name": name, "contents": entries}
+
+
+def test_a_tree_under_a_field_of_the_records_is_one_set_of_fields_too(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    doc = [_contents(".", 4), {"type": "report", "directories": 85, "files": 256}]
+    text = externalizer.externalize(json.dumps(doc, indent=1), "tree").context_text
+    every = "[.[]?.contents?[]? | recurse(.contents? | .[]? | objects)]"
+    assert (
+        "(the entries of .[].contents[]: contents hold objects like them, nested up to 3 "
+        f"deep: 336 more; the fields below count all 340 entries; list every one: {every})" in text
+    )
+    assert ".[].contents[].contents  array  25%" in text
+    sid = next(line for line in text.splitlines() if line.startswith("[Artifact: "))[11:-1]
+    # (The report record has no contents: the listing skips it rather than fail.)
+    assert externalizer.query(sid, every + " | length").text.strip() == "340"
+
+
+def test_items_that_are_not_objects_like_the_records_are_not_taken_for_them(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    groups = [
+        {"name": f"g{i}", "id": i, "groups": [f"s{j}" for j in range(5)], "pad": "x" * 900}
+        for i in range(50)
+    ]
+    text = externalizer.externalize(json.dumps({"groups": groups}), "g").context_text
+    assert ".groups[]: 50 objects {name: str, id: int, groups: [str], pad: str}" in text
+    assert ".groups[].name  str  100%" in text
+    assert ".groups[].groups[]  str  250 items" in text
+    assert "↻" not in text and "hold objects like them" not in text
+
+
+def _nodes(name: str, depth: int) -> dict[str, object]:
+    children = [_nodes(f"{name}.{i}", depth - 1) for i in range(3)] if depth else []
+    return {"name": name, "pad": "x" * 40, "children": children}
+
+
+def test_an_empty_array_below_the_last_level_is_no_level_of_its_own(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    doc = {"children": [_nodes(f"a{i}", 2) for i in range(40)]}
+    text = externalizer.externalize(json.dumps(doc), "t").context_text
+    assert "(their children hold objects like them, nested up to 2 deep: 480 more;" in text
+    flat = {"children": [_nodes(f"n{i}", 0) for i in range(600)]}
+    text = externalizer.externalize(json.dumps(flat), "t").context_text
+    assert ".children[]: 600 objects {name: str, pad: str, children: array}" in text
+    assert "↻" not in text and "hold objects like them" not in text
+
+
+def test_a_tree_hundreds_of_levels_deep_is_still_outlined(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    node: dict[str, object] = {"name": "leaf"}
+    for i in range(450):
+        node = {"name": f"n{i}", "children": [node]}
+    doc = {"pad": "x" * 40_000, "children": [node, {"name": "x"}]}
+    text = externalizer.externalize(json.dumps(doc), "d").context_text
+    assert "(their children hold objects like them, nested up to 450 deep: 450 more;" in text
+
+
+def test_a_failure_in_a_nested_entry_marks_the_record_that_holds_it(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    def entry(name: str, depth: int) -> dict[str, object]:
+        found: dict[str, object] = {"name": name, "status": "ok"}
+        if depth:
+            found["children"] = [entry(f"{name}.{i}", depth - 1) for i in range(3)]
+        return found
+
+    doc = {"pad": "x" * 40_000, "children": [entry(f"r{i}", 4) for i in range(6)]}
+    doc["children"][5]["children"][1]["children"][2]["status"] = "failed"  # type: ignore[index]
+    text = externalizer.externalize(json.dumps(doc), "t").context_text
+    assert '\n.children[5]: {"name":"r5","status":"ok",' in text
+    assert "<- status=failed (nested)\n" in text
 
 
 def test_fields_past_the_table_s_room_are_all_named_as_grouped_paths(
@@ -480,8 +562,12 @@ def test_fields_past_the_table_s_room_are_all_named_as_grouped_paths(
     text = externalizer.externalize(json.dumps({"items": records}), "wide").context_text
     assert len(text.encode()) <= POINTER_BUDGET
     tree = text.split("field paths in at least 1% of records (")[1].split("fields (path")[0]
-    keys = ", ".join(f".key_{j}" for start in range(3) for j in range(start, 240, 3))
-    assert f"\n  .items[].meta{{{keys}}}\n" in tree
+    # A long group goes on as many rows as keep each short (a row too long for the room
+    # would be dropped whole).
+    keys = [f".key_{j}" for start in range(3) for j in range(start, 240, 3)]
+    rows = [row for row in tree.splitlines() if row.startswith("  .items[].meta{")]
+    assert len(rows) > 1 and all(len(row) <= 480 for row in rows)
+    assert [k for row in rows for k in row[len("  .items[].meta{") : -1].split(", ")] == keys
     # Fields with the same fields below them are one group.
     assert "\n  .items[].spec{{.a, .b}{.p, .q}, .c[].r}\n" in tree
     assert "\n  .items[].id\n" in tree
@@ -518,7 +604,7 @@ def test_real_npm_ls_output_collapses_its_dependency_maps(
     assert f"the fields below count all {entries(deps):,} entries;" in text
     assert ".dependencies[].version  str" in text
     sid = next(line for line in text.splitlines() if line.startswith("[Artifact: "))[11:-1]
-    every = "[.dependencies[] | recurse(.dependencies[]?)]"
+    every = "[.dependencies?[]? | recurse(.dependencies? | .[]? | objects)]"
     assert f"list every one: {every})" in text
     found = externalizer.query(sid, every + " | length")
     assert found.text.strip() == str(entries(deps))

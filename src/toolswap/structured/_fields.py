@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._signs import _MAX_FAILURES, _failure_signs, _signs_first
-from ._values import _IDENTIFIER, _compact, _key_path, _type_name
+from ._signs import _MAX_FAILURES, _SIGN_KEYS, _failure_signs, _signs_first
+from ._values import _IDENTIFIER, _TYPE_NAMES, _compact, _key_path, _type_name
 
 __all__ = [
     "SAMPLE_RECORDS",
@@ -160,6 +160,10 @@ def _nest_target(pattern: str) -> str | None:
     return target
 
 
+_NESTED = " (nested)"
+"""Said of a failure sign found in an entry nested in the record (see ``_nest_target``)."""
+
+
 class _Nest:
     """Entries nested under the key of a collection's records (or of a field's items)
     that are walked as those records are (see ``_nest_target``)."""
@@ -176,6 +180,13 @@ def _shape_key(value: dict[Any, Any]) -> object:
     """What makes a record's shape new: its keys (in order) and the types of their values
     (built in C: cheap enough for every record)."""
     return (tuple(value), tuple(map(type, value.values())))
+
+
+def _failure_text(value: object, known: str | None) -> str:
+    """A record listed as a failure, the fields that say so first (``known``: its text
+    as it is, if already made)."""
+    shown = _signs_first(value) if type(value) is dict else value
+    return known if known is not None and shown is value else _compact(shown)
 
 
 class _Walker:
@@ -230,7 +241,7 @@ class _Walker:
         firsts: list[_Field] = []
         self._walk(value, pattern, None, 0, why, firsts)
         text: str | None = None
-        if firsts or why or coll.first is None:
+        if firsts or coll.first is None:
             text = _compact(value)
         if firsts:
             for field in firsts:
@@ -249,10 +260,9 @@ class _Walker:
                     coll.signatures.add(signature)
                 if coll.count > 1 and len(coll.different) < _MAX_DIFFERENT:
                     coll.different.append((path, text or _compact(value)))
-        if why:
-            shown = _signs_first(value) if type(value) is dict else value
-            known = text if shown is value else None
-            coll.note_signs(why, path, lambda: known or _compact(shown))
+        if why:  # (shown only for the first few records of each kind of sign)
+            known = text
+            coll.note_signs(why, path, lambda: _failure_text(value, known))
 
     def _walk(
         self,
@@ -263,8 +273,8 @@ class _Walker:
         why: list[str],
         firsts: list[_Field],
     ) -> None:
-        field = self._field(pattern, parent)
-        kind = _type_name(value)
+        field = self.fields.get(pattern) or self._field(pattern, parent)
+        kind = _TYPE_NAMES.get(type(value)) or _type_name(value)
         if field is not None:
             field.count += 1
             field.types[kind] = field.types.get(kind, 0) + 1
@@ -284,47 +294,51 @@ class _Walker:
                         entry[0] += 1
             elif field.values is not None and kind not in ("null", "str", "bool"):
                 field.values = None
+        items: Iterable[object]
         if isinstance(value, dict):
             # (A record itself is never a map: its keys are what the outline is about.)
-            if depth and (pattern in self.maps or _names(value)):
-                # A map keyed by names (packages, paths): its values are walked as the
-                # elements of an array are, under ``pattern[]`` (jq's .[] iterates them).
-                if len(self.maps) < _MAX_FIELDS:
-                    self.maps.add(pattern)
-                self._items(value.values(), pattern, depth, why, firsts)
+            if not (depth and (pattern in self.maps or _names(value))):
+                signs = depth < _FAILURE_DEPTH
+                for key, item in value.items():
+                    name = key if type(key) is str else str(key)
+                    if signs and name in _SIGN_KEYS:
+                        _failure_signs(name, item, why)
+                    self._walk(item, _key_path(pattern, name), pattern, depth + 1, why, firsts)
                 return
-            for key, item in value.items():
-                if depth < _FAILURE_DEPTH:
-                    _failure_signs(str(key), item, why)
-                self._walk(item, _key_path(pattern, str(key)), pattern, depth + 1, why, firsts)
+            # A map keyed by names (packages, paths): its values are walked as the elements
+            # of an array are, under ``pattern[]`` (jq's .[] iterates them).
+            if len(self.maps) < _MAX_FIELDS:
+                self.maps.add(pattern)
+            items = value.values()
         elif isinstance(value, list):
-            self._items(value, pattern, depth, why, firsts)
-
-    def _items(
-        self,
-        items: Iterable[object],
-        pattern: str,
-        depth: int,
-        why: list[str],
-        firsts: list[_Field],
-    ) -> None:
-        """Walk the elements of an array (or the entries of a map) at ``pattern``: as
-        ``pattern[]``, or, when they nest under the key of the entries that hold them, as
-        those entries themselves, one level up (see ``_nest_target``)."""
+            items = value
+        else:
+            return
+        inner = pattern + "[]"
         target = _nest_target(pattern) if depth else None
         if target is None:
-            inner = pattern + "[]"
             for item in items:
                 self._walk(item, inner, pattern, depth + 1, why, firsts)
             return
+        # Objects nested under the key of the entries that hold them are entries like
+        # them: walked as those entries, one level up (see ``_nest_target``). (Inline, as
+        # the rest of the walk: a deep tree costs two frames a level.) Their failure signs
+        # mark the record that holds them, said to be nested; their values are tallied but
+        # never shown as that record's.
         nest = self.nests.get(pattern)
-        if nest is None:
-            nest = self.nests[pattern] = _Nest(target)
+        below: list[str] = []
         self._level += 1
-        nest.deepest = max(nest.deepest, self._level)
         try:
             for item in items:
+                if type(item) is not dict:
+                    self._walk(item, inner, pattern, depth + 1, why, firsts)
+                    continue
+                if nest is None:
+                    nest = self.nests[pattern] = _Nest(target)
                 nest.entries += 1
-                self._walk(item, target, pattern, depth - 1, why, firsts)
+                nest.deepest = max(nest.deepest, self._level)
+                self._walk(item, target, pattern, depth - 1, below, [])
         finally:
             self._level -= 1
+        for token in dict.fromkeys(below):
+            why.append(token if token.endswith(_NESTED) else token + _NESTED)

@@ -13,7 +13,7 @@ from ._fast_path import _Accumulator
 from ._fields import _MAX_FIELDS, SAMPLE_RECORDS, _Collection, _Field
 from ._read_json import _Summary
 from ._signs import _MAX_FAILURES
-from ._values import _compact, _utf8_text
+from ._values import _compact, _tolerant_path, _utf8_text
 
 __all__ = ["_envelope", "_example", "_render"]
 
@@ -67,7 +67,7 @@ def _share(part: int, whole: int) -> str:
     return f"{pct:.2g}%"
 
 
-def _shape(acc: _Accumulator, pattern: str, depth: int = 0) -> str:
+def _shape(acc: _Accumulator, pattern: str, depth: int = 0, limit: int = 700) -> str:
     """``{id: int, name: str, tags: [str], error?: str}``: a record's top-level fields (a
     map of names as ``deps{}: {version: str, ...}``, its entries' fields, one level deep)."""
     parent_count = acc.fields[pattern].count if pattern in acc.fields else 0
@@ -94,7 +94,7 @@ def _shape(acc: _Accumulator, pattern: str, depth: int = 0) -> str:
         optional = "?" if field.count < parent_count else ""
         parts.append(f"{name}{optional}: {kind}")
     text = "{" + ", ".join(parts) + "}"
-    return text if len(text) <= 700 else text[:699] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _anomalies(coll: _Collection) -> tuple[int, list[tuple[str, str, str]], list[str]]:
@@ -171,6 +171,7 @@ def _render(
     seen_failure_paths: set[str] = set()
     samples: list[tuple[int, str]] = []
     failure_total = 0
+    shapes: list[tuple[int, str, str]] = []  # (row, head, pattern) of each record shape
     for pattern, coll in acc.collections.items():
         if coll.count == 0:
             continue
@@ -180,6 +181,8 @@ def _render(
             head = f"{base}{{}}: {_count_kinds(coll, entries=True)}"
         else:
             head = f"{pattern}: {_count_kinds(coll)}"
+        if shape:
+            shapes.append((len(rows), head, pattern))
         rows.append((0, f"{head} {shape}".rstrip()))
         rows.extend(
             (0, note) for note in _nest_notes(acc, pattern, sampled=coll.walked < coll.count)
@@ -208,6 +211,7 @@ def _render(
             rank = 1 if coll.count >= _SMALL else 3
             samples.append((rank, f"{coll.first[0]}: {coll.first[1]}"))
         samples.extend((4, f"{path}: {text}  (other fields)") for path, text in coll.different)
+    rows.extend((1, note) for note in _nest_notes(acc, None, sampled=acc.sampled))
     field_rows: list[tuple[int, str]] = []
     # Fields named by a map's keys before the map was known to be one (its entries are
     # under ``map[]``) are not fields.
@@ -251,6 +255,9 @@ def _render(
             field_rows = [(max(rank, 3), text) for rank, text in field_rows]
             tree = _tree_rows(acc, named)
             if tree:
+                # The paths name the fields: a record's shape keeps only its first ones.
+                for at, head, pattern in shapes:
+                    rows[at] = (0, f"{head} {_shape(acc, pattern, limit=_SHORT_SHAPE)}")
                 rows.append((2, _TREE_HEADER))
                 rows.extend((2, row) for row in tree)
         rows.append(header)
@@ -270,20 +277,23 @@ def _render(
     return _fit(rows, budget)
 
 
-def _nest_notes(acc: _Accumulator, pattern: str, *, sampled: bool) -> list[str]:
-    """What a nested tree under ``pattern`` holds and how to list all of its entries."""
+def _nest_notes(acc: _Accumulator, target: str | None, *, sampled: bool) -> list[str]:
+    """What the trees whose entries are walked as ``target`` hold, and the jq that lists
+    all of their entries (``target`` None: the trees under fields, not collections)."""
     notes = []
     for where, nest in acc.nests.items():
-        if nest.target != pattern:
+        if (nest.target != target) if target is not None else nest.target in acc.collections:
             continue
-        key = where[len(pattern) :]
+        key = where[len(nest.target) :]
         step = key if key.startswith(".") else "." + key
-        total = acc.fields[pattern].count if pattern in acc.fields else nest.entries
-        walked = " walked whole" if sampled else ""
+        total = acc.fields[nest.target].count if nest.target in acc.fields else nest.entries
+        walked = " in the records walked whole" if sampled else ""
+        whose = "their" if target is not None else f"the entries of {nest.target}:"
         notes.append(
-            f"  (their {key.lstrip('.')} hold entries like them, nested up to {nest.deepest} "
-            f"deep: {nest.entries:,} more; the fields below count all {total:,} entries"
-            f"{walked}; list every one: [{pattern} | recurse({step}[]?)])"
+            f"  ({whose} {key.lstrip('.')} hold objects like them, nested up to "
+            f"{nest.deepest} deep: {nest.entries:,} more{walked}; the fields below count all "
+            f"{total:,} entries; list every one: [{_tolerant_path(nest.target)} | "
+            f"recurse({step}? | .[]? | objects)])"
         )
     return notes
 
@@ -291,39 +301,48 @@ def _nest_notes(acc: _Accumulator, pattern: str, *, sampled: bool) -> list[str]:
 _SMALL = 20
 """A collection this small is a detail of the document, not its records."""
 
+_SHORT_SHAPE = 280
+"""A record's shape beside the list of its field paths (which name the rest)."""
+
 _TREE_HEADER = (
     "field paths in at least 1% of records ({.a, .b} groups the fields under one path; "
     "↻ holds entries nested like their parent):"
 )
 
 
+_TREE_ROW = 480
+"""Bytes a row of the field paths holds at most (a longer group goes on more rows)."""
+
+
 def _tree_rows(acc: _Accumulator, skip: tuple[str, ...]) -> list[str]:
     """Every field path that at least 1% of a collection's records have, grouped under its
     parent as ``.deps[]{.name, .author{.email, .url}}`` (brace expansion spells each path
-    in full): a row for the record's fields that have none below them, then one row for
-    each that has."""
+    in full): rows for the record's fields that have none below them, then rows for each
+    field that has, each row at most about ``_TREE_ROW`` bytes."""
     kids: dict[str, list[str]] = {}
     for path in acc.order:
         parent = acc.fields[path].parent
         if parent is not None and not (skip and path.startswith(skip)):
             kids.setdefault(parent, []).append(path)
 
-    def below(path: str, least: float) -> str:
-        if path in acc.nests:
-            return "↻"
+    def parts(path: str, least: float) -> list[str]:
+        """The groups below ``path``, as brace expansion's alternatives."""
         # Fields with the same fields below them share them: {.import, .require}{.a, .b}
         same: dict[str, list[str]] = {}
         for child in kids.get(path, ()):
             if acc.fields[child].count >= least:
                 same.setdefault(below(child, least), []).append(child[len(path) :])
-        parts = [
+        return [
             (names[0] if len(names) == 1 else "{" + ", ".join(names) + "}") + rest
             for rest, names in same.items()
             for names in ([names] if rest else [[name] for name in names])
         ]
-        if len(parts) == 1:
-            return parts[0]
-        return "{" + ", ".join(parts) + "}" if parts else ""
+
+    def below(path: str, least: float) -> str:
+        if path in acc.nests:
+            return "↻"
+        found = parts(path, least)
+        return _group(found) if found else ""
 
     rows: list[str] = []
     for root, coll in acc.collections.items():
@@ -335,16 +354,33 @@ def _tree_rows(acc: _Accumulator, skip: tuple[str, ...]) -> list[str]:
         for child in kids[root]:
             if acc.fields[child].count < least:
                 continue
-            rest = below(child, least)
-            if rest and rest != "↻":
-                inner.append(f"  {child}{rest}")
+            found = [] if child in acc.nests else parts(child, least)
+            if found:
+                inner.extend(_packed(f"  {child}", found))
             else:
-                leaves.append(child[len(root) :] + rest)
-        if len(leaves) > 1:
-            rows.append(f"  {root}{{{', '.join(leaves)}}}")
-        elif leaves:
-            rows.append(f"  {root}{leaves[0]}")
+                leaves.append(child[len(root) :] + ("↻" if child in acc.nests else ""))
+        rows.extend(_packed(f"  {root}", leaves))
         rows.extend(inner)
+    return rows
+
+
+def _group(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else "{" + ", ".join(parts) + "}"
+
+
+def _packed(prefix: str, parts: list[str]) -> list[str]:
+    """``prefix{a, b, ...}`` over as many rows as keep each under ``_TREE_ROW`` bytes."""
+    rows: list[str] = []
+    group: list[str] = []
+    size = len(prefix) + 2
+    for part in parts:
+        if group and size + len(part) + 2 > _TREE_ROW:
+            rows.append(prefix + _group(group))
+            group, size = [], len(prefix) + 2
+        group.append(part)
+        size += len(part) + 2
+    if group:
+        rows.append(prefix + _group(group))
     return rows
 
 

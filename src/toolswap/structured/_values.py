@@ -15,6 +15,7 @@ __all__ = [
     "_cell",
     "_compact",
     "_key_path",
+    "_tolerant_path",
     "_type_name",
     "_utf8_text",
 ]
@@ -111,3 +112,13 @@ def _cell(text: str) -> object:
     if text in ("true", "false", "True", "False"):
         return text.lower() == "true"
     return text
+
+
+_SEGMENT = re.compile(r'\.?\[(?:"(?:[^"\\]|\\.)*")?\]|\.[A-Za-z_][A-Za-z0-9_]*|\.')
+
+
+def _tolerant_path(pattern: str) -> str:
+    """``pattern`` as jq that skips what does not have its shape (``.a?[]?`` for
+    ``.a[]``): a record without the field, or a string where objects are, gives nothing
+    rather than an error that ends the query."""
+    return "".join(segment + "?" for segment in _SEGMENT.findall(pattern))
