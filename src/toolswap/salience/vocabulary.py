@@ -283,6 +283,14 @@ _MASK_NO_PATH = re.compile(
 )
 """``_MASK`` without its two path alternatives, for text with no ``/`` (where they cannot
 match)."""
+_MASK_JSON = re.compile(
+    rb"0x[0-9a-f]+|\b[0-9a-f]{7,}\b|(?<![\w.~-])[\w.~-]*/[\w./~@+-]*|/[\w./~@+-]*|\d+(?:[.:,]\d+)*"
+    rb"|(?<!\w)\"[^\"\s]{1,80}\""
+)
+"""``_MASK`` for a JSON log line (``{"level": "error", "msg": "connection refused"}``): a
+quoted name (a key, a level) is masked, a quoted text with a space in it is the line's
+message, and two messages are two templates (every string masked, all lines of a log would
+be one)."""
 STEP_MARKER = re.compile(
     rb"##\[(?:end)?group\]|::(?:end)?group::|travis_fold:|section_(?:start|end):"
     rb"|\$ \S|\+ \S|={3,} ?\S|-{3,} ?\S|\*{3,} ?\S|#{3,} ?\S|_{3,} ?\S"
@@ -404,7 +412,10 @@ def _template(text: bytes) -> bytes:
     text = TIMESTAMP_BYTES.sub(b"", text)
     # Without a slash the path alternatives never match: dropping them changes nothing and
     # halves the time (they are tried at every position).
-    mask = _MASK if b"/" in text else _MASK_NO_PATH
+    if text.lstrip()[:1] == b"{" and b'":' in text:
+        mask = _MASK_JSON
+    else:
+        mask = _MASK if b"/" in text else _MASK_NO_PATH
     return mask.sub(b"*", text.translate(ASCII_LOWER)).strip()
 
 
