@@ -478,6 +478,35 @@ def test_where_most_lines_are_failure_forms_only_the_ends_are_searched(dir_fd: i
     assert len(data) - stats.tail_scan_start <= 64 * 1024
 
 
+def test_structured_output_leaves_the_text_scan_to_grep_after_its_first_bytes(
+    dir_fd: int,
+) -> None:
+    from toolswap.structured import inspect_output
+
+    records = [b'{"id": %d, "status": "ok", "note": "served"}' % i for i in range(20_000)]
+    records[3_000] = b'{"id": 3000, "status": "ok", "note": "Traceback (most recent call last):"}'
+    data = b"\n".join(records) + b"\n"
+    for inspect, handoff in ((inspect_output, 4 << 10), (None, 256 << 10)):
+        capture = StreamCapture(
+            dir_fd,
+            head_keep=32 << 10,
+            tail_keep=4096,
+            scan_limit=16 << 20,
+            tail_scan=8 << 20,
+            inspect=inspect,
+        )
+        for chunk in _split(data, 1 << 16):
+            capture.write(chunk)
+        stats = capture.finish()
+        capture.discard()
+        # The outline looks at every record in Python: the text scan of all but the first
+        # 4 KiB runs in grep, on the other core (text output: the first 256 KiB in Python).
+        assert capture._grep_limit == handoff
+        hits = [(s.line_no, s.text) for s in stats.salient if not s.context]
+        assert (3_001, records[3_000].decode()) in hits
+        assert stats.scanned_bytes == len(data)
+
+
 def test_grep_is_fed_through_user_space_where_splice_does_not_exist(
     dir_fd: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

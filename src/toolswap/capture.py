@@ -45,6 +45,10 @@ _BOUNDARY_PROBE = 64 << 10
 # Where grep takes over from the Python scan (which holds the GIL at about 40 MB/s with the
 # whole vocabulary; grep searches it at 600 MB/s on the other core while the output streams).
 _GREP_HANDOFF = 256 << 10
+_STRUCTURED_HANDOFF = 4 << 10
+"""Where grep takes over in an output whose first bytes read as JSON, JSON Lines or a table:
+its outline, computed in Python too, looks for failures record by record, and the text scan
+is left to grep, on the other core."""
 # A line longer than this stops grep (which would hold all of it in memory).
 _GREP_MAX_LINE = 8 << 20
 _GREP_LAG = 32 << 20
@@ -184,6 +188,8 @@ class StreamCapture:
         self._scan_limit = scan_limit
         # Past this, grep takes over from the Python scan (when it runs).
         self._grep_limit = min(scan_limit, _GREP_HANDOFF)
+        self._sniffed = inspect is None
+        """Whether the head was looked at for structure (see ``_STRUCTURED_HANDOFF``)."""
         self._tail_scan = tail_scan
         self._counter = OutputCounter()
         self._sha = hashlib.sha256()
@@ -259,6 +265,8 @@ class StreamCapture:
             self._tail += chunk
             if len(self._tail) > 2 * self._tail_keep:
                 del self._tail[: len(self._tail) - self._tail_keep]
+        if not self._sniffed and len(self._head) >= _STRUCTURED_HANDOFF:
+            self._sniff_head()
         if self._scanned < self._grep_limit:
             # The forward scan of the first bytes runs here, from memory, while the writer
             # thread hashes and writes: the caller would otherwise only wait for it.
@@ -284,6 +292,18 @@ class StreamCapture:
             self._drained = self._counter.size - len(chunk)
             self._worker = start_helper_thread(self._drain, "toolswap-capture")
         self._queue.put(chunk)
+
+    def _sniff_head(self) -> None:
+        """Hand the text scan to grep early when the head reads as structured output."""
+        self._sniffed = True
+        from .structured.detect import sniff  # (the outline imports it at the end anyway)
+
+        try:
+            kind = sniff(bytes(self._head[:_STRUCTURED_HANDOFF]), complete=False)
+        except Exception:  # a surprise here costs nothing but the early hand-off
+            return
+        if kind is not None:
+            self._grep_limit = min(self._grep_limit, max(self._scanned, _STRUCTURED_HANDOFF))
 
     def _to_grep(self, chunk: bytes) -> None:
         """Hand a written chunk to grep on a thread of its own (writer side): grep catches
