@@ -532,7 +532,7 @@ def test_a_tree_hundreds_of_levels_deep_is_still_outlined(
     assert "(their children hold objects like them, nested up to 450 deep: 450 more;" in text
 
 
-def test_a_failure_in_a_nested_entry_marks_the_record_that_holds_it(
+def test_a_failure_in_a_nested_entry_is_listed_by_its_own_path(
     externalizer: ToolResultExternalizer,
 ) -> None:
     def entry(name: str, depth: int) -> dict[str, object]:
@@ -544,8 +544,12 @@ def test_a_failure_in_a_nested_entry_marks_the_record_that_holds_it(
     doc = {"pad": "x" * 40_000, "children": [entry(f"r{i}", 4) for i in range(6)]}
     doc["children"][5]["children"][1]["children"][2]["status"] = "failed"  # type: ignore[index]
     text = externalizer.externalize(json.dumps(doc), "t").context_text
-    assert '\n.children[5]: {"name":"r5","status":"ok",' in text
-    assert "<- status=failed (nested)\n" in text
+    where = ".children[5].children[1].children[2]"
+    assert f'\n{where}: {{"status":"failed","name":"r5.1.2","children":' in text
+    assert "<- status=failed\n" in text
+    assert "\n.children[5]: " not in text  # the record that holds it is not the failure
+    sid = next(line for line in text.splitlines() if line.startswith("[Artifact: "))[11:-1]
+    assert externalizer.read_record(sid, where + ".name").text == '"r5.1.2"'
 
 
 def test_fields_past_the_table_s_room_are_all_named_as_grouped_paths(

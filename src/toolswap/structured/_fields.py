@@ -7,6 +7,7 @@ the sample (``_fast_path``) extends this walker.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -160,10 +161,6 @@ def _nest_target(pattern: str) -> str | None:
     return target
 
 
-_NESTED = " (nested)"
-"""Said of a failure sign found in an entry nested in the record (see ``_nest_target``)."""
-
-
 class _Nest:
     """Entries nested under the key of a collection's records (or of a field's items)
     that are walked as those records are (see ``_nest_target``)."""
@@ -204,6 +201,11 @@ class _Walker:
         self.nests: dict[str, _Nest] = {}
         """Field paths (``W.k[].k``) whose entries are walked as ``W.k[]``."""
         self._level = 0
+        self._where = ""
+        """The path of the record, or of the nested entry, being walked."""
+        self.nested_failures: list[tuple[list[str], str, dict[Any, Any]]] = []
+        """Entries nested in the record being walked that carry a failure sign: (signs,
+        path, entry)."""
 
     def collection(self, pattern: str) -> _Collection:
         found = self.collections.get(pattern)
@@ -239,7 +241,11 @@ class _Walker:
             coll.oversized += 1
         why: list[str] = []
         firsts: list[_Field] = []
+        self._where = path
+        self.nested_failures = []
         self._walk(value, pattern, None, 0, why, firsts)
+        for marks, where, nested in self.nested_failures:
+            coll.note_signs(marks, where, functools.partial(_failure_text, nested, None))
         text: str | None = None
         if firsts or coll.first is None:
             text = _compact(value)
@@ -295,6 +301,8 @@ class _Walker:
             elif field.values is not None and kind not in ("null", "str", "bool"):
                 field.values = None
         items: Iterable[object]
+        labels: Iterable[object]
+        named = False
         if isinstance(value, dict):
             # (A record itself is never a map: its keys are what the outline is about.)
             if not (depth and (pattern in self.maps or _names(value))):
@@ -309,9 +317,9 @@ class _Walker:
             # of an array are, under ``pattern[]`` (jq's .[] iterates them).
             if len(self.maps) < _MAX_FIELDS:
                 self.maps.add(pattern)
-            items = value.values()
+            items, labels, named = value.values(), value.keys(), True
         elif isinstance(value, list):
-            items = value
+            items, labels = value, range(len(value))
         else:
             return
         inner = pattern + "[]"
@@ -322,14 +330,15 @@ class _Walker:
             return
         # Objects nested under the key of the entries that hold them are entries like
         # them: walked as those entries, one level up (see ``_nest_target``). (Inline, as
-        # the rest of the walk: a deep tree costs two frames a level.) Their failure signs
-        # mark the record that holds them, said to be nested; their values are tallied but
-        # never shown as that record's.
+        # the rest of the walk: a deep tree costs two frames a level.) An entry with a
+        # failure sign is listed by its own path; its values are tallied but never shown
+        # as the record's.
         nest = self.nests.get(pattern)
-        below: list[str] = []
+        step = pattern[len(target) :]
+        here = self._where
         self._level += 1
         try:
-            for item in items:
+            for label, item in zip(labels, items, strict=True):
                 if type(item) is not dict:
                     self._walk(item, inner, pattern, depth + 1, why, firsts)
                     continue
@@ -337,8 +346,13 @@ class _Walker:
                     nest = self.nests[pattern] = _Nest(target)
                 nest.entries += 1
                 nest.deepest = max(nest.deepest, self._level)
-                self._walk(item, target, pattern, depth - 1, below, [])
+                self._where = (
+                    _key_path(here + step, str(label)) if named else f"{here}{step}[{label}]"
+                )
+                marks: list[str] = []
+                self._walk(item, target, pattern, depth - 1, marks, [])
+                if marks:
+                    self.nested_failures.append((marks, self._where, item))
         finally:
             self._level -= 1
-        for token in dict.fromkeys(below):
-            why.append(token if token.endswith(_NESTED) else token + _NESTED)
+            self._where = here
