@@ -463,19 +463,52 @@ def test_where_most_lines_hold_a_failure_word_the_rest_is_searched_for_failure_f
     assert stats.scanned_bytes == len(data)
 
 
-def test_where_most_lines_are_failure_forms_only_the_ends_are_searched(dir_fd: int) -> None:
-    lines = _lines(b"error: step %07d at 0x%08x", 400_000)
+def test_where_most_lines_are_failure_forms_the_search_stops_and_keeps_what_it_found(
+    dir_fd: int,
+) -> None:
+    lines = [b"plain step %d ok, compiling module" % i for i in range(30_000)]
+    lines[20_000] = b"Traceback (most recent call last):"
+    lines[20_002] = b"ModuleNotFoundError: No module named 'numpy'"
+    lines += _lines(b"src/f%d.c:12:5: error: implicit declaration of function 'f%d'", 200_000)
     data = b"\n".join(lines) + b"\n"
     capture, stats = _capture(
         dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=1 << 20
     )
     capture.discard()
 
-    # grep is stopped: the Python scans read as much at each end as they read before grep
-    # takes over (not the whole tail_scan), and say where they stopped.
-    assert stats.scanned_bytes <= 64 * 1024
+    # Past a few thousand of the lines that all say "error:", grep stops: the failures it
+    # found before stand, the last 256 KiB (not all of tail_scan) are read in Python, and
+    # the pointer is told which bytes neither search reached.
+    hits = {s.line_no: s for s in stats.salient if not s.context}
+    assert hits[20_001].text == "Traceback (most recent call last):"
+    assert hits[20_003].text == "ModuleNotFoundError: No module named 'numpy'"
+    first = hits[30_001]
+    assert first.counted_to is not None and first.similar == first.counted_to - 30_001
+    assert 30_001 < first.counted_to < 230_000
+    assert 64 * 1024 < stats.scanned_bytes < len(data)
     assert stats.tail_scan_start is not None
-    assert len(data) - stats.tail_scan_start <= 64 * 1024
+    assert stats.scanned_bytes < stats.tail_scan_start
+    assert len(data) - stats.tail_scan_start <= 256 * 1024
+
+
+def test_a_failure_form_past_the_switch_is_listed_apart_from_the_count_before_it(
+    dir_fd: int,
+) -> None:
+    # The same template before the switch to failure forms and after it: the line after is
+    # listed on its own, not counted as one more "similar" line of the count that stopped.
+    lines = _lines(b"step %d severity=error at 0x%08x", 300_000)
+    lines[5] = b"Traceback (most recent call last): in worker 5"
+    lines[250_000] = b"Traceback (most recent call last): in worker 6"
+    data = b"\n".join(lines) + b"\n"
+    capture, stats = _capture(
+        dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=128 * 1024
+    )
+    capture.discard()
+
+    hits = {s.line_no: s for s in stats.salient if not s.context}
+    assert hits[6].similar == 0
+    assert hits[250_001].text == "Traceback (most recent call last): in worker 6"
+    assert hits[250_001].similar == 0 and hits[250_001].counted_to is None
 
 
 def test_structured_output_leaves_the_text_scan_to_grep_after_its_first_bytes(

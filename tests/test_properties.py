@@ -214,13 +214,13 @@ def test_a_template_is_the_line_masked_whatever_its_nonzero_digits(
     from toolswap.salience.vocabulary import (
         _MASK,
         _MASK_JSON,
-        _TEMPLATE_BYTES,
         ASCII_LOWER,
         template,
+        template_bytes,
     )
 
     def masked(raw: bytes) -> bytes:
-        text = ANSI_BYTES.sub(b"", raw[:_TEMPLATE_BYTES])
+        text = ANSI_BYTES.sub(b"", raw[: template_bytes(raw)])
         text = TIMESTAMP_BYTES.sub(b"", text)
         json_line = text.lstrip()[:1] == b"{" and b'":' in text  # a JSON log line
         return (_MASK_JSON if json_line else _MASK).sub(b"*", text.translate(ASCII_LOWER)).strip()

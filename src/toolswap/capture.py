@@ -51,6 +51,9 @@ its outline, computed in Python too, looks for failures record by record, and th
 is left to grep, on the other core."""
 # A line longer than this stops grep (which would hold all of it in memory).
 _GREP_MAX_LINE = 8 << 20
+_DENSE_TAIL = 256 << 10
+"""The last bytes read in Python after a search stopped because nearly every line matched
+(such lines take Python about 40 ms a megabyte)."""
 _GREP_LAG = 32 << 20
 """How far grep may fall behind the writer before the writer waits for it. Ordinary output
 never gets that far (grep runs at 400 MB/s or more); output where most lines match slows
@@ -203,9 +206,8 @@ class StreamCapture:
         self._grep: GrepStream | None = None
         self._grep_from = 0
         self._grep_off = False
-        self._dense = False
-        """Most lines matched the failure words: the Python scans read only as much at
-        each end as they read before grep takes over (they would take seconds)."""
+        self._searched_to: int | None = None
+        """Where a search stopped for lines that nearly all match (see ``_DENSE_TAIL``)."""
         self._line_run = 0
         self._feed: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
         """Written chunks for grep, as (length, index of the last newline or -1): grep
@@ -386,11 +388,13 @@ class StreamCapture:
             return
         self._grep.copy_from(self._fd, start, length)
         if self._grep.dense:
-            # Most lines match: they are what this output is, not failures among its
-            # lines. The Python scans take over, and the pointer says what they did not
-            # reach (grep the artifact for a word).
-            self._grep.kill()
-            self._grep, self._grep_off, self._dense = None, True, True
+            # Most lines hold even a failure form: they are what this output is, not
+            # failures among its lines. The search stops here (what it found stands), a
+            # Python scan reads the last bytes, and the pointer says what neither reached.
+            self._grep.stop()
+            self._grep_off = True
+        elif self._grep.failed:
+            self._grep_off = True  # the Python scans take over (see _scan_with)
 
     def _forward_scan(self, pos: int, limit: int) -> int:
         """Feed the forward scanner the file's bytes from ``pos`` up to ``limit``."""
@@ -423,27 +427,34 @@ class StreamCapture:
                 grep.kill()
             return scanner.finish(binary=True, total=total, newlines=counter.newlines)
         pos = self._forward_scan(
-            self._scanned, self._grep_limit if grep is not None or self._dense else self._scan_limit
+            self._scanned, self._grep_limit if grep is not None else self._scan_limit
         )
+        tail_scan = self._tail_scan
         if grep is not None:
             found = grep.finish()
             if found is not None and self._grep_from == scanner.lines_end:
                 scanner.add_middle(found, newlines_before=scanner.newlines, offset=self._grep_from)
-                self._middle_scanned = True
-                return scanner.finish(binary=False, total=total, newlines=counter.newlines)
-            # grep failed: the Python scans do what they can without it.
-            pos = self._forward_scan(pos, self._scan_limit)
+                if grep.stopped_at is None:
+                    self._middle_scanned = True
+                    return scanner.finish(binary=False, total=total, newlines=counter.newlines)
+                # The search stopped where nearly every line matched: the last bytes are
+                # read in Python, as far as such lines can be read quickly.
+                self._searched_to = pos = self._grep_from + grep.stopped_at
+                tail_scan = min(tail_scan, _DENSE_TAIL)
+            else:
+                # grep failed: the Python scans do what they can without it.
+                pos = self._forward_scan(pos, self._scan_limit)
         window = b""
-        if pos < total and self._tail_scan:
-            tail = min(self._tail_scan, self._grep_limit) if self._dense else self._tail_scan
-            start = max(total - tail, scanner.lines_end)
+        if pos < total and tail_scan:
+            searched = self._searched_to if self._searched_to is not None else scanner.lines_end
+            start = max(total - tail_scan, searched)
             window = durable.current().pread(self._fd, total - start, start)
         return scanner.finish(
             binary=False,
             total=total,
             newlines=counter.newlines,
             window=window,
-            tail_scan=self._tail_scan,
+            tail_scan=tail_scan,
         )
 
     def finish(self) -> CaptureStats:
@@ -491,17 +502,22 @@ class StreamCapture:
             head=bytes(self._head),
             tail=tail,
             salient=salient,
-            scanned_bytes=(
-                0  # binary output is not scanned for failure lines
-                if counter.binary
-                else counter.size
-                if scanner.scanned >= counter.size or self._middle_scanned
-                else scanner.lines_end
-            ),
+            scanned_bytes=self._scanned_bytes(),
             tail_scan_start=None if self._middle_scanned else tail_scan_start,
             outline_source=outline,
             unlisted=scanner.unlisted,
         )
+
+    def _scanned_bytes(self) -> int:
+        """How many leading bytes the failure-line searches covered without a gap."""
+        scanner, counter = self._scanner, self._counter
+        if counter.binary:
+            return 0  # binary output is not scanned for failure lines
+        if scanner.scanned >= counter.size or self._middle_scanned:
+            return counter.size
+        if self._searched_to is not None:
+            return self._searched_to
+        return scanner.lines_end
 
     def _start_outline(self) -> Callable[[], str] | None:
         """Start outlining the finished file on a thread; return what waits for it."""

@@ -63,6 +63,8 @@ class Candidates:
         key = template(raw)
         entry = self.entries.get(key)
         if entry is not None:
+            if entry.counted_to is not None and line_no > entry.counted_to:
+                return  # its count says which lines it covers: this one is past them
             entry.count += 1
             if (
                 entry.count <= 1 + REPEATS_KEPT

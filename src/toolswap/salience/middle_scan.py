@@ -19,8 +19,8 @@ import shutil
 import subprocess
 
 from .._threads import start_helper_thread
-from .candidates import Candidates
-from .vocabulary import BROAD_GREP_PATTERN, DENSE_GREP_PATTERN, GREP_PATTERN
+from .candidates import Candidates, Entry
+from .vocabulary import BROAD_GREP_PATTERN, DENSE_GREP_PATTERN, GREP_PATTERN, GREP_WORDS
 
 __all__ = ["GrepStream"]
 
@@ -54,12 +54,19 @@ class GrepStream:
         self._stages: list[tuple[_Grep, int]] = [(_Grep(BROAD_GREP_PATTERN), 0)]
         self._origin: int | None = None
         self._fd = -1
+        self._fed = 0
+        """Bytes fed, from the first."""
         self._forms = False
         """The current stage looks for failure forms (a dense output)."""
         self.failed = False
+        self.stopped_at: int | None = None
+        """Bytes fed before ``stop`` (None: the search goes on to the end)."""
 
     def copy_from(self, fd: int, offset: int, count: int) -> None:
-        """Feed ``count`` bytes of file ``fd`` from ``offset`` (contiguous calls)."""
+        """Feed ``count`` bytes of file ``fd`` from ``offset`` (contiguous calls); nothing
+        once the search failed or stopped."""
+        if self.failed or self.stopped_at is not None:
+            return
         if self._origin is None:
             self._origin = offset
         self._fd = fd
@@ -82,17 +89,30 @@ class GrepStream:
                 self._stages.append((grep, offset + newline + 1 - self._origin))
                 offset += newline + 1
         grep.copy_from(fd, offset, end - offset)
+        self._fed = end - self._origin
         if grep.failed:
             self.failed = True
 
     @property
     def dense(self) -> bool:
-        """Whether most lines match even the failure forms (see ``_dense``): the search
-        is no use here."""
+        """Whether most lines match even the failure forms (see ``_dense``): searching on
+        is no use here (see ``stop``)."""
         return self._forms and _dense(self._stages[-1][0])
+
+    def stop(self) -> None:
+        """Search no further: grep finishes what it was fed, and ``finish`` keeps what
+        every stage found (``stopped_at`` says where the search ended)."""
+        if self.stopped_at is None and not self.failed:
+            self.stopped_at = self._fed
+            self._stages[-1][0].close_input()
 
     def finish(self) -> Candidates | None:
         """End the input, wait for every grep and merge what they found.
+
+        A count of similar lines that some lines could not add to says which lines it
+        covers (``Entry.counted_to``): where the strongest words were looked for, a line
+        with none of them; where failure forms were, any line without one; and past where
+        the search stopped, every line.
 
         Returns:
             The matching lines (line numbers 1-based from the first byte fed, byte offsets
@@ -103,21 +123,27 @@ class GrepStream:
             return None
         merged = Candidates()
         lines = 0
-        for (_, start), candidates in zip(self._stages, found, strict=True):
+        for (grep, start), candidates in zip(self._stages, found, strict=True):
             assert candidates is not None
-            if start and (candidates.entries or (self._forms and candidates is found[-1])):
-                # Counted only for a stage that found something (a clean log costs no
-                # second pass over its first stage's bytes), or that looked for failure
-                # forms only: what the stages before it counted ends at its first line.
+            if start:
                 lines = self._newlines(self._origin or 0, start)
-            if self._forms and candidates is found[-1]:
-                # What the word searches counted covers the lines before this stage; the
-                # lines it finds are listed on their own, never folded into a count that
-                # stopped (a template of theirs holds many lines that say nothing).
+                forms = grep.pattern is DENSE_GREP_PATTERN
                 for entry in merged.entries.values():
-                    entry.counted_to = lines
-                candidates.entries = {b"\0" + k: e for k, e in candidates.entries.items()}
+                    if forms or not _has_word(entry.raw):
+                        _counted_to(entry, lines)
+                if forms:
+                    # The lines found here are listed on their own, never folded into a
+                    # count that stopped (a template of theirs may hold many lines that
+                    # say nothing).
+                    candidates.entries = {b"\0" + k: e for k, e in candidates.entries.items()}
             merged.merge(candidates, lines=lines, offset=start)
+        if self.stopped_at is not None:
+            last = self._newlines(self._origin or 0, self.stopped_at)
+            cut = self.stopped_at and os.pread(
+                self._fd, 1, (self._origin or 0) + self.stopped_at - 1
+            )
+            for entry in merged.entries.values():
+                _counted_to(entry, last + (cut != b"\n"))
         return merged
 
     def _newlines(self, origin: int, start: int) -> int:
@@ -139,6 +165,16 @@ class GrepStream:
             grep.kill()
 
 
+def _has_word(raw: bytes) -> bool:
+    """Whether a line holds one of the strongest words (``GREP_PATTERN`` matches it)."""
+    lower = raw.lower()
+    return any(word in lower for word in GREP_WORDS)
+
+
+def _counted_to(entry: Entry, line: int) -> None:
+    entry.counted_to = line if entry.counted_to is None else min(entry.counted_to, line)
+
+
 def _dense(grep: _Grep) -> bool:
     """Whether most lines match (at least ``DENSE_MATCHES`` of them): a failure word is
     what every line of this output holds (a ``"severity": "error"`` field in each record),
@@ -157,6 +193,7 @@ class _Grep:
     """
 
     def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
         grep = shutil.which("grep")
         if grep is None:
             raise OSError("no grep on PATH")
@@ -176,6 +213,7 @@ class _Grep:
                 fcntl.fcntl(self._in, set_size, _PIPE_SIZE)
         self.candidates = Candidates()
         self.failed = False
+        self._input_closed = False
         self.matched = 0
         """Matching lines read so far."""
         self.last_line = 0
@@ -184,7 +222,7 @@ class _Grep:
 
     def write(self, data: bytes | memoryview) -> None:
         """Feed bytes (blocks while grep catches up; never raises)."""
-        if self.failed:
+        if self.failed or self._input_closed:
             return
         view = memoryview(data)
         try:
@@ -199,7 +237,8 @@ class _Grep:
         end = offset + count
         splice = getattr(os, "splice", None)  # Linux only
         try:
-            while offset < end and not self.failed:
+            # (Once its input is closed, its descriptor number may be another file's.)
+            while offset < end and not self.failed and not self._input_closed:
                 try:
                     if splice is None:
                         raise OSError("no splice here")
@@ -218,6 +257,7 @@ class _Grep:
 
     def close_input(self) -> None:
         """No more bytes: grep finishes on its own (collected by ``finish``)."""
+        self._input_closed = True
         with contextlib.suppress(OSError):
             assert self._proc.stdin is not None
             self._proc.stdin.close()

@@ -316,6 +316,9 @@ EXIT_FAILED = re.compile(
 ``Process completed with exit code 1.``, ``make: *** [all] Error 2``, ``ld returned 1 exit
 status``, ``Child returned status 2``."""
 _TEMPLATE_BYTES = 200
+_JSON_TEMPLATE_BYTES = 512
+"""A JSON log line's template reads further: its message often follows a timestamp, a
+logger, a caller and trace ids."""
 OVERLAP = 32
 """Bytes carried from one searched piece to the next: longer than any word, so a word cut
 between two pieces is found."""
@@ -396,7 +399,7 @@ def template(raw: bytes) -> bytes:
     patterns (only ``0x`` names one), so lines that differ only in those digits (a flood of
     one error with its counters and timestamps) have one template, computed once and
     remembered (``_TEMPLATES``)."""
-    shape = raw[:_TEMPLATE_BYTES].translate(_NONZERO_AS_ONE)
+    shape = raw[: template_bytes(raw)].translate(_NONZERO_AS_ONE)
     found = _TEMPLATES.get(shape)
     if found is None:
         found = _template(shape)
@@ -404,6 +407,11 @@ def template(raw: bytes) -> bytes:
             _TEMPLATES.clear()
         _TEMPLATES[shape] = found
     return found
+
+
+def template_bytes(raw: bytes) -> int:
+    """How much of a line its template reads."""
+    return _JSON_TEMPLATE_BYTES if b'{"' in raw[:64] else _TEMPLATE_BYTES
 
 
 def _template(text: bytes) -> bytes:
