@@ -519,21 +519,3 @@ def test_a_count_that_stopped_where_only_failure_forms_were_searched_says_so(
     (count, last) = re.findall(pattern, text, re.M)[0]
     assert int(count) == int(last) - 10_001 and int(last) < 200_000
     assert "200001: Traceback (most recent call last):" in text
-
-
-def test_a_json_log_s_different_messages_are_different_failures(
-    externalizer: ToolResultExternalizer,
-) -> None:
-    # Every string of a JSON line masked, every line of a JSON log had one template: the
-    # first error stood for all of them. Its keys and levels are names; its messages are
-    # what the lines say.
-    lines = ["server v1.2 starting (pid 4242)"]
-    lines += [f'{{"level":"info","msg":"request served","id":{i}}}' for i in range(6_000)]
-    for at in (900, 1_800, 2_700):
-        lines[at] = f'{{"level":"error","msg":"connection refused","id":{at}}}'
-    lines[2_500] = '{"level":"error","msg":"disk full on /var/data","id":2500}'
-    lines[3_700] = '{"level":"error","msg":"certificate expired for api.example.com","id":3700}'
-    text = externalizer.externalize("\n".join(lines) + "\n", "t").context_text
-    assert '901: {"level":"error","msg":"connection refused","id":900}  (+2 similar)' in text
-    assert '2501: {"level":"error","msg":"disk full on /var/data","id":2500}' in text
-    assert '3701: {"level":"error","msg":"certificate expired for api.example.com"' in text

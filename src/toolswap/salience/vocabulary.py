@@ -283,14 +283,6 @@ _MASK_NO_PATH = re.compile(
 )
 """``_MASK`` without its two path alternatives, for text with no ``/`` (where they cannot
 match)."""
-_MASK_JSON = re.compile(
-    rb"0x[0-9a-f]+|\b[0-9a-f]{7,}\b|(?<![\w.~-])[\w.~-]*/[\w./~@+-]*|/[\w./~@+-]*|\d+(?:[.:,]\d+)*"
-    rb"|(?<!\w)\"[^\"\s]{1,80}\""
-)
-"""``_MASK`` for a JSON log line (``{"level": "error", "msg": "connection refused"}``): a
-quoted name (a key, a level) is masked, a quoted text with a space in it is the line's
-message, and two messages are two templates (every string masked, all lines of a log would
-be one)."""
 STEP_MARKER = re.compile(
     rb"##\[(?:end)?group\]|::(?:end)?group::|travis_fold:|section_(?:start|end):"
     rb"|\$ \S|\+ \S|={3,} ?\S|-{3,} ?\S|\*{3,} ?\S|#{3,} ?\S|_{3,} ?\S"
@@ -316,9 +308,6 @@ EXIT_FAILED = re.compile(
 ``Process completed with exit code 1.``, ``make: *** [all] Error 2``, ``ld returned 1 exit
 status``, ``Child returned status 2``."""
 _TEMPLATE_BYTES = 200
-_JSON_TEMPLATE_BYTES = 512
-"""A JSON log line's template reads further: its message often follows a timestamp, a
-logger, a caller and trace ids."""
 OVERLAP = 32
 """Bytes carried from one searched piece to the next: longer than any word, so a word cut
 between two pieces is found."""
@@ -399,7 +388,7 @@ def template(raw: bytes) -> bytes:
     patterns (only ``0x`` names one), so lines that differ only in those digits (a flood of
     one error with its counters and timestamps) have one template, computed once and
     remembered (``_TEMPLATES``)."""
-    shape = raw[: template_bytes(raw)].translate(_NONZERO_AS_ONE)
+    shape = raw[:_TEMPLATE_BYTES].translate(_NONZERO_AS_ONE)
     found = _TEMPLATES.get(shape)
     if found is None:
         found = _template(shape)
@@ -409,21 +398,13 @@ def template(raw: bytes) -> bytes:
     return found
 
 
-def template_bytes(raw: bytes) -> int:
-    """How much of a line its template reads."""
-    return _JSON_TEMPLATE_BYTES if b'{"' in raw[:64] else _TEMPLATE_BYTES
-
-
 def _template(text: bytes) -> bytes:
     if b"\x1b" in text:
         text = ANSI_BYTES.sub(b"", text)
     text = TIMESTAMP_BYTES.sub(b"", text)
     # Without a slash the path alternatives never match: dropping them changes nothing and
     # halves the time (they are tried at every position).
-    if text.lstrip()[:1] == b"{" and b'":' in text:
-        mask = _MASK_JSON
-    else:
-        mask = _MASK if b"/" in text else _MASK_NO_PATH
+    mask = _MASK if b"/" in text else _MASK_NO_PATH
     return mask.sub(b"*", text.translate(ASCII_LOWER)).strip()
 
 
