@@ -511,6 +511,45 @@ def test_a_failure_form_past_the_switch_is_listed_apart_from_the_count_before_it
     assert hits[250_001].similar == 0 and hits[250_001].counted_to is None
 
 
+def test_a_line_that_starts_where_the_search_stopped_is_read_by_the_tail_scan(
+    dir_fd: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolswap.salience.middle_scan import GrepStream
+
+    # The stop is forced at the first check, after grep's second feed (the second 1 MiB
+    # chunk), so it falls on a known line boundary; the line that starts there is the tail
+    # scan's first.
+    monkeypatch.setattr(GrepStream, "dense", property(lambda self: self._fed > 0))
+    lines = [(b"step %07d ok" % i).ljust(63, b".") for i in range(34_000)]  # 64 bytes a line
+    lines[32_768] = b"FATAL: disk quota exceeded".ljust(63, b".")  # at byte 2 MiB
+    data = b"\n".join(lines) + b"\n"
+    capture, stats = _capture(dir_fd, _split(data, 1 << 20), scan_limit=64 << 10, tail_scan=8 << 20)
+    capture.discard()
+
+    assert stats.scanned_bytes == 2 << 20 and stats.tail_scan_start == 2 << 20
+    hits = {s.line_no: s.text for s in stats.salient if not s.context}
+    assert hits[32_769].startswith("FATAL: disk quota exceeded")
+
+
+def test_a_count_of_failure_forms_names_the_lines_it_covers(dir_fd: int) -> None:
+    lines = [b"plain step %d ok, compiling module" % i for i in range(30_000)]
+    lines += _lines(b"src/f%d.c:12:5: error: implicit declaration of function 'f%d'", 200_000)
+    data = b"\n".join(lines) + b"\n"
+    capture, stats = _capture(
+        dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=1 << 20
+    )
+    capture.discard()
+
+    counted = [s for s in stats.salient if not s.context and s.counted_to is not None]
+    assert counted[0].line_no == 30_001 and counted[0].counted_from is None
+    forms = [s for s in counted if s.counted_from is not None and s.similar]
+    assert forms, "the search switched to failure forms"
+    for line in forms:
+        # Every line from the stage's first to the last counted is one like it.
+        assert line.counted_from == line.line_no
+        assert line.similar == line.counted_to - line.line_no
+
+
 def test_structured_output_leaves_the_text_scan_to_grep_after_its_first_bytes(
     dir_fd: int,
 ) -> None:

@@ -446,8 +446,12 @@ class StreamCapture:
                 pos = self._forward_scan(pos, self._scan_limit)
         window = b""
         if pos < total and tail_scan:
-            searched = self._searched_to if self._searched_to is not None else scanner.lines_end
-            start = max(total - tail_scan, searched)
+            start = max(total - tail_scan, scanner.lines_end)
+            if self._searched_to is not None:
+                # From where the search stopped, and the byte before it: a line that starts
+                # right there is whole (the scan skips a line it cannot see begin).
+                tail_scan = min(tail_scan, total - self._searched_to)
+                start = max(total - tail_scan - 1, 0)
             window = durable.current().pread(self._fd, total - start, start)
         return scanner.finish(
             binary=False,

@@ -216,7 +216,9 @@ def _row(line: SalientLine) -> str:
     where = f"[from byte {line.byte_offset}] " if line.byte_offset is not None else ""
     similar = f"  (+{line.similar} similar)" if line.similar else ""
     if line.similar and line.counted_to is not None:
-        similar = f"  (+{line.similar} similar in lines 1-{line.counted_to})"
+        similar = f"  (+{line.similar} similar in lines {line.counted_from or 1}-{line.counted_to})"
+    elif line.similar and line.counted_from is not None:
+        similar = f"  (+{line.similar} similar from line {line.counted_from})"
     return f"{line.line_no}: {where}{line.text}{similar}"
 
 

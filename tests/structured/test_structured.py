@@ -552,6 +552,22 @@ def test_a_failure_in_a_nested_entry_is_listed_by_its_own_path(
     assert externalizer.read_record(sid, where + ".name").text == '"r5.1.2"'
 
 
+def test_a_failure_nested_below_a_field_of_the_record_marks_the_record(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    # The trees are under each record's children: the walk knows the record's path, not
+    # the path of an entry two levels down, so the record is listed, said to be nested.
+    def tree(name: str, depth: int) -> dict[str, object]:
+        below = [tree(f"{name}.{j}", depth - 1) for j in range(3)] if depth else []
+        return {"name": name, "status": "ok", "children": below}
+
+    records = [tree(f"r{i}", 3) for i in range(200)]
+    records[150]["children"][2]["children"][0]["status"] = "failed"  # type: ignore[index]
+    text = externalizer.externalize(json.dumps(records), "t").context_text
+    assert '\n.[150]: {"name":"r150","status":"ok",' in text
+    assert "<- status=failed (nested)\n" in text
+
+
 def test_fields_past_the_table_s_room_are_all_named_as_grouped_paths(
     externalizer: ToolResultExternalizer,
 ) -> None:

@@ -39,6 +39,9 @@ class Entry:
     counted_to: int | None = None
     """The last line ``count`` covers, when the lines past it were searched only for
     failure forms this line's template lacks (a dense output); None: every line."""
+    counted_from: int | None = None
+    """The first line ``count`` covers, when it counts only where failure forms were
+    searched; None: from the first line."""
 
 
 class Candidates:
@@ -100,6 +103,8 @@ class Candidates:
             entry.repeats = [(n + lines, o + offset) for n, o in entry.repeats]
             if entry.counted_to is not None:
                 entry.counted_to += lines
+            if entry.counted_from is not None:
+                entry.counted_from += lines
             mine = self.entries.get(key)
             if mine is None:
                 self.entries[key] = entry

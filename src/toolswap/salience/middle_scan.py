@@ -136,14 +136,15 @@ class GrepStream:
                     # count that stopped (a template of theirs may hold many lines that
                     # say nothing).
                     candidates.entries = {b"\0" + k: e for k, e in candidates.entries.items()}
+                    for entry in candidates.entries.values():
+                        entry.counted_from = 1  # (this stage's first line, once merged)
             merged.merge(candidates, lines=lines, offset=start)
         if self.stopped_at is not None:
+            # The counts end with the last whole line fed (a line cut by the stop is not
+            # one of the lines they are like).
             last = self._newlines(self._origin or 0, self.stopped_at)
-            cut = self.stopped_at and os.pread(
-                self._fd, 1, (self._origin or 0) + self.stopped_at - 1
-            )
             for entry in merged.entries.values():
-                _counted_to(entry, last + (cut != b"\n"))
+                _counted_to(entry, last)
         return merged
 
     def _newlines(self, origin: int, start: int) -> int:

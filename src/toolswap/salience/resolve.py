@@ -46,6 +46,8 @@ class SalientLine:
     counted_to: int | None = None
     """The last line ``similar`` covers (past it, only failure forms were searched: see
     ``salience.DENSE_GREP_PATTERN``); None: every line."""
+    counted_from: int | None = None
+    """The first line ``similar`` covers (None: the first line of the output)."""
     score: float = 0.0
     """How strongly the failure line of this line's group reads as the reason of a failure
     (``vocabulary.score_line``: 4 or more says something failed, under 3 is a warning or a
@@ -354,6 +356,7 @@ def resolve(
                     byte_offset=match_offset,
                     similar=entry.count - 1,
                     counted_to=entry.counted_to,
+                    counted_from=entry.counted_from,
                     score=score,
                 )
             )
@@ -367,6 +370,7 @@ def resolve(
                     rank=rank,
                     similar=entry.count - 1,
                     counted_to=entry.counted_to,
+                    counted_from=entry.counted_from,
                     score=score,
                 )
             )

@@ -202,7 +202,10 @@ class _Walker:
         """Field paths (``W.k[].k``) whose entries are walked as ``W.k[]``."""
         self._level = 0
         self._where = ""
-        """The path of the record, or of the nested entry, being walked."""
+        """The path of the record, or of the entry nested in it, being walked (entries
+        nested right in the record, under its own key, and in those entries)."""
+        self._record = ""
+        """The pattern of the record being walked."""
         self.nested_failures: list[tuple[list[str], str, dict[Any, Any]]] = []
         """Entries nested in the record being walked that carry a failure sign: (signs,
         path, entry)."""
@@ -241,7 +244,7 @@ class _Walker:
             coll.oversized += 1
         why: list[str] = []
         firsts: list[_Field] = []
-        self._where = path
+        self._where, self._record = path, pattern
         self.nested_failures = []
         self._walk(value, pattern, None, 0, why, firsts)
         for marks, where, nested in self.nested_failures:
@@ -351,8 +354,14 @@ class _Walker:
                 )
                 marks: list[str] = []
                 self._walk(item, target, pattern, depth - 1, marks, [])
-                if marks:
+                if not marks:
+                    continue
+                if target == self._record:
                     self.nested_failures.append((marks, self._where, item))
+                else:
+                    # Nested below a field of the record: no path of its own is known here
+                    # (the walk keeps patterns, not paths), so it marks the record.
+                    why.extend(dict.fromkeys(f"{mark} (nested)" for mark in marks))
         finally:
             self._level -= 1
             self._where = here
