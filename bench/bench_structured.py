@@ -76,25 +76,34 @@ def _folded(pattern: str) -> str | None:
     return None
 
 
-def _maps(value: object, pattern: str, maps: set[str], depth: int = 0) -> None:
-    """The field paths holding a map of names (once one, a path stays one)."""
+def _children(
+    value: object, pattern: str, maps: set[str], depth: int, *, learn: bool
+) -> list[tuple[object, str, int, bool]]:
+    """The values below one value: (value, its path, its depth, folded into the entries
+    that hold it). ``learn``: an object whose keys are names makes its path a map."""
     if isinstance(value, dict):
-        if not (depth and (pattern in maps or _names(value))):
-            for k, v in value.items():
-                _maps(v, _key_path(pattern, str(k)), maps, depth + 1)
-            return
+        named = depth and (pattern in maps or (learn and _names(value)))
+        if not named:
+            return [(v, _key_path(pattern, str(k)), depth + 1, False) for k, v in value.items()]
         maps.add(pattern)
         items: list[object] = list(value.values())
     elif isinstance(value, list):
         items = value
     else:
-        return
+        return []
     target = _folded(pattern) if depth else None
-    for v in items:
-        if target is not None and isinstance(v, dict):
-            _maps(v, target, maps, depth - 1)
-        else:
-            _maps(v, pattern + "[]", maps, depth + 1)
+    return [
+        (v, target, depth - 1, True)
+        if target is not None and isinstance(v, dict)
+        else (v, pattern + "[]", depth + 1, False)
+        for v in items
+    ]
+
+
+def _maps(value: object, pattern: str, maps: set[str], depth: int = 0) -> None:
+    """The field paths holding a map of names (once one, a path stays one)."""
+    for v, p, d, _ in _children(value, pattern, maps, depth, learn=True):
+        _maps(v, p, maps, d)
 
 
 def _paths(
@@ -108,28 +117,13 @@ def _paths(
 ) -> None:
     """The field paths of one record into ``out``; objects nested like the collection's
     records into ``nested`` (those nested like a field's items are part of this record)."""
-    if isinstance(value, dict):
-        if not (depth and pattern in maps):
-            for k, v in value.items():
-                p = _key_path(pattern, str(k))
-                out.add(p)
-                _paths(v, p, maps, out, nested, collection, depth + 1)
-            return
-        items: list[object] = list(value.values())
-    elif isinstance(value, list):
-        items = value
-    else:
-        return
-    target = _folded(pattern) if depth else None
-    for v in items:
-        if target is not None and isinstance(v, dict):
-            if target == collection:
-                nested.append(v)
-            else:
-                _paths(v, target, maps, out, nested, collection, depth - 1)
-        else:
-            out.add(pattern + "[]")
-            _paths(v, pattern + "[]", maps, out, nested, collection, depth + 1)
+    for v, p, d, folded in _children(value, pattern, maps, depth, learn=False):
+        if folded and p == collection:
+            nested.append(v)
+            continue
+        if not folded:
+            out.add(p)
+        _paths(v, p, maps, out, nested, collection, d)
 
 
 def _common_paths(pattern: str, records: list[object]) -> tuple[list[str], int]:

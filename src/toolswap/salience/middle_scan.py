@@ -125,12 +125,14 @@ class GrepStream:
         lines = 0
         for (grep, start), candidates in zip(self._stages, found, strict=True):
             assert candidates is not None
-            if start:
+            forms = grep.pattern is DENSE_GREP_PATTERN
+            stopped = [e for e in merged.entries.values() if forms or not _has_word(e.raw)]
+            if start and (candidates.entries or stopped):
+                # Counted only where a line number needs it: a clean log costs no second
+                # pass over its first stage's bytes.
                 lines = self._newlines(self._origin or 0, start)
-                forms = grep.pattern is DENSE_GREP_PATTERN
-                for entry in merged.entries.values():
-                    if forms or not _has_word(entry.raw):
-                        _counted_to(entry, lines)
+                for entry in stopped:
+                    _counted_to(entry, lines)
                 if forms:
                     # The lines found here are listed on their own, never folded into a
                     # count that stopped (a template of theirs may hold many lines that
@@ -139,7 +141,7 @@ class GrepStream:
                     for entry in candidates.entries.values():
                         entry.counted_from = 1  # (this stage's first line, once merged)
             merged.merge(candidates, lines=lines, offset=start)
-        if self.stopped_at is not None:
+        if self.stopped_at is not None and merged.entries:
             # The counts end with the last whole line fed (a line cut by the stop is not
             # one of the lines they are like).
             last = self._newlines(self._origin or 0, self.stopped_at)

@@ -349,14 +349,16 @@ class _Walker:
                     nest = self.nests[pattern] = _Nest(target)
                 nest.entries += 1
                 nest.deepest = max(nest.deepest, self._level)
-                self._where = (
-                    _key_path(here + step, str(label)) if named else f"{here}{step}[{label}]"
-                )
+                own = target == self._record  # (else no path of its own is known)
+                if own:
+                    self._where = (
+                        _key_path(here + step, str(label)) if named else f"{here}{step}[{label}]"
+                    )
                 marks: list[str] = []
                 self._walk(item, target, pattern, depth - 1, marks, [])
                 if not marks:
                     continue
-                if target == self._record:
+                if own:
                     self.nested_failures.append((marks, self._where, item))
                 else:
                     # Nested below a field of the record: no path of its own is known here
