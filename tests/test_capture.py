@@ -489,6 +489,8 @@ def test_where_most_lines_are_failure_forms_the_search_stops_and_keeps_what_it_f
     assert stats.tail_scan_start is not None
     assert stats.scanned_bytes < stats.tail_scan_start
     assert len(data) - stats.tail_scan_start <= 256 * 1024
+    # grep counted the lines up to the stop, the rest were read back.
+    assert stats.newline_count == data.count(b"\n")
 
 
 def test_a_failure_form_past_the_switch_is_listed_apart_from_the_count_before_it(
@@ -633,6 +635,7 @@ def test_a_giant_line_stops_grep_and_the_python_scans_take_over(dir_fd: int) -> 
 
     assert [s.text for s in stats.salient if not s.context] == ["error: after the giant line"]
     assert stats.tail_scan_start is not None  # grep gave up: the pointer will say so
+    assert stats.newline_count == data.count(b"\n")  # read back, grep's count being lost
     assert _children() == before
 
 
@@ -721,3 +724,113 @@ def test_a_write_error_feeds_grep_nothing_more(dir_fd: int) -> None:
     capture.discard()
     assert raised.value.errno == errno.ENOSPC
     assert capture._bytes_written < 32 * len(_NOISY)  # bytes handed to grep, of 40 written
+
+
+class _ReadBackRecording(durable.DurableIO):
+    """The real I/O, recording how many bytes are read back (``pread``)."""
+
+    def __init__(self) -> None:
+        self.read_back = 0
+
+    def pread(self, fd: int, count: int, offset: int) -> bytes:
+        data = super().pread(fd, count, offset)
+        self.read_back += len(data)
+        return data
+
+
+_END_LINE = b"\x01toolswap-end-of-input\x01"
+"""What grep is fed after the output to learn its line count: the output may hold it too."""
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 65536, 4096, 1 << 30])
+@pytest.mark.parametrize("ending", [b"\n", b"", b"\n" + _END_LINE, b"\n" + _END_LINE + b"\n"])
+def test_grep_counts_the_lines_it_searches_exactly(dir_fd: int, chunk: int, ending: bytes) -> None:
+    """Past the Python scan, the newlines are counted by the grep that searches those
+    bytes: the count is exact whatever the chunks, the last line, or a line of the output
+    that reads like grep's end-of-input marker; nothing is read back to count them."""
+    lines = [b"[%07d] compiling module %d -> ok" % (i, i) for i in range(200_000)]
+    lines[1000] = lines[150_000] = _END_LINE
+    data = b"\n".join(lines) + ending
+    io = _ReadBackRecording()
+    with durable.substituted(io):
+        capture, stats = _capture(
+            dir_fd, _split(data, chunk), scan_limit=64 << 10, tail_scan=256 << 10
+        )
+    capture.discard()
+
+    assert stats.newline_count == data.count(b"\n")
+    assert stats.line_count == len(data.splitlines())
+    # Only the bytes between grep's start (a line boundary) and the end of the Python
+    # scan, the failure lines' context and the last 256 KiB (no failure line in them)
+    # could be read back: not the 7 MB that grep counted.
+    assert io.read_back < 1 << 20
+
+
+def test_without_grep_the_lines_are_counted_from_the_file(
+    dir_fd: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no grep there: the Python scans do it all
+    data = b"line of output\n" * 300_000 + b"error: the last line"
+    io = _ReadBackRecording()
+    with durable.substituted(io):
+        capture, stats = _capture(
+            dir_fd, _split(data, 1 << 20), scan_limit=64 << 10, tail_scan=256 << 10
+        )
+    capture.discard()
+
+    assert stats.newline_count == data.count(b"\n")
+    assert io.read_back >= len(data) - (64 << 10)  # counted by reading back what was written
+    assert [s.text for s in stats.salient if not s.context] == ["error: the last line"]
+
+
+def test_output_that_turns_binary_late_has_its_lines_counted_exactly(dir_fd: int) -> None:
+    text = b"text line\n" * 100_000  # 1 MB of text, then bytes that are not UTF-8
+    data = text + b"\xff\xfe\n" * 1000 + b"more\n" * 100_000
+    for size in (1 << 20, 300_000):
+        capture, stats = _capture(
+            dir_fd, _split(data, size), scan_limit=64 << 10, tail_scan=256 << 10
+        )
+        capture.discard()
+
+        assert stats.binary
+        assert stats.newline_count == data.count(b"\n")
+
+
+def test_a_capture_that_fails_to_write_still_counts_every_line(dir_fd: int) -> None:
+    """An output whose file fills up midway: its preview's line count covers the bytes
+    written (read back), the chunk that failed and those queued behind it, and the rest."""
+    data = b"x" * 99 + b"\n" + _NOISY * 12
+    capture = StreamCapture(
+        dir_fd, head_keep=6144, tail_keep=24576, scan_limit=64 << 10, tail_scan=1 << 20
+    )
+    with durable.substituted(_DiskFullAfter(6)), pytest.raises(OSError):
+        for part in _split(data, 1 << 20):
+            capture.write(part)
+        capture.finish()
+    stats = capture.partial_stats()
+    capture.discard()
+
+    assert stats.byte_size == len(data)
+    assert stats.lines_known
+    assert stats.newline_count == data.count(b"\n")
+
+
+class _DiskFullUnreadable(_DiskFullAfter):
+    """ENOSPC after a number of writes, and nothing written can be read back (EIO)."""
+
+    def pread(self, fd: int, count: int, offset: int) -> bytes:
+        raise OSError(errno.EIO, "Input/output error")
+
+
+def test_lines_that_cannot_be_read_back_are_not_counted_and_the_preview_says_so(
+    tmp_path: Path,
+) -> None:
+    from toolswap import ArtifactWriteError, ToolResultExternalizer
+
+    ext = ToolResultExternalizer(tmp_path / "s1")
+    data = (b"a line of a long log\n" * 100_000).decode()
+    with durable.substituted(_DiskFullUnreadable(20)), pytest.raises(ArtifactWriteError) as err:
+        ext.externalize(data, "build")
+
+    assert "lines not counted" in err.value.preview
+    assert f"{data.count(chr(10)):,} lines" not in err.value.preview

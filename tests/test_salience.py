@@ -250,6 +250,8 @@ def test_grep_searches_the_whole_vocabulary_first_then_the_strongest_words(
         os.close(fd)
 
     assert found is not None
+    # Each stage's grep counted the newlines it was fed: together, every one.
+    assert grep.counted() == (0, len(before + after), (before + after).count(b"\n"))
     hits = sorted((e.line_no, e.line_offset, e.raw) for e in found.entries.values())
     # "denied" is in the broad vocabulary only; "fatal" in both. Numbers count from byte 0.
     assert hits[0] == (50_001, 150_000, b"ls: cannot access 'x': Permission denied")

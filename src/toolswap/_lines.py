@@ -1,15 +1,29 @@
 """The lines of a file, read by offset block by block (private).
 
-The chain log verifies its records line by line and the reader pages an artifact's lines:
-both read with ``pread`` from a known offset up to a known end, so bytes appended
-meanwhile are not read.
+The chain log verifies its records line by line and the reader pages an artifact's lines;
+the capture counts the newlines of bytes it wrote but did not count as they streamed. All
+read with ``pread`` from a known offset up to a known end, so bytes appended meanwhile are
+not read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-__all__ = ["iter_lines"]
+__all__ = ["count_newlines", "iter_lines"]
+
+
+def count_newlines(pread: Callable[[int, int], bytes], pos: int, end: int, *, block: int) -> int:
+    """Newlines in bytes ``pos`` .. ``end`` (fewer if the file ends before ``end``),
+    ``pread(length, offset)`` reading ``block`` bytes at a time."""
+    count = 0
+    while pos < end:
+        data = pread(min(block, end - pos), pos)
+        if not data:
+            break
+        count += data.count(b"\n")
+        pos += len(data)
+    return count
 
 
 def iter_lines(

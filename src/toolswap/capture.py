@@ -21,6 +21,7 @@ leaves either no final name or a complete one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import queue
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 from . import durable
 from ._counter import OutputCounter
+from ._lines import count_newlines
 from ._threads import start_helper_thread
 from .artifact import TMP_PREFIX, temporary_filename
 from .crashpoints import crash_point
@@ -116,6 +118,9 @@ class CaptureStats:
 
     unlisted: int = 0
     """Failure-like lines found besides ``salient`` (not read back: they rank lower)."""
+    lines_known: bool = True
+    """False when ``newline_count`` misses the lines of bytes that were written but could
+    not be read back to count them (only an output that could not be saved)."""
 
     @property
     def line_count(self) -> int:
@@ -194,9 +199,14 @@ class StreamCapture:
         self._sniffed = inspect is None
         """Whether the head was looked at for structure (see ``_STRUCTURED_HANDOFF``)."""
         self._tail_scan = tail_scan
-        self._counter = OutputCounter()
+        # Past the Python scan, newlines are left for grep to count (see _count_uncounted).
+        self._counter = OutputCounter(lines_to=self._grep_limit if tail_scan else None)
+        self._lost_newlines = 0
+        """Newlines the counter left uncounted in chunks that never reached the file."""
         self._sha = hashlib.sha256()
-        self._queue: queue.Queue[bytes | None] = queue.Queue(_QUEUE_DEPTH)
+        self._queue: queue.Queue[tuple[bytes, int] | None] = queue.Queue(_QUEUE_DEPTH)
+        """Chunks for the writer, each with how many of its leading bytes the counter
+        counted the newlines of."""
         self._worker: threading.Thread | None = None
         self._written = threading.Event()
         self._closed = self._fd < 0
@@ -220,26 +230,29 @@ class StreamCapture:
         self._scanned = 0
         """Leading bytes already fed to the forward scan (by ``write``)."""
         self._drained = 0
-        """The file's size as far as the writer thread has written it."""
+        """The file's size as far as it was written (the bytes before are on it)."""
         self._writeback_from = 0
         self._feeder: threading.Thread | None = None
 
     def _drain(self) -> None:
         ended = False
+        item: tuple[bytes, int] | None = None
         try:
             while True:
-                chunk = self._queue.get()
-                if chunk is None:
+                item = self._queue.get()
+                if item is None:
                     ended = True
                     self._end_feed()
                     # fsync here, without the GIL, while the caller scans for failure lines.
                     self._written.set()
                     durable.current().fsync(self._fd)
                     return
+                chunk = item[0]
                 self._sha.update(chunk)
                 write_all(self._fd, chunk)
-                self._to_grep(chunk)
+                item = None  # on the file
                 self._drained += len(chunk)
+                self._to_grep(chunk)
                 if self._drained - self._writeback_from >= _WRITEBACK_STEP:
                     # The device writes what is done while the rest is produced: the
                     # fsync at the end then waits for the last few megabytes only.
@@ -251,8 +264,14 @@ class StreamCapture:
             self._error = exc
             self._end_feed()
             self._written.set()
-            while not ended and self._queue.get() is not None:
-                pass
+            if item is not None:
+                self._lose(*item)  # the chunk that failed
+            while not ended and (item := self._queue.get()) is not None:
+                self._lose(*item)  # and those still queued
+
+    def _lose(self, chunk: bytes, counted: int) -> None:
+        """Count the newlines the counter left in a chunk that never reached the file."""
+        self._lost_newlines += chunk.count(b"\n", counted)
 
     def write(self, chunk: bytes) -> None:
         """Add ``chunk`` to the output."""
@@ -275,8 +294,11 @@ class StreamCapture:
             part = chunk[: self._grep_limit - self._scanned]
             self._scanner.feed(part)
             self._scanned += len(part)
-        self._counter.feed(chunk)
-        if self._error is not None:
+        # Read once: a chunk is either counted here in full (nothing more reaches the
+        # disk) or handed on, and then whoever fails to write it counts the rest (_lose).
+        error = self._error
+        counted = self._counter.feed(chunk, count_lines=error is not None)
+        if error is not None:
             return  # nothing more reaches the disk; head, tail and counts still do
         if len(chunk) < 65536 and self._worker is None:
             # Small outputs are hashed and written inline: a thread is not worth it.
@@ -285,15 +307,16 @@ class StreamCapture:
                 write_all(self._fd, chunk)
             except OSError as exc:
                 self._error = exc
+                self._lose(chunk, counted)
                 return
+            self._drained += len(chunk)
             self._feed_grep(len(chunk), chunk.rfind(b"\n"))
             return
         if self._worker is None:
             # The writer goes on from where the small chunks written here ended (they are
             # in its first writeback range, which starts at 0).
-            self._drained = self._counter.size - len(chunk)
             self._worker = start_helper_thread(self._drain, "toolswap-capture")
-        self._queue.put(chunk)
+        self._queue.put((chunk, counted))
 
     def _sniff_head(self) -> None:
         """Hand the text scan to grep early when the head reads as structured output."""
@@ -425,13 +448,17 @@ class StreamCapture:
         if counter.binary:
             if grep is not None:
                 grep.kill()
+            self._count_uncounted(None)
             return scanner.finish(binary=True, total=total, newlines=counter.newlines)
         pos = self._forward_scan(
             self._scanned, self._grep_limit if grep is not None else self._scan_limit
         )
         tail_scan = self._tail_scan
-        if grep is not None:
+        if grep is None:
+            self._count_uncounted(None)
+        else:
             found = grep.finish()
+            self._count_uncounted(grep)
             if found is not None and self._grep_from == scanner.lines_end:
                 scanner.add_middle(found, newlines_before=scanner.newlines, offset=self._grep_from)
                 if grep.stopped_at is None:
@@ -460,6 +487,41 @@ class StreamCapture:
             window=window,
             tail_scan=tail_scan,
         )
+
+    def _count_uncounted(self, grep: GrepStream | None) -> None:
+        """Add the newlines of the bytes the counter left (``OutputCounter.uncounted``):
+        those grep counted as it searched them, the rest read back from the file (or
+        counted as they failed to reach it, ``_lose``).
+
+        Raises:
+            OSError: the file could not be read back.
+        """
+        counter = self._counter
+        gap = counter.uncounted
+        if gap is None:
+            return
+        start, end = gap[0], min(gap[1], self._drained)
+        newlines = self._lost_newlines
+        if start < end:
+            counted = grep.counted() if grep is not None else None
+            fd = self._fd
+
+            def between(pos: int, stop: int) -> int:
+                if self._closed:
+                    raise OSError(errno.EBADF, "the temporary file is closed")
+                return count_newlines(
+                    lambda length, offset: durable.current().pread(fd, length, offset),
+                    pos,
+                    stop,
+                    block=_READ_BACK,
+                )
+
+            if counted is not None and counted[0] <= start <= counted[1] <= end:
+                # grep began at a line boundary before the counter stopped counting.
+                newlines += counted[2] - between(counted[0], start) + between(counted[1], end)
+            else:
+                newlines += between(start, end)
+        counter.settle(newlines)
 
     def finish(self) -> CaptureStats:
         """Flush and fsync the temporary file; return what was learned."""
@@ -561,10 +623,16 @@ class StreamCapture:
         (no digest, no failure lines)."""
         counter = self._counter
         counter.finish()
+        lines_known = True
+        try:
+            self._count_uncounted(None)
+        except OSError:
+            lines_known = False  # what was written cannot be read back: say so
         tail = bytes(self._tail[-self._tail_keep :]) if self._tail_keep else b""
         return CaptureStats(
             byte_size=counter.size,
             newline_count=counter.newlines,
+            lines_known=lines_known,
             char_count=counter.chars,
             sha256="",
             binary=counter.binary,

@@ -551,7 +551,8 @@ def make_unsaved_preview(
     if stats.binary:
         size_text = f"{human_size(stats.byte_size)}, binary"
         return _fit(UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body=""), budget)
-    size_text = f"{human_size(stats.byte_size)}, {_lines(stats.line_count)}"
+    lines = _lines(stats.line_count) if stats.lines_known else "lines not counted"
+    size_text = f"{human_size(stats.byte_size)}, {lines}"
     frame = len(UNSAVED_TEMPLATE.format(**fields, size_text=size_text, body="").encode()) + 200
     room = max(budget - frame, 0)
     head_budget = min(head_bytes, max(room // 4, min(room, 256)))

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 
+from .._lines import count_newlines
 from .._threads import start_helper_thread
 from .candidates import Candidates, Entry
 from .vocabulary import BROAD_GREP_PATTERN, DENSE_GREP_PATTERN, GREP_PATTERN, GREP_WORDS
@@ -28,6 +29,12 @@ _READ = 1 << 20
 _PIPE_SIZE = 1 << 20
 # Of each matching line, the pointer shows at most 240 characters: keep enough bytes.
 _LINE_CAP = 1024
+_END = b"\x01toolswap-end-of-input\x01"
+"""The line written after a grep's input: its line number is the input's newline count
+plus two (the line is written after a newline of its own), so the capture need not count
+the newlines of the bytes grep searches. A line of the output that reads the same cannot
+stand where it does (one byte past the input's end)."""
+_END_PATTERN = "^" + _END.decode("ascii") + "$"
 
 
 # The broad vocabulary for this many bytes, then only the strongest words (GNU grep runs
@@ -152,14 +159,32 @@ class GrepStream:
     def _newlines(self, origin: int, start: int) -> int:
         """Newlines in the ``start`` bytes fed before a later stage began."""
         count = 0
-        pos = origin
-        while pos < origin + start:
-            block = os.pread(self._fd, min(_READ, origin + start - pos), pos)
-            if not block:
-                break
-            count += block.count(b"\n")
-            pos += len(block)
-        return count
+        for grep, stage_start in self._stages:
+            if stage_start >= start:
+                return count
+            if grep.newlines is None:
+                break  # (each stage's count comes once it finished)
+            count += grep.newlines
+        else:
+            return count
+        return count_newlines(
+            lambda length, offset: os.pread(self._fd, length, offset),
+            origin,
+            origin + start,
+            block=_READ,
+        )
+
+    def counted(self) -> tuple[int, int, int] | None:
+        """``(start, end, newlines)``: the newlines grep counted in the bytes ``start`` ..
+        ``end`` of the file it was fed from (every byte fed before ``stop``); None when a
+        search did not complete (call after ``finish``)."""
+        if self.failed or self._origin is None:
+            return None
+        counts = [grep.newlines for grep, _ in self._stages]
+        if any(n is None for n in counts):
+            return None
+        end = self._fed if self.stopped_at is None else self.stopped_at
+        return self._origin, self._origin + end, sum(n for n in counts if n is not None)
 
     def kill(self) -> None:
         """Stop every grep (the capture failed)."""
@@ -201,7 +226,7 @@ class _Grep:
         if grep is None:
             raise OSError("no grep on PATH")
         self._proc = subprocess.Popen(
-            [grep, "-a", "-n", "-b", "-i", "-E", "-e", pattern],
+            [grep, "-a", "-n", "-b", "-i", "-E", "-e", pattern, "-e", _END_PATTERN],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -221,6 +246,9 @@ class _Grep:
         """Matching lines read so far."""
         self.last_line = 0
         """The line number of the last of them."""
+        self.newlines: int | None = None
+        """Newlines in the bytes fed, once grep has read them all (see ``_END``)."""
+        self._fed = 0
         self._reader = start_helper_thread(self._read, "toolswap-grep")
 
     def write(self, data: bytes | memoryview) -> None:
@@ -230,7 +258,9 @@ class _Grep:
         view = memoryview(data)
         try:
             while view:
-                view = view[os.write(self._in, view) :]
+                written = os.write(self._in, view)
+                self._fed += written
+                view = view[written:]
         except OSError:
             self.failed = True
 
@@ -246,6 +276,7 @@ class _Grep:
                     if splice is None:
                         raise OSError("no splice here")
                     moved = splice(fd, self._in, end - offset, offset_src=offset)
+                    self._fed += moved
                 except OSError as exc:
                     if isinstance(exc, BrokenPipeError):
                         raise
@@ -259,8 +290,18 @@ class _Grep:
             self.failed = True
 
     def close_input(self) -> None:
-        """No more bytes: grep finishes on its own (collected by ``finish``)."""
+        """No more bytes: grep finishes on its own (collected by ``finish``), its last
+        line the count of newlines fed (``_END``)."""
+        if self._input_closed:
+            return
         self._input_closed = True
+        if not self.failed:
+            view = memoryview(b"\n" + _END + b"\n")
+            try:
+                while view:
+                    view = view[os.write(self._in, view) :]
+            except OSError:
+                self.failed = True
         with contextlib.suppress(OSError):
             assert self._proc.stdin is not None
             self._proc.stdin.close()
@@ -292,6 +333,9 @@ class _Grep:
         offset, sep2, text = rest.partition(b":")
         if not (sep and sep2 and number.isdigit() and offset.isdigit()):
             return
+        if text == _END and int(offset) == self._fed + 1:
+            self.newlines = int(number) - 2
+            return
         self.matched += 1
         self.last_line = int(number)
         self.candidates.add(self.last_line, int(offset), text, long_line=len(line) >= _LINE_CAP)
@@ -304,9 +348,7 @@ class _Grep:
             offsets from it), or None when the search did not complete.
         """
         try:
-            with contextlib.suppress(OSError):
-                assert self._proc.stdin is not None
-                self._proc.stdin.close()
+            self.close_input()
             self._reader.join()
         finally:
             code = self._proc.wait()
