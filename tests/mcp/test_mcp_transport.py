@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import select
 from collections.abc import Awaitable, Callable, Iterator
@@ -13,11 +14,15 @@ from typing import TypeVar
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from toolswap.mcp import transport
 from toolswap.mcp.transport import (
     READ_CHUNK,
     StdFd,
     loads_frame,
+    prepare_fast_loads,
     pump_frames,
     request_id_of,
     request_key,
@@ -308,3 +313,58 @@ def test_a_request_key_tells_every_json_rpc_id_apart_and_gives_it_back() -> None
     for request_id, key in zip(ids, keys, strict=True):
         back = request_id_of(key)
         assert back == request_id and type(back) is type(request_id)
+
+
+def _json_frame(line: bytes) -> object:
+    """What ``loads_frame`` read a frame as before it had a fast decoder: ``json``'s."""
+    try:
+        return json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+_EDGE_FRAMES = [
+    b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"}}\n',
+    b'{"id":1,"id":2}\n',  # the last wins, as in json
+    b'{"id":123456789012345678901234567890,"result":{}}\n',  # beyond 64 bits
+    b'{"id":1,"result":{"x":NaN,"y":-Infinity}}\n',  # json takes these, msgspec does not
+    b'{"id":1,"result":{"x":1e400}}\n',  # inf to json, out of range to msgspec
+    b'{"id":1,"result":{"text":"\\ud800 lone"}}\n',  # a lone surrogate
+    '{"id":1,"result":"caf\u00e9"}\n'.encode("utf-16"),  # json detects UTF-16
+    b'{"id":1,"result":"\xff\xfe not utf-8"}\n',
+    b"[" * 5000 + b"]" * 5000 + b"\n",  # too deep for either
+    b"not json at all\n",
+    b"\n",
+    b'  {"id":"s1","result":{"content":[]}}  \r\n',
+    b'{"id":1.0,"result":[0.1,-0,1E+2,true,false,null,"\\u0000\\n\\"\\\\"]}\n',
+]
+
+
+def test_the_fast_decoder_reads_every_frame_as_json_does() -> None:
+    """msgspec decodes a frame the proxy passes through ten times faster than json; where it
+    refuses one (NaN, a lone surrogate, UTF-16...) json decides, so a frame means the same
+    to the proxy whichever decoder read it, and one neither can read is None."""
+    prepare_fast_loads()
+    assert transport._fast is not None  # the decoder below is msgspec's
+    for frame in _EDGE_FRAMES:
+        got, want = loads_frame(frame), _json_frame(frame)
+        assert repr(got) == repr(want), frame[:60]  # (repr: NaN != NaN)
+        assert type(got) is type(want)
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+        max_leaves=30,
+    ),
+    st.booleans(),
+)
+def test_any_json_value_reads_the_same_with_the_fast_decoder(value: object, ascii: bool) -> None:
+    prepare_fast_loads()
+    frame = (
+        json.dumps({"id": 1, "result": value}, ensure_ascii=ascii).encode("utf-8", "surrogatepass")
+        + b"\n"
+    )
+    got, want = loads_frame(frame), _json_frame(frame)
+    assert repr(got) == repr(want)

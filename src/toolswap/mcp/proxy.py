@@ -53,6 +53,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from .._threads import start_helper_thread
 from .._tool_descriptions import TOOL_NAMES
 from ..errors import ConfigurationError, ToolswapError
 from ..externalizer import ToolResultExternalizer
@@ -72,6 +73,7 @@ from .transport import (
     describe_exit,
     dumps_frame,
     loads_frame,
+    prepare_fast_loads,
     pump_frames,
     request_id_of,
     request_key,
@@ -201,6 +203,7 @@ class McpProxy:
         except OSError as exc:
             say(f"cannot start the upstream MCP server {self.upstream[0]!r}: {exc.strerror or exc}")
             return 127
+        start_helper_thread(prepare_fast_loads, "toolswap-import")  # while the upstream starts
         self._proc = proc
         stdin = StdFd(self._stdin_fd)
         self._out = StdFd(self._stdout_fd)

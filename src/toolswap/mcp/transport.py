@@ -31,6 +31,7 @@ __all__ = [
     "dumps_frame",
     "host_environment",
     "loads_frame",
+    "prepare_fast_loads",
     "pump_frames",
     "request_id_of",
     "request_key",
@@ -53,8 +54,35 @@ def dumps_frame(message: Mapping[str, Any]) -> bytes:
         return (json.dumps(message, separators=(",", ":")) + "\n").encode("ascii")
 
 
+_fast: tuple[Callable[[bytes], object], type[Exception]] | None = None
+"""msgspec's JSON decoder and its error, once imported (see :func:`prepare_fast_loads`)."""
+
+
+def prepare_fast_loads() -> None:
+    """Import msgspec's JSON decoder for :func:`loads_frame`: ten times faster than
+    ``json`` on a small frame (0.6 us against 6.5), which is most of what the proxy does
+    with a frame it passes through. Its import takes about 20 ms, so the proxy runs this on
+    a helper thread while the upstream starts; frames read before it is done use ``json``."""
+    global _fast
+    try:
+        import msgspec.json
+    except ImportError:  # a dependency, but json does the same, only slower
+        return
+    _fast = msgspec.json.Decoder().decode, msgspec.MsgspecError
+
+
 def loads_frame(line: bytes) -> object:
     """The message in a frame, or None if it is not JSON."""
+    fast = _fast
+    if fast is not None:
+        try:
+            return fast[0](line)
+        except RecursionError:  # nested too deep: not ours (nor json's)
+            return None
+        except fast[1]:
+            # msgspec takes strict JSON only, and json decides the rest: NaN, Infinity,
+            # 1e400 (inf), a lone surrogate, UTF-16 (and what is not JSON at all).
+            pass
     try:
         return json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError):  # nested too deep: not ours
