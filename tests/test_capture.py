@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import stat
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -834,3 +837,86 @@ def test_lines_that_cannot_be_read_back_are_not_counted_and_the_preview_says_so(
 
     assert "lines not counted" in err.value.preview
     assert f"{data.count(chr(10)):,} lines" not in err.value.preview
+
+
+class _SlowDisk(durable.DurableIO):
+    """The real I/O, each write a little late (a slow disk): the writer is still writing
+    when the caller finishes feeding. With ``fail_after``, writes past that many raise
+    ENOSPC."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.writes = 0
+        self.fail_after = fail_after
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        self.writes += 1
+        if self.fail_after is not None and self.writes > self.fail_after:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        time.sleep(0.01)
+        return super().write(fd, data)
+
+
+def _json_records(count: int) -> bytes:
+    return json.dumps(
+        {"total": count, "items": [{"id": i, "status": "ok"} for i in range(count)]}
+    ).encode()
+
+
+def test_an_outline_started_while_the_writer_writes_reads_every_byte(dir_fd: int) -> None:
+    """The outline starts as the caller finishes feeding, before the writer is done: it
+    waits for the bytes it reads, and outlines the whole document."""
+    from toolswap.structured import inspect_output
+
+    data = _json_records(60_000)
+    expected = inspect_output(data[: 32 << 10], lambda n, o: data[o : o + n], len(data))
+    io = _SlowDisk()
+    writes_at_start: list[int] = []
+
+    def inspect(head: bytes, read: Callable[[int, int], bytes], size: int) -> str:
+        writes_at_start.append(io.writes)
+        return inspect_output(head, read, size)
+
+    with durable.substituted(io):
+        capture = StreamCapture(
+            dir_fd,
+            head_keep=32 << 10,
+            tail_keep=4096,
+            scan_limit=1 << 20,
+            tail_scan=1 << 20,
+            inspect=inspect,
+        )
+        for chunk in _split(data, 1 << 17):
+            capture.write(chunk)
+        stats = capture.finish()
+    capture.discard()
+
+    assert writes_at_start[0] < io.writes  # it began before the last chunk was written
+    assert "60,000" in expected
+    assert stats.outline == expected
+
+
+def test_an_outline_waiting_for_bytes_a_failed_writer_never_wrote_ends(dir_fd: int) -> None:
+    from toolswap.structured import inspect_output
+
+    data = _json_records(60_000)
+    before = threading.active_count()
+    with durable.substituted(_SlowDisk(fail_after=3)):
+        capture = StreamCapture(
+            dir_fd,
+            head_keep=32 << 10,
+            tail_keep=4096,
+            scan_limit=1 << 20,
+            tail_scan=1 << 20,
+            inspect=inspect_output,
+        )
+        for chunk in _split(data, 1 << 17):
+            capture.write(chunk)
+        with pytest.raises(OSError) as raised:
+            capture.finish()
+    capture.discard()
+
+    assert raised.value.errno == errno.ENOSPC
+    deadline = time.monotonic() + 30
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before  # the outline thread did not wait forever

@@ -209,6 +209,10 @@ class StreamCapture:
         counted the newlines of."""
         self._worker: threading.Thread | None = None
         self._written = threading.Event()
+        """The writer is done: every chunk is on the file, or it failed."""
+        self._progress = threading.Condition()
+        """Notified as the writer's ``_drained`` grows, and when it is done (an outline
+        started early reads what is written, waiting for the rest)."""
         self._closed = self._fd < 0
         self._tmp_unlinked = self._fd < 0
         self._middle_scanned = False
@@ -244,14 +248,16 @@ class StreamCapture:
                     ended = True
                     self._end_feed()
                     # fsync here, without the GIL, while the caller scans for failure lines.
-                    self._written.set()
+                    self._done_writing()
                     durable.current().fsync(self._fd)
                     return
                 chunk = item[0]
                 self._sha.update(chunk)
                 write_all(self._fd, chunk)
                 item = None  # on the file
-                self._drained += len(chunk)
+                with self._progress:
+                    self._drained += len(chunk)
+                    self._progress.notify_all()
                 self._to_grep(chunk)
                 if self._drained - self._writeback_from >= _WRITEBACK_STEP:
                     # The device writes what is done while the rest is produced: the
@@ -263,11 +269,24 @@ class StreamCapture:
         except BaseException as exc:  # handed to the caller thread in finish()
             self._error = exc
             self._end_feed()
-            self._written.set()
+            self._done_writing()
             if item is not None:
                 self._lose(*item)  # the chunk that failed
             while not ended and (item := self._queue.get()) is not None:
                 self._lose(*item)  # and those still queued
+
+    def _done_writing(self) -> None:
+        with self._progress:
+            self._written.set()
+            self._progress.notify_all()
+
+    def _wait_written(self, end: int) -> None:
+        """Wait until the first ``end`` bytes are on the file, or the writer is done."""
+        if self._drained >= end:
+            return
+        with self._progress:
+            while self._drained < end and not self._written.is_set():
+                self._progress.wait()
 
     def _lose(self, chunk: bytes, counted: int) -> None:
         """Count the newlines the counter left in a chunk that never reached the file."""
@@ -527,10 +546,12 @@ class StreamCapture:
         """Flush and fsync the temporary file; return what was learned."""
         if self._worker is not None:
             self._queue.put(None)  # the worker writes what is queued, then fsyncs
+        self._counter.finish()
+        # The outline starts now, reading what is written and waiting for the rest.
+        outline = self._start_outline()
+        if self._worker is not None:
             self._written.wait()
             self._join_feeder()  # grep has every byte before the scan ends its input
-        self._counter.finish()
-        outline = self._start_outline()
         # The scan reads back what was just written (from the page cache) and holds the
         # GIL; the worker's fsync, running meanwhile, does not need it.
         tail_scan_start = self._scan() if self._error is None else None
@@ -602,9 +623,13 @@ class StreamCapture:
         fd = os.dup(self._fd)
         found: list[str] = [""]
 
+        def read(count: int, offset: int) -> bytes:
+            self._wait_written(min(offset + count, size))
+            return os.pread(fd, count, offset)
+
         def run() -> None:
             try:
-                found[0] = inspect(head, lambda count, offset: os.pread(fd, count, offset), size)
+                found[0] = inspect(head, read, size)
             except Exception:
                 found[0] = ""  # an outline is a convenience: a surprise never costs output
             finally:
