@@ -628,3 +628,65 @@ def test_real_npm_ls_output_collapses_its_dependency_maps(
     assert f"list every one: {every})" in text
     found = externalizer.query(sid, every + " | length")
     assert found.text.strip() == str(entries(deps))
+
+
+def _package(i: int, depth: int) -> dict[str, object]:
+    entry: dict[str, object] = {"version": f"1.{i}.0", "resolved": f"https://r/p{i}.tgz"}
+    if i % 7 == 3:
+        entry["problems"] = [f"invalid: p{i} is not what the lock file says"]
+    if i % 5 == 0:
+        entry["bin"] = {"p": "cli.js"}
+    if depth:
+        entry["dependencies"] = {f"@s/p{i}-{j}": _package(i + j, depth - 1) for j in range(3)}
+    return entry
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        # npm ls: a map of names under the root, after scalars, with members after it.
+        {
+            "version": "1.0",
+            "name": "app",
+            "dependencies": {f"p{i}": _package(i, 2) for i in range(60)},
+        },
+        {
+            "name": "app",
+            "dependencies": {f"left-pad-{i}": _package(i, 1) for i in range(40)},
+            "problems": ["missing: x@1", "invalid: y@2"],
+            "total": 40,
+            "meta": {"ok": False, "error": "two problems"},
+        },
+        # No scalar beside it: the root could be a map of names itself (read in one pass).
+        {"@a/b": {f"v{i}": _package(i, 0) for i in range(30)}, "@c/d": {"v1": _package(1, 0)}},
+        # Deeper maps of names: read in one pass, whatever comes after.
+        {"x": 1, "tree": {"deps": {f"p-{i}": _package(i, 1) for i in range(30)}, "n": 2}},
+        # An array read by ijson's items, and an array after it (read as a collection too).
+        {
+            "total": 100,
+            "items": [{"id": i, "ok": i != 60} for i in range(100)],
+            "errors": [{"id": 60, "message": "item 60 failed"}, {"id": 61, "message": "x"}],
+            "meta": {"took": 3},
+        },
+        # Keys with dots (ijson cannot name them) and a long map.
+        {"n": 1, "by.path": {f"/src/f{i}.py": {"lines": i, "ok": i % 9 != 4} for i in range(500)}},
+        {"n": 1, "files": {f"/src/f{i}.py": {"lines": i, "ok": i % 9 != 4} for i in range(500)}},
+    ],
+)
+def test_a_long_map_of_names_read_in_c_outlines_as_when_read_event_by_event(
+    document: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its first records, a map of names under the root is read by ijson's kvitems
+    (records built in C) instead of from the event stream in Python, as an array is by
+    ijson's items: the outline is the same either way, the members after it included (an
+    array among them is a collection, as the event pass reads it)."""
+    from toolswap.structured import _read_json
+
+    for indent in (None, 2):
+        data = json.dumps(document, indent=indent).encode()
+        switched = inspect_output(data[:4096], _read(data), len(data))
+        monkeypatch.setattr(_read_json, "_SWITCH_AFTER", 1 << 30)  # the event pass only
+        whole = inspect_output(data[:4096], _read(data), len(data))
+        monkeypatch.undo()
+        assert switched
+        assert switched == whole
