@@ -806,11 +806,12 @@ def test_a_capture_that_fails_to_write_still_counts_every_line(dir_fd: int) -> N
     capture = StreamCapture(
         dir_fd, head_keep=6144, tail_keep=24576, scan_limit=64 << 10, tail_scan=1 << 20
     )
-    with durable.substituted(_DiskFullAfter(6)), pytest.raises(OSError):
-        for part in _split(data, 1 << 20):
-            capture.write(part)
-        capture.finish()
-    stats = capture.partial_stats()
+    with durable.substituted(_DiskFullAfter(6)):
+        with pytest.raises(OSError):
+            for part in _split(data, 1 << 20):
+                capture.write(part)
+            capture.finish()
+        stats = capture.partial_stats()  # grep's count of what it was fed, the rest read back
     capture.discard()
 
     assert stats.byte_size == len(data)

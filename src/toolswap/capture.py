@@ -648,9 +648,18 @@ class StreamCapture:
         (no digest, no failure lines)."""
         counter = self._counter
         counter.finish()
+        grep, self._grep = self._grep, None
+        if grep is not None:
+            # It was fed what was written before the error (then nothing more): its count
+            # spares reading all of that back, from a disk that may have just failed.
+            try:
+                grep.finish()
+            except BaseException:
+                grep.kill()
+                raise
         lines_known = True
         try:
-            self._count_uncounted(None)
+            self._count_uncounted(grep)
         except OSError:
             lines_known = False  # what was written cannot be read back: say so
         tail = bytes(self._tail[-self._tail_keep :]) if self._tail_keep else b""
