@@ -56,7 +56,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     import ijson  # a C extension: only for outputs that look like JSON
 
     events = ijson.basic_parse(_Bytes(read, limit), use_float=True)
-    switch: tuple[str, str, str, int, _Summary] | None = None
+    switch: tuple[str, str, str, int] | None = None
     root: list[object] = []
     # Envelope frames: [container, pending key]; a container is a dict or a _Summary.
     stack: list[list[Any]] = [[root, None]]
@@ -77,22 +77,6 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         return f"{path_of[-1] or '.'}[{index}]"
 
     members: dict[int, int] = {}  # id(an envelope object) -> its members, also those not kept
-
-    def switch_here() -> tuple[str, str, str, int, _Summary] | None:
-        """Where the rest of the collection being read is read by ijson's ``items`` (an
-        array) or ``kvitems`` (a map of names), in C; None to read on here. A map of names
-        is switched only as a member of a root object that holds a scalar (so it never
-        turns out to be a map of names itself, which would read again what is below it)."""
-        prefix, summary = prefix_of[-1], stack[-1][0]
-        if prefix is None:
-            return None
-        if summary.names:
-            root = stack[1][0] if len(stack) == 3 else None
-            if not isinstance(root, dict) or all(
-                isinstance(v, (dict, list, _Summary)) for v in root.values()
-            ):
-                return None
-        return collection, path_of[-1], prefix, len(stack), summary
 
     def emit(value: object, *, oversized: bool = False) -> None:
         """Feed the record just read (a map of names keeps its first ones, for the record
@@ -121,7 +105,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                     if skip_depth == 0:
                         emit(None, oversized=True)
                         index += 1
-                        if index >= _SWITCH_AFTER and (switch := switch_here()) is not None:
+                        if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
+                            switch = (collection, path_of[-1], prefix_of[-1], len(stack))
                             break
                 continue
             record_events += 1
@@ -141,7 +126,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                 if not building:
                     emit(done[0])
                     index += 1
-                    if index >= _SWITCH_AFTER and (switch := switch_here()) is not None:
+                    if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
+                        switch = (collection, path_of[-1], prefix_of[-1], len(stack))
                         break
             elif isinstance(top[0], dict):
                 top[0][top[1]] = value
@@ -189,7 +175,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                     parent[0][-1] = summary
                 else:
                     parent[0][parent[1]] = summary
-                stack[-1] = [summary, value]  # (its prefix is the map's: see the switch)
+                stack[-1] = [summary, value]
+                prefix_of[-1] = None  # read in this pass (no switch to ijson's items)
                 collection = summary.pattern
                 index = len(node)
                 continue
@@ -228,104 +215,42 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         else:
             put(container, frame[1], value)
     if switch is not None:
-        pattern, base, prefix, depth, summary = switch
-        if summary.names:
-            _named_records(read, limit, size, prefix, index, (pattern, base), summary.source, acc)
-        else:
-            _array_records(read, limit, size, prefix, index, (pattern, base), acc)
+        pattern, base, prefix, depth = switch
+        records = ijson.items(_Bytes(read, limit), prefix, use_float=True)
+        pending: list[object] = []
+        pending_first = index
+        try:
+            for number, value in enumerate(records):
+                if number >= index:
+                    if not pending:
+                        pending_first = number
+                    pending.append(value)
+                    if len(pending) >= _BATCH:
+                        acc.batch(pattern, base or ".", pending_first, pending)
+                        pending = []
+        except Exception:  # ijson's errors: a document cut at the scan limit ends here
+            if limit >= size:
+                raise
+        finally:
+            if pending:
+                acc.batch(pattern, base or ".", pending_first, pending)
         # The members after the collection: only those of a collection in the root object
         # are looked for, and only in a whole document.
         if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
-            tail = _tail_members(read, size, b"}" if summary.names else b"]")
+            tail = _tail_members(read, size)
             if tail is None:
                 acc.notes.append(
                     f"(the members of the document after {base} are not shown: query the artifact)"
                 )
             else:
-                # Read as the event pass would have read them: an array among them is a
-                # collection of its own (npm's "problems" after its dependencies).
-                after = _scan_json(
-                    lambda count, offset: tail[offset : offset + count],
-                    len(tail),
-                    acc,
-                    size=len(tail),
-                )
-                if isinstance(after, dict):
-                    for key in _TAIL_HEAD_KEYS:
-                        after.pop(key, None)
-                    for key, item in after.items():
-                        put(stack[1][0], key, item)
+                for key, item in tail.items():
+                    put(stack[1][0], key, item)
     if not root:
         raise _NotStructured("no JSON value")
     return root[0]
 
 
 _ENVELOPE_MEMBERS = 60
-
-
-def _array_records(
-    read: Read,
-    limit: int,
-    size: int,
-    prefix: str,
-    skip: int,
-    where: tuple[str, str],
-    acc: _Accumulator,
-) -> None:
-    """Feed the elements past the first ``skip`` of the array at ijson's ``prefix``,
-    built by ijson's ``items`` in C, to ``acc`` in batches (``where``: the collection's
-    pattern and path)."""
-    import ijson
-
-    pattern, base = where
-    records = ijson.items(_Bytes(read, limit), prefix, use_float=True)
-    pending: list[object] = []
-    pending_first = skip
-    try:
-        for number, value in enumerate(records):
-            if number >= skip:
-                if not pending:
-                    pending_first = number
-                pending.append(value)
-                if len(pending) >= _BATCH:
-                    acc.batch(pattern, base or ".", pending_first, pending)
-                    pending = []
-    except Exception:  # ijson's errors: a document cut at the scan limit ends here
-        if limit >= size:
-            raise
-    finally:
-        if pending:
-            acc.batch(pattern, base or ".", pending_first, pending)
-
-
-def _named_records(
-    read: Read,
-    limit: int,
-    size: int,
-    prefix: str,
-    skip: int,
-    where: tuple[str, str],
-    source: dict[Any, Any] | None,
-    acc: _Accumulator,
-) -> None:
-    """Feed the members past the first ``skip`` of the map of names at ijson's
-    ``prefix`` (``npm ls``'s ``dependencies``), built by ijson's ``kvitems`` in C, to
-    ``acc`` as records, each by its own path (``where``: the collection's pattern and the
-    map's path); its first members stay in the envelope (``source``), as in the event
-    pass."""
-    import ijson
-
-    pattern, base = where
-    members = ijson.kvitems(_Bytes(read, limit), prefix, use_float=True)
-    try:
-        for number, (key, value) in enumerate(members):
-            if number >= skip:
-                acc.record(pattern, _key_path(base, str(key)), value)
-                if source is not None and len(source) < _ENVELOPE_MEMBERS:
-                    source[key] = value
-    except Exception:  # ijson's errors: a document cut at the scan limit ends here
-        if limit >= size:
-            raise
 
 
 def _collapse(node: dict[Any, Any], path: str, acc: _Accumulator, total: int) -> _Summary:
@@ -554,32 +479,25 @@ def _prefix(parent: str | None, key: object) -> str | None:
 
 
 _TAIL_WINDOW = 8192
-_TAIL_HEAD = b'{"":0,"\\u0000":""'
-"""The start of the object the members after a collection are read as: two members of
-different types, so that it is never taken for a map of names (``_fields._names``), which
-would collapse it, and every collection already found with it."""
-_TAIL_HEAD_KEYS = ("", "\x00")
 
 
-def _tail_members(read: Read, size: int, close: bytes) -> bytes | None:
-    """The root object's members after the collection read last, from the last bytes, as
-    an object of their own (``_TAIL_HEAD`` and the members): of the last 64 ``close`` (``]``
-    after an array, ``}`` after a map of names) in the window, the first after which the
-    rest reads as the end of an object (one inside a record is followed by more closing
-    brackets and fails)."""
+def _tail_members(read: Read, size: int) -> dict[str, object] | None:
+    """The root object's members after the collection read last, from the last bytes: of
+    the last 64 ``]`` in the window, the first after which the rest reads as the end of an
+    object (a ``]`` inside a record is followed by more closing brackets and fails)."""
     window = min(size, _TAIL_WINDOW)
     data = read(window, size - window)
-    found: bytes | None = None
+    found: dict[str, object] | None = None
     pos = len(data)
     for _ in range(64):
-        pos = data.rfind(close, 0, pos)
+        pos = data.rfind(b"]", 0, pos)
         if pos < 0:
             break
-        candidate = _TAIL_HEAD + data[pos + 1 :]
         try:
-            value = json.loads(candidate)
+            value = json.loads(b'{"":0' + data[pos + 1 :])
         except ValueError:
             continue
         if isinstance(value, dict):
-            found = candidate
+            value.pop("", None)
+            found = value
     return found
