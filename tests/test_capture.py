@@ -857,9 +857,10 @@ class _SlowDisk(durable.DurableIO):
         return super().write(fd, data)
 
 
-def _json_records(count: int) -> bytes:
+def _json_records(count: int, indent: int | None = None) -> bytes:
     return json.dumps(
-        {"total": count, "items": [{"id": i, "status": "ok"} for i in range(count)]}
+        {"total": count, "items": [{"id": i, "status": "ok"} for i in range(count)]},
+        indent=indent,
     ).encode()
 
 
@@ -921,3 +922,36 @@ def test_an_outline_waiting_for_bytes_a_failed_writer_never_wrote_ends(dir_fd: i
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert threading.active_count() == before  # the outline thread did not wait forever
+
+
+def test_no_descriptor_for_the_outline_costs_only_the_outline(
+    dir_fd: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outline reads a duplicate of the file's descriptor: where none is left
+    (EMFILE), the capture goes on without an outline, every line counted."""
+    from toolswap.structured import inspect_output
+
+    def no_descriptor(fd: int) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    data = _json_records(60_000, indent=1)
+    with durable.substituted(_SlowDisk()):
+        capture = StreamCapture(
+            dir_fd,
+            head_keep=32 << 10,
+            tail_keep=4096,
+            scan_limit=64 << 10,
+            tail_scan=1 << 20,
+            inspect=inspect_output,
+        )
+        for chunk in _split(data, 1 << 17):
+            capture.write(chunk)
+        monkeypatch.setattr(os, "dup", no_descriptor)
+        stats = capture.finish()
+        monkeypatch.undo()
+    capture.discard()
+
+    assert stats.outline == ""
+    assert stats.byte_size == len(data)
+    assert stats.newline_count == data.count(b"\n")
+    assert stats.sha256 == hashlib.sha256(data).hexdigest()

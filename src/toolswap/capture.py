@@ -620,11 +620,18 @@ class StreamCapture:
         if kind is None:
             return None
         # Its own descriptor: the capture closes its one (and renames the file) meanwhile.
-        fd = os.dup(self._fd)
+        try:
+            fd = os.dup(self._fd)
+        except OSError:  # no descriptor left (EMFILE): no outline, the capture goes on
+            return None
         found: list[str] = [""]
 
         def read(count: int, offset: int) -> bytes:
             self._wait_written(min(offset + count, size))
+            if self._error is not None:
+                # The capture fails and its outline is not wanted: stop reading now (the
+                # descriptor keeps a file that may fill the disk).
+                raise OSError("the output could not be written")
             return os.pread(fd, count, offset)
 
         def run() -> None:
@@ -635,7 +642,11 @@ class StreamCapture:
             finally:
                 os.close(fd)
 
-        thread = start_helper_thread(run, "toolswap-outline")
+        try:
+            thread = start_helper_thread(run, "toolswap-outline")
+        except RuntimeError:  # no thread can be started: no outline, the capture goes on
+            os.close(fd)
+            return None
 
         def result() -> str:
             thread.join()
