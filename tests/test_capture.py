@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from toolswap import durable
-from toolswap.capture import TMP_PREFIX, CaptureStats, StreamCapture, detect_media_type
+from toolswap.capture import TMP_PREFIX, CaptureStats, Inspect, StreamCapture, detect_media_type
 
 
 @pytest.fixture
@@ -52,6 +52,20 @@ def _capture(
 
 def _split(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+def _outlining(
+    dir_fd: int, inspect: Inspect | None, *, scan_limit: int, tail_scan: int
+) -> StreamCapture:
+    """A capture that outlines structured output with ``inspect``."""
+    return StreamCapture(
+        dir_fd,
+        head_keep=32 << 10,
+        tail_keep=4096,
+        scan_limit=scan_limit,
+        tail_scan=tail_scan,
+        inspect=inspect,
+    )
 
 
 def test_capture_writes_a_private_temporary_file_and_publishing_removes_it(
@@ -564,14 +578,7 @@ def test_structured_output_leaves_the_text_scan_to_grep_after_its_first_bytes(
     records[3_000] = b'{"id": 3000, "status": "ok", "note": "Traceback (most recent call last):"}'
     data = b"\n".join(records) + b"\n"
     for inspect, handoff in ((inspect_output, 4 << 10), (None, 256 << 10)):
-        capture = StreamCapture(
-            dir_fd,
-            head_keep=32 << 10,
-            tail_keep=4096,
-            scan_limit=16 << 20,
-            tail_scan=8 << 20,
-            inspect=inspect,
-        )
+        capture = _outlining(dir_fd, inspect, scan_limit=16 << 20, tail_scan=8 << 20)
         for chunk in _split(data, 1 << 16):
             capture.write(chunk)
         stats = capture.finish()
@@ -879,14 +886,7 @@ def test_an_outline_started_while_the_writer_writes_reads_every_byte(dir_fd: int
         return inspect_output(head, read, size)
 
     with durable.substituted(io):
-        capture = StreamCapture(
-            dir_fd,
-            head_keep=32 << 10,
-            tail_keep=4096,
-            scan_limit=1 << 20,
-            tail_scan=1 << 20,
-            inspect=inspect,
-        )
+        capture = _outlining(dir_fd, inspect, scan_limit=1 << 20, tail_scan=1 << 20)
         for chunk in _split(data, 1 << 17):
             capture.write(chunk)
         stats = capture.finish()
@@ -903,14 +903,7 @@ def test_an_outline_waiting_for_bytes_a_failed_writer_never_wrote_ends(dir_fd: i
     data = _json_records(60_000)
     before = threading.active_count()
     with durable.substituted(_SlowDisk(fail_after=3)):
-        capture = StreamCapture(
-            dir_fd,
-            head_keep=32 << 10,
-            tail_keep=4096,
-            scan_limit=1 << 20,
-            tail_scan=1 << 20,
-            inspect=inspect_output,
-        )
+        capture = _outlining(dir_fd, inspect_output, scan_limit=1 << 20, tail_scan=1 << 20)
         for chunk in _split(data, 1 << 17):
             capture.write(chunk)
         with pytest.raises(OSError) as raised:
@@ -936,14 +929,7 @@ def test_no_descriptor_for_the_outline_costs_only_the_outline(
 
     data = _json_records(60_000, indent=1)
     with durable.substituted(_SlowDisk()):
-        capture = StreamCapture(
-            dir_fd,
-            head_keep=32 << 10,
-            tail_keep=4096,
-            scan_limit=64 << 10,
-            tail_scan=1 << 20,
-            inspect=inspect_output,
-        )
+        capture = _outlining(dir_fd, inspect_output, scan_limit=64 << 10, tail_scan=1 << 20)
         for chunk in _split(data, 1 << 17):
             capture.write(chunk)
         monkeypatch.setattr(os, "dup", no_descriptor)
