@@ -253,16 +253,18 @@ class _Grep:
 
     def write(self, data: bytes | memoryview) -> None:
         """Feed bytes (blocks while grep catches up; never raises)."""
-        if self.failed or self._input_closed:
-            return
+        if not (self.failed or self._input_closed):
+            self._fed += self._send(data)
+
+    def _send(self, data: bytes | memoryview) -> int:
+        """Write ``data`` to grep's input; how many bytes went (``failed`` if not all)."""
         view = memoryview(data)
         try:
             while view:
-                written = os.write(self._in, view)
-                self._fed += written
-                view = view[written:]
+                view = view[os.write(self._in, view) :]
         except OSError:
             self.failed = True
+        return len(data) - len(view)
 
     def copy_from(self, fd: int, offset: int, count: int) -> None:
         """Feed ``count`` bytes of file ``fd`` from ``offset``, in the kernel where it can
@@ -296,12 +298,7 @@ class _Grep:
             return
         self._input_closed = True
         if not self.failed:
-            view = memoryview(b"\n" + _END + b"\n")
-            try:
-                while view:
-                    view = view[os.write(self._in, view) :]
-            except OSError:
-                self.failed = True
+            self._send(b"\n" + _END + b"\n")  # (not counted as fed)
         with contextlib.suppress(OSError):
             assert self._proc.stdin is not None
             self._proc.stdin.close()
