@@ -41,6 +41,10 @@ class _Accumulator(_Walker):
         super().__init__()
         self.sign_memo: dict[tuple[str, type, object], tuple[str, ...]] = {}
 
+    def restart(self) -> None:
+        """Forget every record fed so far (a reader that gave up hands over to another)."""
+        vars(self).update(vars(_Accumulator()))
+
     def record(self, pattern: str, path: str, value: object, *, oversized: bool = False) -> None:
         """Add one record (the element ``path`` of the collection ``pattern``): the first
         ``SAMPLE_RECORDS`` are walked whole, later ones take the fast path."""

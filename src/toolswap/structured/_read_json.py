@@ -12,33 +12,19 @@ import re
 from typing import Any
 
 from ._decode import loads
+from ._envelope import _ENVELOPE_MEMBERS, RECORD_EVENTS, _collapse, _Records, _Summary
 from ._fast_path import _Accumulator
 from ._fields import _names
+from ._read_tree import _Fallback, _scan_tree
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
 from ._values import _key_path
 
-__all__ = ["_Summary", "_scan_json"]
+__all__ = ["_scan_json"]
 
 
-_RECORD_EVENTS = 20_000
 # A collection longer than this is read by ijson's items (records built in C), not from
 # the event stream in Python; shorter arrays stay in the envelope's pass.
 _SWITCH_AFTER = 16
-
-
-class _Summary:
-    """An outermost array in the envelope, or an object keyed by names (``names``): its
-    records are counted in a collection."""
-
-    __slots__ = ("names", "pattern", "source")
-
-    def __init__(
-        self, pattern: str, *, names: bool = False, source: dict[Any, Any] | None = None
-    ) -> None:
-        self.pattern = pattern
-        self.names = names
-        self.source = source
-        """A map of names collapsed after it was read: the envelope object it was."""
 
 
 def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> object:
@@ -53,6 +39,13 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     head = read(min(limit, 4096), 0).lstrip(b" \t\r\n\xef\xbb\xbf")
     if head.startswith(b"["):
         return _scan_top_array(read, limit, acc, size=size)
+    if size <= min(limit, _WHOLE_DOCUMENT):
+        data = _whole(read, size)
+        if data.count(b",") < _WHOLE_ELEMENTS:
+            try:
+                return _scan_tree(data, acc)
+            except _Fallback:
+                acc.restart()
     import ijson  # a C extension: only for outputs that look like JSON
 
     events = ijson.basic_parse(_Bytes(read, limit), use_float=True)
@@ -96,7 +89,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
 
     for event, value in events:
         if building or skip_depth:
-            # Inside a record: build it (up to _RECORD_EVENTS events, then only count it).
+            # Inside a record: build it (up to RECORD_EVENTS events, then only count it).
             if skip_depth:
                 if event in ("start_map", "start_array"):
                     skip_depth += 1
@@ -133,7 +126,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                 top[0][top[1]] = value
             else:
                 top[0].append(value)
-            if building and record_events > _RECORD_EVENTS:
+            if building and record_events > RECORD_EVENTS:
                 skip_depth = len(building)
                 building = []
             continue
@@ -173,7 +166,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                 parent = stack[-2]
                 if isinstance(parent[0], list):
                     parent[0][-1] = summary
-                else:
+                elif parent[0].get(parent[1]) is node:  # (not when it had no room for it)
                     parent[0][parent[1]] = summary
                 stack[-1] = [summary, value]
                 prefix_of[-1] = None  # read in this pass (no switch to ijson's items)
@@ -250,79 +243,13 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     return root[0]
 
 
-_ENVELOPE_MEMBERS = 60
-
-
-def _collapse(node: dict[Any, Any], path: str, acc: _Accumulator, total: int) -> _Summary:
-    """An envelope object whose keys turned out to be names (its first were read as
-    fields): its members become the records of a collection ``path[]``, and what was read
-    as envelope below it (collections, fields) is dropped. Members past the envelope's
-    ``_ENVELOPE_MEMBERS`` are counted; arrays inside the members were counted as
-    collections of their own and are empty in the records walked."""
-    pattern = (path or ".") + "[]"
-    below = (path + ".", path + "[") if path else (".",)
-    for name in [p for p in acc.collections if p.startswith(below)]:
-        del acc.collections[name]
-    dropped = [p for p in acc.fields if p.startswith(below)]
-    for name in dropped:
-        del acc.fields[name]
-    if dropped:  # the paths named by the keys are gone: room for the entries' fields
-        acc.order = [p for p in acc.order if p in acc.fields]
-        acc.fields_dropped = False
-    acc.maps = {m for m in acc.maps if not m.startswith(below)}
-    acc.maps.add(path or ".")
-    for key, value in node.items():
-        acc.record(pattern, _key_path(path, str(key)), _plain(value))
-    acc.collection(pattern).count += max(total - len(node), 0)
-    return _Summary(pattern, names=True, source=node)
-
-
-def _plain(node: object) -> object:
-    """An envelope node as the value it stands for (a collection's records are gone)."""
-    if isinstance(node, _Summary):
-        if node.source is not None:
-            return _plain(node.source)
-        return {} if node.names else []
-    if isinstance(node, dict):
-        return {key: _plain(value) for key, value in node.items()}
-    return node
-
-
 _BIG_RECORD = 1 << 20
 _WS = re.compile(r"[ \t\n\r]*")
 
 
-class _TopRecords:
-    """The elements of a document that is one array, fed to the accumulator in batches of
-    ``_BATCH``; a record too large to walk is counted, not walked."""
-
-    def __init__(self, acc: _Accumulator) -> None:
-        self._acc = acc
-        self.count = 0
-        """Records fed so far, the pending batch included."""
-        self._pending: list[object] = []
-
-    def add(self, value: object) -> None:
-        self._pending.append(value)
-        self.count += 1
-        if len(self._pending) >= _BATCH:
-            self.flush()
-
-    def add_oversized(self) -> None:
-        # Counted, not walked: one huge record would cost the sample its time.
-        self.flush()
-        self._acc.record(".[]", f".[{self.count}]", None, oversized=True)
-        self.count += 1
-
-    def flush(self) -> None:
-        if self._pending:
-            self._acc.batch(".[]", ".", self.count - len(self._pending), self._pending)
-            self._pending = []
-
-
-_WHOLE_ARRAY = 16 << 20
-"""A document that is one array of at most this many bytes, read whole, is split and decoded
-by msgspec,"""
+_WHOLE_DOCUMENT = 16 << 20
+"""A document of at most this many bytes, read whole, is split and decoded by msgspec (an
+array here, an object by ``_read_tree``),"""
 _WHOLE_ELEMENTS = 1 << 18
 """... if it has fewer commas than this (so fewer elements): their raw bytes' handles take
 about 50 bytes each, so this bounds them to about 13 MiB."""
@@ -331,14 +258,14 @@ about 50 bytes each, so this bounds them to about 13 MiB."""
 def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> _Summary:
     """A document that is one array (``sqlite3 -json``, ``ruff --output-format json``).
 
-    When all of it is to be read (at most ``_WHOLE_ARRAY`` bytes), msgspec splits it into
+    When all of it is to be read (at most ``_WHOLE_DOCUMENT`` bytes), msgspec splits it into
     its elements' raw bytes and decodes them in C, about twice as fast as ``json`` (the
     document's bytes, then one batch of records, are in memory). Otherwise, or where msgspec
     refuses what ``json`` takes (``NaN``, integers past 64 bits, a lone surrogate), its
     elements are decoded one by one by ``json``'s C decoder (``raw_decode``) from a sliding
     window of the text, in memory bounded by the window and the largest record. Raises
     ``_NotStructured`` if it is not one JSON array."""
-    if size <= min(limit, _WHOLE_ARRAY) and _split_whole_array(read, acc, size=size):
+    if size <= min(limit, _WHOLE_DOCUMENT) and _split_whole_array(read, acc, size=size):
         return _Summary(".[]")
     import codecs
 
@@ -376,7 +303,7 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
     if not skip() or text[pos] != "[":
         raise _NotStructured("not a JSON array")
     pos += 1
-    records = _TopRecords(acc)
+    records = _Records(acc)
     cut = False
     closed = False
     while True:
@@ -435,12 +362,7 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
         import msgspec  # a C extension: only for a document that is one array
     except ImportError:
         return False
-    data = read(size, 0)  # one read: a join of blocks would hold the document twice
-    while 0 < len(data) < size:
-        more = read(size - len(data), len(data))
-        if not more:
-            break
-        data += more
+    data = _whole(read, size)
     if data.count(b",") >= _WHOLE_ELEMENTS:
         return False  # many small elements: the sliding window holds less
     try:
@@ -448,7 +370,7 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
         raws = msgspec.json.decode(data, type=list[msgspec.Raw])
     except (msgspec.DecodeError, msgspec.ValidationError):
         return False
-    records = _TopRecords(acc)
+    records = _Records(acc)
     for raw in raws:
         if len(raw) > _BIG_RECORD:
             try:
@@ -464,6 +386,18 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
             raise _NotStructured("not valid JSON") from None
     records.flush()
     return True
+
+
+def _whole(read: Read, size: int) -> bytes:
+    """The first ``size`` bytes, read in one piece (a join of blocks would hold the
+    document twice)."""
+    data = read(size, 0)
+    while 0 < len(data) < size:
+        more = read(size - len(data), len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def _prefix(parent: str | None, key: object) -> str | None:

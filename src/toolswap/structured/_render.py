@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
+from ._envelope import _Summary
 from ._fast_path import _Accumulator
 from ._fields import _MAX_FIELDS, SAMPLE_RECORDS, _Collection, _Field
-from ._read_json import _Summary
 from ._signs import _MAX_FAILURES
 from ._values import _compact, _tolerant_path, _utf8_text
 

@@ -5,24 +5,28 @@ like failures, with their paths, inside a byte budget.
 
 The outline is a bounded pass over the bytes just written (read back from the page cache):
 at most ``scan_limit`` bytes are parsed, and an outline of a longer output says where it
-stopped. JSON is parsed by ijson's C backend as a stream of events, so memory holds one
-record at a time (a record of more than ``_RECORD_EVENTS`` events is counted, not kept);
-JSON Lines by ``json.loads`` line by line; CSV and TSV by the ``csv`` module. Every path
-is written as jq writes it (``.items[3777]``, ``.items[].status``; JSON Lines and tables
-are arrays of records, ``.[5119]``), so the model can query exactly what it reads.
+stopped. A whole JSON document is split by msgspec into raw members and records, decoded in
+C (``_read_tree``); one cut at the limit is parsed by ijson's C backend as a stream of
+events, so memory holds one record at a time (either way, a record of more than
+``RECORD_EVENTS`` events is counted, not kept). JSON Lines are decoded in batches of lines,
+CSV and TSV by the ``csv`` module. Every path is written as jq writes it (``.items[3777]``,
+``.items[].status``; JSON Lines and tables are arrays of records, ``.[5119]``), so the
+model can query exactly what it reads.
 
-This module composes the parts: ``_read_json`` and ``_read_rows`` read the output (over
-``_source``) into an accumulator that walks the sample for field statistics (``_fields``)
-and takes the fast path past it (``_fast_path``), noting failure signs (``_signs``) and
-writing values as ``_values`` does; ``_render`` fits the result into the byte budget.
+This module composes the parts: ``_read_json`` (with ``_read_tree`` and ``_envelope``) and
+``_read_rows`` read the output (over ``_source``) into an accumulator that walks the sample
+for field statistics (``_fields``) and takes the fast path past it (``_fast_path``), noting
+failure signs (``_signs``) and writing values as ``_values`` does; ``_render`` fits the
+result into the byte budget.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._envelope import _Summary
 from ._fast_path import _Accumulator
-from ._read_json import _scan_json, _Summary
+from ._read_json import _scan_json
 from ._read_rows import _scan_jsonl, _scan_table
 from ._render import _envelope, _example, _render
 from ._source import Read, _NotStructured

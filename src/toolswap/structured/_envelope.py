@@ -1,0 +1,105 @@
+"""The envelope of a JSON document, as both of its readers (``_read_json``'s event pass and
+``_read_tree``'s pass over raw members) build it: the document with each outermost array,
+and each object keyed by names, replaced by a ``_Summary`` whose records went to the
+accumulator; how an object read as envelope becomes such a collection (``_collapse``); and
+the records of one array fed in batches (``_Records``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._fast_path import _Accumulator
+from ._source import _BATCH
+from ._values import _key_path
+
+__all__ = ["RECORD_EVENTS", "_ENVELOPE_MEMBERS", "_Records", "_Summary", "_collapse"]
+
+
+_ENVELOPE_MEMBERS = 60
+"""Members of an envelope object kept for the outline (the rest are counted)."""
+RECORD_EVENTS = 20_000
+"""A record of more parser events than this (keys, values, starts and ends of containers)
+is counted, not kept or walked."""
+
+
+class _Summary:
+    """An outermost array in the envelope, or an object keyed by names (``names``): its
+    records are counted in a collection."""
+
+    __slots__ = ("names", "pattern", "source")
+
+    def __init__(
+        self, pattern: str, *, names: bool = False, source: dict[Any, Any] | None = None
+    ) -> None:
+        self.pattern = pattern
+        self.names = names
+        self.source = source
+        """A map of names collapsed after it was read: the envelope object it was."""
+
+
+def _collapse(node: dict[Any, Any], path: str, acc: _Accumulator, total: int) -> _Summary:
+    """An envelope object whose keys turned out to be names (its first were read as
+    fields): its members become the records of a collection ``path[]``, and what was read
+    as envelope below it (collections, fields) is dropped. Members past the envelope's
+    ``_ENVELOPE_MEMBERS`` are counted; arrays inside the members were counted as
+    collections of their own and are empty in the records walked."""
+    pattern = (path or ".") + "[]"
+    below = (path + ".", path + "[") if path else (".",)
+    for name in [p for p in acc.collections if p.startswith(below)]:
+        del acc.collections[name]
+    dropped = [p for p in acc.fields if p.startswith(below)]
+    for name in dropped:
+        del acc.fields[name]
+    if dropped:  # the paths named by the keys are gone: room for the entries' fields
+        acc.order = [p for p in acc.order if p in acc.fields]
+        acc.fields_dropped = False
+    acc.maps = {m for m in acc.maps if not m.startswith(below)}
+    acc.maps.add(path or ".")
+    for key, value in node.items():
+        acc.record(pattern, _key_path(path, str(key)), _plain(value))
+    acc.collection(pattern).count += max(total - len(node), 0)
+    return _Summary(pattern, names=True, source=node)
+
+
+def _plain(node: object) -> object:
+    """An envelope node as the value it stands for (a collection's records are gone)."""
+    if isinstance(node, _Summary):
+        if node.source is not None:
+            return _plain(node.source)
+        return {} if node.names else []
+    if isinstance(node, dict):
+        return {key: _plain(value) for key, value in node.items()}
+    return node
+
+
+class _Records:
+    """The elements of one array (the collection ``pattern``, at the path ``base``), fed to
+    the accumulator in batches of ``_BATCH``; a record too large to walk is counted, not
+    walked."""
+
+    def __init__(self, acc: _Accumulator, pattern: str = ".[]", base: str = ".") -> None:
+        self._acc = acc
+        self._pattern = pattern
+        self._base = base
+        self.count = 0
+        """Records fed so far, the pending batch included."""
+        self._pending: list[object] = []
+
+    def add(self, value: object) -> None:
+        self._pending.append(value)
+        self.count += 1
+        if len(self._pending) >= _BATCH:
+            self.flush()
+
+    def add_oversized(self) -> None:
+        # Counted, not walked: one huge record would cost the sample its time.
+        self.flush()
+        self._acc.record(self._pattern, f"{self._base}[{self.count}]", None, oversized=True)
+        self.count += 1
+
+    def flush(self) -> None:
+        if self._pending:
+            first = self.count - len(self._pending)
+            self._acc.batch(self._pattern, self._base, first, self._pending)
+            self._pending = []

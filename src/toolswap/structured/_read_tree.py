@@ -1,0 +1,180 @@
+"""Reading a whole JSON object document for the outline from its raw members: msgspec splits
+each envelope object into its members' raw bytes (``dict[str, msgspec.Raw]``) and each
+collection into its elements', in C, and decodes each record in C. The envelope is built as
+``_read_json``'s event pass builds it, decision for decision (an object whose first
+members are names becomes a collection as soon as they say so, or at its end), without a
+Python step per event; the members after a long collection are read exactly, not from the
+document's last bytes.
+
+Only a complete document read in one piece takes this pass (the caller bounds its size and
+its element count); a document msgspec refuses (``NaN``, a BOM, more than one value, nesting
+past its depth) is left to the event pass, with nothing fed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._decode import loads
+from ._envelope import _ENVELOPE_MEMBERS, RECORD_EVENTS, _collapse, _Records, _Summary
+from ._fast_path import _Accumulator
+from ._fields import _names
+from ._source import _NotStructured
+from ._values import _key_path
+
+__all__ = ["_Fallback", "_scan_tree"]
+
+
+_BIG_RAW = 1 << 20
+"""A record's raw bytes past this are counted by ijson's events before anything is built."""
+_DEPTH = 200
+"""Envelope objects nested deeper than this are left to the event pass (a Python frame
+each)."""
+
+_OBJECT, _ARRAY = b"{["
+_OPENERS = (_OBJECT, _ARRAY)
+
+
+class _Fallback(Exception):
+    """The document is for the event pass after all (the accumulator may have been fed)."""
+
+
+def _events(value: object, budget: int) -> int:
+    """The parser events of ``value`` (one per scalar and key, two per container), counted
+    up to just past ``budget``."""
+    stack = [value]
+    count = 0
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            count += 2 + len(item)  # type: ignore[arg-type]
+            stack.extend(item.values())  # type: ignore[attr-defined]
+        elif kind is list:
+            count += 2
+            stack.extend(item)  # type: ignore[arg-type]
+        else:
+            count += 1
+        if count > budget:
+            break
+    return count
+
+
+def _raw_events(raw: bytes, budget: int) -> int:
+    """The parser events of a large record's raw bytes, counted by ijson without building
+    it, up to just past ``budget``."""
+    import ijson  # a C extension: only for a record of more than _BIG_RAW bytes
+
+    count = 0
+    for _ in ijson.basic_parse(raw, use_float=True):
+        count += 1
+        if count > budget:
+            break
+    return count
+
+
+def _scan_tree(data: bytes, acc: _Accumulator) -> object:
+    """Feed the records of the JSON object document ``data`` to ``acc``; return its envelope
+    (see ``_read_json._scan_json``).
+
+    Raises:
+        _Fallback: msgspec is not installed or refuses the document, or its envelope nests
+            too deep (``acc`` may have been fed: start it afresh).
+        _NotStructured: a record is not valid JSON, or the document is not UTF-8.
+    """
+    try:
+        import msgspec  # a C extension: only for a document that is one object
+    except ImportError:
+        raise _Fallback from None
+    members_of = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+    elements_of = msgspec.json.Decoder(list[msgspec.Raw]).decode
+    try:
+        # The whole document's syntax is checked here, before anything is fed.
+        root = members_of(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        raise _Fallback from None
+    if not data.isascii():
+        try:
+            data.decode()  # a string a record skips must be UTF-8 too, as ijson checks it
+        except UnicodeDecodeError:
+            raise _NotStructured("not UTF-8") from None
+
+    def record(raw: Any) -> tuple[object, bool]:
+        """A record's value, or (None, True) when it has too many events to keep."""
+        size = len(raw)
+        if size > RECORD_EVENTS + 1:  # an event takes at least one byte of its own
+            if size > _BIG_RAW and _raw_events(bytes(raw), RECORD_EVENTS + 1) > RECORD_EVENTS + 1:
+                return None, True
+            value = value_of(raw)
+            if _events(value, RECORD_EVENTS + 1) > RECORD_EVENTS + 1:
+                return None, True
+            return value, False
+        return value_of(raw), False
+
+    def value_of(raw: Any) -> object:
+        try:
+            return loads(raw)  # json takes what msgspec does not (1e400: infinity)
+        except ValueError:  # UnicodeDecodeError included
+            raise _NotStructured("not valid JSON") from None
+
+    def array(raw: Any, path: str) -> _Summary:
+        """An outermost array: its elements are the records of ``path[]``."""
+        pattern = (path or ".") + "[]"
+        records = _Records(acc, pattern, path or ".")
+        for item in elements_of(raw):
+            if memoryview(item)[0] in _OPENERS:
+                value, oversized = record(item)
+                if oversized:
+                    records.add_oversized()
+                else:
+                    records.add(value)
+            else:
+                records.add(value_of(item))
+        records.flush()
+        return _Summary(pattern)
+
+    def names(summary: _Summary, path: str, rest: list[tuple[str, Any]]) -> None:
+        """The members of an object keyed by names, after those it was read with: records."""
+        source = summary.source
+        assert source is not None
+        for key, raw in rest:
+            where = _key_path(path, key)
+            if memoryview(raw)[0] in _OPENERS:
+                value, oversized = record(raw)
+            else:
+                value, oversized = value_of(raw), False
+            acc.record(summary.pattern, where, value, oversized=oversized)
+            if len(source) < _ENVELOPE_MEMBERS:
+                source[key] = value
+
+    def member(raw: Any, path: str, depth: int, *, kept: bool) -> object:
+        """An envelope member's value (``kept``: its object keeps it, so an object keyed
+        by names may become a collection at its end)."""
+        first = memoryview(raw)[0]
+        if first == _OBJECT:
+            return obj(members_of(raw), path, depth + 1, kept=kept)
+        if first == _ARRAY:
+            return array(raw, path)
+        return value_of(raw)
+
+    def obj(members: dict[str, Any], path: str, depth: int, *, kept: bool) -> object:
+        if depth > _DEPTH:
+            raise _Fallback
+        node: dict[str, object] = {}
+        items = list(members.items())
+        for number, (key, raw) in enumerate(items):
+            if number >= 2 and number == len(node) and _names(node):
+                # The members so far are named entries: they become records of a
+                # collection, and the members still to come are read as records.
+                summary = _collapse(node, path, acc, len(node))
+                names(summary, path, items[number:])
+                return summary
+            keep = len(node) < _ENVELOPE_MEMBERS
+            value = member(raw, _key_path(path, key), depth, kept=keep)
+            if keep:
+                node[key] = value
+        if kept and _names(node):
+            return _collapse(node, path, acc, len(items))
+        return node
+
+    return obj(root, "", 0, kept=True)
