@@ -186,6 +186,40 @@ def _failure_text(value: object, known: str | None) -> str:
     return known if known is not None and shown is value else _compact(shown)
 
 
+_SCALAR_NAMES: dict[type, str] = {
+    str: "str",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    type(None): "null",
+}
+"""The type names of the values that have no fields (exact types: a subclass is walked)."""
+
+
+def _tally(field: _Field, value: object, kind: str, depth: int, firsts: list[_Field]) -> None:
+    """Note a value of a field whose values are still few (``field.values`` is not None):
+    strings and booleans near the record's top are counted by value, up to ``_MAX_VALUES``
+    values of at most ``_VALUE_CHARS``; any other value but null ends the tally."""
+    values = field.values
+    assert values is not None
+    if depth <= _VALUE_DEPTH and kind in ("str", "bool"):
+        shown = str(value) if kind == "str" else json.dumps(value)
+        if len(shown) > _VALUE_CHARS:
+            field.values = None
+            return
+        entry = values.get(shown)
+        if entry is None:
+            if len(values) >= _MAX_VALUES:
+                field.values = None
+            else:
+                values[shown] = [1, None, None]
+                firsts.append(field)
+        else:
+            entry[0] += 1
+    elif kind not in ("null", "str", "bool"):
+        field.values = None
+
+
 class _Walker:
     """Field statistics of the records walked whole: every field path's count, types
     and few values, the collections' shapes, first records and failure signs."""
@@ -201,6 +235,8 @@ class _Walker:
         self.nests: dict[str, _Nest] = {}
         """Field paths (``W.k[].k``) whose entries are walked as ``W.k[]``."""
         self._level = 0
+        self._kids: dict[str, dict[str, str]] = {}
+        """The path of each key below each object path walked (made once)."""
         self._where = ""
         """The path of the record, or of the entry nested in it, being walked (entries
         nested right in the record, under its own key, and in those entries)."""
@@ -287,22 +323,8 @@ class _Walker:
         if field is not None:
             field.count += 1
             field.types[kind] = field.types.get(kind, 0) + 1
-            if field.values is not None and depth <= _VALUE_DEPTH and kind in ("str", "bool"):
-                shown = str(value) if kind == "str" else json.dumps(value)
-                if len(shown) > _VALUE_CHARS:
-                    field.values = None
-                else:
-                    entry = field.values.get(shown)
-                    if entry is None:
-                        if len(field.values) >= _MAX_VALUES:
-                            field.values = None
-                        else:
-                            field.values[shown] = [1, None, None]
-                            firsts.append(field)
-                    else:
-                        entry[0] += 1
-            elif field.values is not None and kind not in ("null", "str", "bool"):
-                field.values = None
+            if field.values is not None:
+                _tally(field, value, kind, depth, firsts)
         items: Iterable[object]
         labels: Iterable[object]
         named = False
@@ -310,11 +332,33 @@ class _Walker:
             # (A record itself is never a map: its keys are what the outline is about.)
             if not (depth and (pattern in self.maps or _names(value))):
                 signs = depth < _FAILURE_DEPTH
+                kids = self._kids.get(pattern)
+                if kids is None:
+                    kids = {}
+                    if len(self._kids) < _MAX_FIELDS:
+                        self._kids[pattern] = kids
+                fields = self.fields
                 for key, item in value.items():
                     name = key if type(key) is str else str(key)
                     if signs and name in _SIGN_KEYS:
                         _failure_signs(name, item, why)
-                    self._walk(item, _key_path(pattern, name), pattern, depth + 1, why, firsts)
+                    child = kids.get(name)
+                    if child is None:
+                        child = _key_path(pattern, name)
+                        if len(kids) < _MAX_FIELDS:
+                            kids[name] = child
+                    scalar = _SCALAR_NAMES.get(type(item))
+                    if scalar is None:
+                        self._walk(item, child, pattern, depth + 1, why, firsts)
+                        continue
+                    # A scalar: counted here, as _walk would (a call per leaf is most of
+                    # the walk's cost).
+                    field = fields.get(child) or self._field(child, pattern)
+                    if field is not None:
+                        field.count += 1
+                        field.types[scalar] = field.types.get(scalar, 0) + 1
+                        if field.values is not None:
+                            _tally(field, item, scalar, depth + 1, firsts)
                 return
             # A map keyed by names (packages, paths): its values are walked as the elements
             # of an array are, under ``pattern[]`` (jq's .[] iterates them).
@@ -328,8 +372,21 @@ class _Walker:
         inner = pattern + "[]"
         target = _nest_target(pattern) if depth else None
         if target is None:
+            field = None
             for item in items:
-                self._walk(item, inner, pattern, depth + 1, why, firsts)
+                scalar = _SCALAR_NAMES.get(type(item))
+                if scalar is None:
+                    self._walk(item, inner, pattern, depth + 1, why, firsts)
+                    field = None  # (the walk may have made it, or dropped fields)
+                    continue
+                if field is None:
+                    field = self.fields.get(inner) or self._field(inner, pattern)
+                    if field is None:
+                        continue
+                field.count += 1
+                field.types[scalar] = field.types.get(scalar, 0) + 1
+                if field.values is not None:
+                    _tally(field, item, scalar, depth + 1, firsts)
             return
         # Objects nested under the key of the entries that hold them are entries like
         # them: walked as those entries, one level up (see ``_nest_target``). (Inline, as
