@@ -329,6 +329,35 @@ def test_a_csv_row_past_the_sample_is_counted_and_a_failed_one_found_typed() -> 
     assert '"size":46000' in found.text  # a row shown is typed
 
 
+@pytest.mark.parametrize("ragged", [0, 3, 80])
+def test_blank_and_short_rows_past_the_sample_keep_every_row_s_number(ragged: int) -> None:
+    """Rows past the sample go in batches of whole rows; a batch with a blank row (not a
+    record) or a short one is read row by row, and the numbers stay those ``read --record``
+    and ``query`` give. Too many short rows make the output text."""
+    lines = ["name,size,status"]
+    record = 0
+    failed: list[int] = []
+    for i in range(3000):
+        if i in (300, 1100, 1101, 2500):
+            lines.append("")
+            continue
+        status = "failed" if i in (1200, 2600) else "ok"
+        if status == "failed":
+            failed.append(record)
+        short = ragged and 1900 <= i < 1900 + ragged
+        lines.append(f"pkg{i},{i}" if short else f"pkg{i},{i},{status}")
+        record += 1
+    data = ("\n".join(lines) + "\n").encode()
+    found = outline("csv", _read(data), len(data))
+    if ragged > 3:
+        assert found is None
+        return
+    assert found is not None and found.records == record == 2996
+    for number in failed:
+        assert f".[{number}]" in found.text
+    assert f'.[{failed[0]}]: {{"name":"pkg1200","size":1200,"status":"failed"}}' in found.text
+
+
 def test_toolswap_outline_off_captures_structured_output_as_text(tmp_path: Path) -> None:
     from toolswap import ExternalizerSettings
 

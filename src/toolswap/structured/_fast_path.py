@@ -76,12 +76,15 @@ class _Accumulator(_Walker):
         first: int,
         values: list[Any],
         text_of: Callable[[Any], str] | None = None,
+        *,
+        alike: bool = False,
     ) -> None:
         """Add the records ``values`` (elements ``first``... of ``base``). Past the sample,
         a batch of objects is checked column-wise, in C where it can be: their shapes as a
         set, each sign key's distinct values (memoised), each few-valued field's values
         counted by ``Counter``; only records with a sign or a new value are looked at
-        one by one. ``text_of`` shows a record (tables: typed cells)."""
+        one by one. ``text_of`` shows a record (tables: typed cells); ``alike``: every
+        record has the first's shape (a table's whole rows of text)."""
         coll = self.collection(pattern)
         start = 0
         while start < len(values) and coll.walked < SAMPLE_RECORDS:
@@ -91,15 +94,19 @@ class _Accumulator(_Walker):
             values, first = values[start:], first + start
         if not values:
             return
-        if not all(type(value) is dict for value in values):
+        if set(map(type, values)) != {dict}:
             for offset, value in enumerate(values):
                 self.record(pattern, f"{base}[{first + offset}]", value)
             return
-        shapes = set(
-            zip(
-                map(tuple, values),
-                map(tuple, map(map, repeat(type), map(dict.values, values))),
-                strict=True,
+        shapes = (
+            {_shape_key(values[0])}
+            if alike
+            else set(
+                zip(
+                    map(tuple, values),
+                    map(tuple, map(map, repeat(type), map(dict.values, values))),
+                    strict=True,
+                )
             )
         )
         plans: list[_Plan] = []

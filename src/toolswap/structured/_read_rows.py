@@ -10,6 +10,7 @@ import csv
 import io
 import json
 from collections.abc import Iterator
+from itertools import islice, repeat
 
 from ._decode import loads
 from ._fast_path import _Accumulator
@@ -100,30 +101,51 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, delimiter: str) -> li
     pending: list[dict[str, str]] = []
     pending_first = 0
     index = -1
-    for row in rows:
-        if not row:  # not a record (query and read --record skip it too)
-            if pending:  # a batch's rows are consecutive
+
+    def row_by_row(batch: list[list[str]]) -> None:
+        nonlocal ragged, pending, pending_first, index
+        for row in batch:
+            if not row:  # not a record (query and read --record skip it too)
+                if pending:  # a batch's rows are consecutive
+                    acc.batch(".[]", ".", pending_first, pending, _typed)
+                    pending = []
+                continue
+            index += 1
+            if len(row) != width:
+                ragged += 1
+                if ragged > max(3, index // 100):
+                    raise _NotStructured("rows do not match the header")
+            if index < SAMPLE_RECORDS:
+                record = {name: _cell(cell) for name, cell in zip(header, row, strict=False)}
+                acc.record(".[]", f".[{index}]", record)
+                continue
+            # Past the sample a row stays text: only the cells of the columns that can
+            # carry a failure sign (read typed) or have few values are looked at, and a
+            # row shown is typed then (``_typed``).
+            if not pending:
+                pending_first = index
+            pending.append(dict(zip(header, row, strict=False)))
+            if len(pending) >= _BATCH:
                 acc.batch(".[]", ".", pending_first, pending, _typed)
                 pending = []
+
+    row_by_row(list(islice(rows, SAMPLE_RECORDS)))
+    while True:
+        batch = list(islice(rows, _BATCH))
+        if not batch:
+            break
+        if index + 1 < SAMPLE_RECORDS or sum(map(width.__ne__, map(len, batch))):
+            # Rows of the sample still to come, or blank or short rows: one by one (a
+            # blank row is not a record, a short one counts against the bound).
+            row_by_row(batch)
             continue
-        index += 1
-        if len(row) != width:
-            ragged += 1
-            if ragged > max(3, index // 100):
-                raise _NotStructured("rows do not match the header")
-        if index < SAMPLE_RECORDS:
-            record = {name: _cell(cell) for name, cell in zip(header, row, strict=False)}
-            acc.record(".[]", f".[{index}]", record)
-            continue
-        # Past the sample a row stays text: only the cells of the columns that can carry a
-        # failure sign (read typed) or have few values are looked at, and a row shown is
-        # typed then (``_typed``).
-        if not pending:
-            pending_first = index
-        pending.append(dict(zip(header, row, strict=False)))
-        if len(pending) >= _BATCH:
+        if pending:  # the rows before these go first
             acc.batch(".[]", ".", pending_first, pending, _typed)
             pending = []
+        # A batch of whole rows, each a dict of its cells' text, made in C.
+        records = list(map(dict, map(zip, repeat(header), batch)))
+        acc.batch(".[]", ".", index + 1, records, _typed, alike=True)
+        index += len(batch)
     if pending:
         acc.batch(".[]", ".", pending_first, pending, _typed)
     return header
