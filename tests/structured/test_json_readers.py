@@ -6,6 +6,7 @@ pass guessed (members after a long collection), the pass over raw members is exa
 from __future__ import annotations
 
 import json
+import random
 import tracemalloc
 from typing import Any
 
@@ -127,6 +128,58 @@ def test_an_object_past_the_envelope_s_room_is_not_shown_in_it(
     assert (".deps{}" in found.text) is (entries == 5)
 
 
+def test_an_object_freed_by_the_event_pass_leaves_no_count_to_a_later_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The event pass counted members by ``id(object)``; an object it did not keep was
+    freed and its id reused, so a later map of names inherited its count and was never
+    collapsed (found by review)."""
+    doc: dict[str, object] = {f"f{i}": i for i in range(60)}
+    doc["x"] = {"a": 1, "b": 2, "c": 3}
+    doc["w0"] = {"q": 1}
+    doc["y"] = {f"n-{i}": {"v": list(range(i))} for i in range(1, 5)}
+    data = json.dumps(doc).encode()
+    found = _by_events(data, monkeypatch)
+    assert found == _by_tree(data, monkeypatch)
+    assert found is not None and ".y{}: 4 entries" in found.text
+
+
+def _random_value(rng: random.Random, depth: int) -> object:
+    roll = rng.random()
+    if depth > 3 or roll < 0.5:
+        return rng.choice([None, True, 0, 7, 1.5, "ok", "failed", "é", ""])
+    if roll < 0.75:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return _random_object(rng, depth + 1, rng.randrange(6))
+
+
+def _random_object(rng: random.Random, depth: int, members: int) -> dict[str, object]:
+    keys = ["id", "name", "status", "error", "left-pad", "@s/p", "a.b", "", "x y"]
+    out: dict[str, object] = {}
+    for i in range(members):
+        key = rng.choice(keys) + (str(i) if rng.random() < 0.7 else "")
+        roll = rng.random()
+        if roll < 0.1:  # a long collection: past the sample, in batches
+            out[key] = [
+                {"id": j, "status": rng.choice(["ok", "ok", "failed"])}
+                for j in range(rng.randrange(150, 700))
+            ]
+        elif roll < 0.2:  # a map of names, of 1 to 300 entries
+            out[key] = {f"pkg-{j}": {"version": f"1.{j}"} for j in range(rng.randrange(1, 300))}
+        else:
+            out[key] = _random_value(rng, depth)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_documents_past_the_envelope_s_room_and_the_sample_are_read_alike(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    data = json.dumps(_random_object(rng, 0, rng.randrange(50, 80))).encode()
+    assert _by_tree(data, monkeypatch) == _by_events(data, monkeypatch)
+
+
 def test_the_members_after_a_long_collection_are_read_exactly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -199,9 +252,28 @@ def test_a_record_of_many_bytes_and_many_events_is_never_built(
     assert peak < 3 * len(data)
 
 
-def test_a_record_of_many_bytes_but_few_events_is_walked() -> None:
+def test_a_document_that_is_not_ascii_is_checked_in_pieces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One emoji in 4 MB: the whole checked as one str would take four times its size."""
+    records = [{"id": i, "name": f"item-{i:06d}", "note": "x" * 40} for i in range(50_000)]
+    records[25_000]["note"] = "\U0001f600"
+    data = json.dumps({"items": records}, ensure_ascii=False).encode()
+    tracemalloc.start()
+    try:
+        found = _by_tree(data, monkeypatch)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found is not None and found.records == 50_000
+    assert peak < 2.5 * len(data)
+
+
+def test_a_record_of_many_bytes_but_few_events_is_walked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     doc = {"items": [{"id": 1}, {"id": 2, "text": "x" * (2 << 20)}, {"id": 3}]}
-    found = _outline(json.dumps(doc).encode())
+    found = _by_tree(json.dumps(doc).encode(), monkeypatch)
     assert found is not None
     assert ".items[].text" in found.text
     assert "too large" not in found.text
@@ -230,9 +302,31 @@ def test_a_document_the_pass_over_raw_members_refuses_gets_the_event_pass_s_outl
 
 
 @pytest.mark.parametrize("bad", [b"\xed\xa0\x80", b"\xff"])
-def test_bytes_that_are_not_utf8_in_a_record_never_walked_keep_the_document_text(
+def test_bytes_that_are_not_utf8_in_a_record_never_built_keep_the_document_text(
     bad: bytes,
 ) -> None:
-    big = json.dumps(_deep_record(25_000)).encode()[:-1] + b', "s": "' + bad + b'"}'
+    """A record of more than 1 MiB and 20,001 events is counted from its bytes, never
+    decoded: its bytes past the count are checked for UTF-8 all the same."""
+    values = ",".join(f'"v{i:08d}"' for i in range(150_000))
+    big = b'{"id": 0, "values": [' + values.encode() + b'], "s": "' + bad + b'"}'
     data = b'{"items": [{"id": 1}, ' + big + b', {"id": 2}]}'
+    assert _outline(data) is None
+    assert _outline(data.replace(bad, b"ok")) is not None
+
+
+@pytest.mark.parametrize("number", [b"18446744073709551616", b"-9223372036854775809", b"1e400"])
+@pytest.mark.parametrize("big", [False, True], ids=["small record", "record over 1 MiB"])
+def test_a_number_yajl_refuses_is_read_as_json_reads_it(number: bytes, big: bool) -> None:
+    """The event pass (yajl) ends at an integer past 64 bits or 1e400; the pass over raw
+    members reads it as json does, and a record over 1 MiB holding one is counted."""
+    text = b', "text": "' + b"x" * ((1 << 20) + 10) + b'"' if big else b""
+    data = b'{"items": [{"id": 1}, {"id": 2, "n": ' + number + text + b'}, {"id": 3}]}'
+    found = _outline(data)
+    assert found is not None and found.records == 3
+    assert ("too large" in found.text) is big
+    assert (".items[].n" in found.text) is not big
+
+
+def test_a_record_nested_600_deep_gives_no_outline_and_no_error() -> None:
+    data = b'{"items": [{"id": 1}, ' + b"[" * 600 + b"1" + b"]" * 600 + b', {"id": 2}]}'
     assert _outline(data) is None

@@ -40,12 +40,9 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     if head.startswith(b"["):
         return _scan_top_array(read, limit, acc, size=size)
     if size <= min(limit, _WHOLE_DOCUMENT):
-        data = _whole(read, size)
-        if data.count(b",") < _WHOLE_ELEMENTS:
-            try:
-                return _scan_tree(data, acc)
-            except _Fallback:
-                acc.restart()
+        whole = _read_whole(read, acc, size=size)
+        if whole is not None:
+            return whole
     import ijson  # a C extension: only for outputs that look like JSON
 
     events = ijson.basic_parse(_Bytes(read, limit), use_float=True)
@@ -162,6 +159,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                 # records of a collection, and the members still to come are read as
                 # records, one by one.
                 node, path = container, path_of[-1]
+                members.pop(id(node), None)  # (its id may be a later object's once it is freed)
                 summary = _collapse(node, path, acc, len(node))
                 parent = stack[-2]
                 if isinstance(parent[0], list):
@@ -188,8 +186,9 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             prefix_of.pop()
             parent = stack[-1]
             held = parent[0][-1] if isinstance(parent[0], list) else parent[0].get(parent[1])
+            total = members.pop(id(node), len(node))  # (as above: ids are reused)
             if held is node and isinstance(node, dict) and _names(node):
-                summary = _collapse(node, path, acc, members.pop(id(node), len(node)))
+                summary = _collapse(node, path, acc, total)
                 if isinstance(parent[0], list):
                     parent[0][-1] = summary
                 else:
@@ -386,6 +385,20 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
             raise _NotStructured("not valid JSON") from None
     records.flush()
     return True
+
+
+def _read_whole(read: Read, acc: _Accumulator, *, size: int) -> object | None:
+    """The envelope of a whole document that is one object, read from msgspec's raw members
+    (``_read_tree``); None, with nothing fed, when it is for the event pass (the document's
+    bytes are let go first)."""
+    data = _whole(read, size)
+    if data.count(b",") >= _WHOLE_ELEMENTS:
+        return None  # many small members: the event pass holds less
+    try:
+        return _scan_tree(data, acc)
+    except _Fallback:
+        acc.restart()
+        return None
 
 
 def _whole(read: Read, size: int) -> bytes:

@@ -6,6 +6,10 @@ members are names becomes a collection as soon as they say so, or at its end), w
 Python step per event; the members after a long collection are read exactly, not from the
 document's last bytes.
 
+One difference is deliberate: a number yajl refuses (an integer past 64 bits, ``1e400``)
+ends the event pass, while this pass reads it as ``json`` does (a record of more than 1 MiB
+holding one is counted, not walked: ijson counts its events).
+
 Only a complete document read in one piece takes this pass (the caller bounds its size and
 its element count); a document msgspec refuses (``NaN``, a BOM, more than one value, nesting
 past its depth) is left to the event pass, with nothing fed.
@@ -66,11 +70,32 @@ def _raw_events(raw: bytes, budget: int) -> int:
     import ijson  # a C extension: only for a record of more than _BIG_RAW bytes
 
     count = 0
-    for _ in ijson.basic_parse(raw, use_float=True):
-        count += 1
-        if count > budget:
-            break
+    try:
+        for _ in ijson.basic_parse(raw, use_float=True):
+            count += 1
+            if count > budget:
+                break
+    except ijson.JSONError:  # a number past 64 bits: it cannot be counted, so not walked
+        return budget + 1
     return count
+
+
+_UTF8_PIECE = 1 << 20
+
+
+def _check_utf8(data: bytes) -> None:
+    """Raise ``_NotStructured`` unless ``data`` is strict UTF-8 (checked a piece at a time:
+    the whole as one str could take four times its size)."""
+    import codecs
+
+    decode = codecs.getincrementaldecoder("utf-8")("strict").decode
+    view = memoryview(data)
+    try:
+        for start in range(0, len(view), _UTF8_PIECE):
+            piece = view[start : start + _UTF8_PIECE]
+            decode(piece, final=start + _UTF8_PIECE >= len(view))
+    except UnicodeDecodeError:
+        raise _NotStructured("not UTF-8") from None
 
 
 def _scan_tree(data: bytes, acc: _Accumulator) -> object:
@@ -94,10 +119,7 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         raise _Fallback from None
     if not data.isascii():
-        try:
-            data.decode()  # a string a record skips must be UTF-8 too, as ijson checks it
-        except UnicodeDecodeError:
-            raise _NotStructured("not UTF-8") from None
+        _check_utf8(data)  # a string in a record never walked must be UTF-8 too
 
     def record(raw: Any) -> tuple[object, bool]:
         """A record's value, or (None, True) when it has too many events to keep."""

@@ -128,7 +128,10 @@ def outline(
                 extra.append((0, f"(the output has {line_count:,} lines in all)"))
     except _NotStructured:
         return None
-    text = _render(acc, head_line=head_line, envelope=envelope, extra=extra, budget=budget)
+    try:
+        text = _render(acc, head_line=head_line, envelope=envelope, extra=extra, budget=budget)
+    except RecursionError:  # a record nested hundreds of levels deep: no outline
+        return None
     return Outline(
         format=fmt, text=text, records=records, complete=complete, example_path=_example(acc)
     )
