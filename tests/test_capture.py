@@ -871,9 +871,9 @@ def _json_records(count: int, indent: int | None = None) -> bytes:
     ).encode()
 
 
-def test_an_outline_started_while_the_writer_writes_reads_every_byte(dir_fd: int) -> None:
-    """The outline starts as the caller finishes feeding, before the writer is done: it
-    waits for the bytes it reads, and outlines the whole document."""
+def test_an_outline_starts_once_every_byte_is_written_and_reads_them_all(dir_fd: int) -> None:
+    """The outline starts after the last write and the failure-line scan, beside the
+    fsync (earlier, it held the GIL the scan needed): it outlines the whole document."""
     from toolswap.structured import inspect_output
 
     data = _json_records(60_000)
@@ -892,7 +892,7 @@ def test_an_outline_started_while_the_writer_writes_reads_every_byte(dir_fd: int
         stats = capture.finish()
     capture.discard()
 
-    assert writes_at_start[0] < io.writes  # it began before the last chunk was written
+    assert writes_at_start == [io.writes]  # it began after the last chunk was written
     assert "60,000" in expected
     assert stats.outline == expected
 

@@ -210,9 +210,6 @@ class StreamCapture:
         self._worker: threading.Thread | None = None
         self._written = threading.Event()
         """The writer is done: every chunk is on the file, or it failed."""
-        self._progress = threading.Condition()
-        """Notified as the writer's ``_drained`` grows, and when it is done (an outline
-        started early reads what is written, waiting for the rest)."""
         self._closed = self._fd < 0
         self._tmp_unlinked = self._fd < 0
         self._middle_scanned = False
@@ -248,16 +245,14 @@ class StreamCapture:
                     ended = True
                     self._end_feed()
                     # fsync here, without the GIL, while the caller scans for failure lines.
-                    self._done_writing()
+                    self._written.set()
                     durable.current().fsync(self._fd)
                     return
                 chunk = item[0]
                 self._sha.update(chunk)
                 write_all(self._fd, chunk)
                 item = None  # on the file
-                with self._progress:
-                    self._drained += len(chunk)
-                    self._progress.notify_all()
+                self._drained += len(chunk)
                 self._to_grep(chunk)
                 if self._drained - self._writeback_from >= _WRITEBACK_STEP:
                     # The device writes what is done while the rest is produced: the
@@ -269,24 +264,11 @@ class StreamCapture:
         except BaseException as exc:  # handed to the caller thread in finish()
             self._error = exc
             self._end_feed()
-            self._done_writing()
+            self._written.set()
             if item is not None:
                 self._lose(*item)  # the chunk that failed
             while not ended and (item := self._queue.get()) is not None:
                 self._lose(*item)  # and those still queued
-
-    def _done_writing(self) -> None:
-        with self._progress:
-            self._written.set()
-            self._progress.notify_all()
-
-    def _wait_written(self, end: int) -> None:
-        """Wait until the first ``end`` bytes are on the file, or the writer is done."""
-        if self._drained >= end:
-            return
-        with self._progress:
-            while self._drained < end and not self._written.is_set():
-                self._progress.wait()
 
     def _lose(self, chunk: bytes, counted: int) -> None:
         """Count the newlines the counter left in a chunk that never reached the file."""
@@ -547,8 +529,6 @@ class StreamCapture:
         if self._worker is not None:
             self._queue.put(None)  # the worker writes what is queued, then fsyncs
         self._counter.finish()
-        # The outline starts now, reading what is written and waiting for the rest.
-        outline = self._start_outline()
         if self._worker is not None:
             self._written.wait()
             self._join_feeder()  # grep has every byte before the scan ends its input
@@ -564,6 +544,7 @@ class StreamCapture:
                 head_zone=self._zones[0],
                 tail_zone=self._zones[1],
             )
+        outline = self._start_outline()
         if self._worker is not None:
             self._worker.join()
             self._worker = None
@@ -607,7 +588,9 @@ class StreamCapture:
         return scanner.lines_end
 
     def _start_outline(self) -> Callable[[], str] | None:
-        """Start outlining the finished file on a thread; return what waits for it."""
+        """Start outlining the written file on a thread; return what waits for it. It runs
+        beside the fsync and the artifact's record, after the failure-line scan: a thread
+        started earlier held the GIL the scan needed, and each made the other wait."""
         if self._inspect is None or self._error is not None or self._counter.binary:
             return None
         from .structured import sniff  # the head alone turns text away, with no thread
@@ -627,10 +610,9 @@ class StreamCapture:
         found: list[str] = [""]
 
         def read(count: int, offset: int) -> bytes:
-            self._wait_written(min(offset + count, size))
             if self._error is not None:
-                # The capture fails and its outline is not wanted: stop reading now (the
-                # descriptor keeps a file that may fill the disk).
+                # The capture fails (its fsync did) and its outline is not wanted: stop
+                # reading now (the descriptor keeps a file that may fill the disk).
                 raise OSError("the output could not be written")
             return os.pread(fd, count, offset)
 
