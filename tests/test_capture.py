@@ -897,7 +897,7 @@ def test_an_outline_starts_once_every_byte_is_written_and_reads_them_all(dir_fd:
     assert stats.outline == expected
 
 
-def test_an_outline_waiting_for_bytes_a_failed_writer_never_wrote_ends(dir_fd: int) -> None:
+def test_a_failed_writer_leaves_no_outline_thread_behind(dir_fd: int) -> None:
     from toolswap.structured import inspect_output
 
     data = _json_records(60_000)
@@ -915,6 +915,44 @@ def test_an_outline_waiting_for_bytes_a_failed_writer_never_wrote_ends(dir_fd: i
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert threading.active_count() == before  # the outline thread did not wait forever
+
+
+class _FailingFsync(durable.DurableIO):
+    def fsync(self, fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+
+def test_an_outline_stops_reading_once_the_capture_s_own_fsync_failed(dir_fd: int) -> None:
+    """A small output is written and fsynced by the caller's thread: when that fsync fails,
+    the outline's next read raises (it would hold the discarded file open), as it does
+    when the writer thread's fsync fails."""
+    reads: list[str] = []
+    may_read = threading.Event()
+
+    def inspect(head: bytes, read: Callable[[int, int], bytes], size: int) -> str:
+        may_read.wait(30)
+        try:
+            read(1024, 0)
+        except OSError:
+            reads.append("refused")
+        else:
+            reads.append("read")
+        return ""
+
+    data = _json_records(2_000)
+    assert len(data) < 65536  # written inline, not by the writer thread
+    with durable.substituted(_FailingFsync()):
+        capture = _outlining(dir_fd, inspect, scan_limit=1 << 20, tail_scan=1 << 20)
+        capture.write(data)
+        with pytest.raises(OSError) as raised:
+            capture.finish()
+    may_read.set()
+    capture.discard()
+    deadline = time.monotonic() + 30
+    while not reads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert raised.value.errno == errno.EIO
+    assert reads == ["refused"]
 
 
 def test_no_descriptor_for_the_outline_costs_only_the_outline(

@@ -551,7 +551,11 @@ class StreamCapture:
             if self._error is not None:
                 raise self._error
         elif self._error is None:
-            durable.current().fsync(self._fd)
+            try:
+                durable.current().fsync(self._fd)
+            except OSError as exc:
+                self._error = exc  # (an outline reading the file stops)
+                raise
         if self._error is not None:
             raise self._error
         # Closed once, even when close reports an error (the descriptor is gone anyway, and
@@ -611,7 +615,7 @@ class StreamCapture:
 
         def read(count: int, offset: int) -> bytes:
             if self._error is not None:
-                # The capture fails (its fsync did) and its outline is not wanted: stop
+                # The capture failed (its fsync) and its outline is not wanted: stop
                 # reading now (the descriptor keeps a file that may fill the disk).
                 raise OSError("the output could not be written")
             return os.pread(fd, count, offset)

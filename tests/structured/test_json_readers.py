@@ -330,3 +330,17 @@ def test_a_number_yajl_refuses_is_read_as_json_reads_it(number: bytes, big: bool
 def test_a_record_nested_600_deep_gives_no_outline_and_no_error() -> None:
     data = b'{"items": [{"id": 1}, ' + b"[" * 600 + b"1" + b"]" * 600 + b', {"id": 2}]}'
     assert _outline(data) is None
+
+
+def test_a_json_lines_record_nested_too_deep_to_walk_gives_no_outline() -> None:
+    deep = '{"a":[' * 495 + "1" + "]}" * 495
+    lines = [deep] * 3 + [json.dumps({"id": i}) for i in range(5)]
+    data = ("\n".join(lines) + "\n").encode()
+    assert outline("jsonl", lambda count, offset: data[offset : offset + count], len(data)) is None
+
+
+def test_a_table_cell_past_the_csv_module_s_limit_gives_no_outline() -> None:
+    rows = ["name,size,status"] + [f"pkg{i},{i},ok" for i in range(750)]
+    rows.append("big," + "x" * 200_000 + ",ok")
+    data = ("\n".join(rows) + "\n").encode()
+    assert outline("csv", lambda count, offset: data[offset : offset + count], len(data)) is None

@@ -91,7 +91,7 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, delimiter: str) -> li
     text = io.TextIOWrapper(
         io.BufferedReader(_Bytes(read, limit)), encoding="utf-8", errors="replace", newline=""
     )
-    rows = csv.reader(text, delimiter=delimiter, strict=False)
+    rows = _checked(csv.reader(text, delimiter=delimiter, strict=False))
     try:
         header = next(rows)
     except StopIteration:
@@ -149,6 +149,15 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, delimiter: str) -> li
     if pending:
         acc.batch(".[]", ".", pending_first, pending, _typed)
     return header
+
+
+def _checked(rows: Iterator[list[str]]) -> Iterator[list[str]]:
+    """``rows``, where the csv module's refusal (a cell past its field size limit) makes
+    the output text."""
+    try:
+        yield from rows
+    except csv.Error as exc:
+        raise _NotStructured(str(exc)) from None
 
 
 def _typed(cells: dict[str, str]) -> str:

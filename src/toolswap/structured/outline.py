@@ -126,7 +126,7 @@ def outline(
             extra.append((0, "header: " + _compact(header, 900)))
             if not complete and line_count is not None:
                 extra.append((0, f"(the output has {line_count:,} lines in all)"))
-    except _NotStructured:
+    except (_NotStructured, RecursionError):  # (a record nested too deep to walk)
         return None
     try:
         text = _render(acc, head_line=head_line, envelope=envelope, extra=extra, budget=budget)
