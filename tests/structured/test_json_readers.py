@@ -235,6 +235,16 @@ def test_a_record_at_the_event_bound_is_walked(monkeypatch: pytest.MonkeyPatch) 
         assert ("values" in found.text) is walked
 
 
+def _peak_by_tree(data: bytes, monkeypatch: pytest.MonkeyPatch) -> tuple[Outline | None, int]:
+    """The outline of the pass over raw members, and the most memory it held (traced)."""
+    tracemalloc.start()
+    try:
+        found = _by_tree(data, monkeypatch)
+        return found, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_record_of_many_bytes_and_many_events_is_never_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -242,12 +252,7 @@ def test_a_record_of_many_bytes_and_many_events_is_never_built(
     is built (built, it takes more than 6 times its size)."""
     big = {"id": 0, "values": [f"v{i:08d}" for i in range(150_000)]}
     data = json.dumps({"items": [{"id": 1}, big, {"id": 2}]}).encode()
-    tracemalloc.start()
-    try:
-        found = _by_tree(data, monkeypatch)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    found, peak = _peak_by_tree(data, monkeypatch)
     assert found is not None and "too large" in found.text
     assert peak < 3 * len(data)
 
@@ -259,12 +264,7 @@ def test_a_document_that_is_not_ascii_is_checked_in_pieces(
     records = [{"id": i, "name": f"item-{i:06d}", "note": "x" * 40} for i in range(50_000)]
     records[25_000]["note"] = "\U0001f600"
     data = json.dumps({"items": records}, ensure_ascii=False).encode()
-    tracemalloc.start()
-    try:
-        found = _by_tree(data, monkeypatch)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    found, peak = _peak_by_tree(data, monkeypatch)
     assert found is not None and found.records == 50_000
     assert peak < 2.5 * len(data)
 

@@ -235,8 +235,6 @@ class _Walker:
         self.nests: dict[str, _Nest] = {}
         """Field paths (``W.k[].k``) whose entries are walked as ``W.k[]``."""
         self._level = 0
-        self._kids: dict[str, dict[str, str]] = {}
-        """The path of each key below each object path walked (made once)."""
         self._where = ""
         """The path of the record, or of the entry nested in it, being walked (entries
         nested right in the record, under its own key, and in those entries)."""
@@ -332,21 +330,12 @@ class _Walker:
             # (A record itself is never a map: its keys are what the outline is about.)
             if not (depth and (pattern in self.maps or _names(value))):
                 signs = depth < _FAILURE_DEPTH
-                kids = self._kids.get(pattern)
-                if kids is None:
-                    kids = {}
-                    if len(self._kids) < _MAX_FIELDS:
-                        self._kids[pattern] = kids
                 fields = self.fields
                 for key, item in value.items():
                     name = key if type(key) is str else str(key)
                     if signs and name in _SIGN_KEYS:
                         _failure_signs(name, item, why)
-                    child = kids.get(name)
-                    if child is None:
-                        child = _key_path(pattern, name)
-                        if len(kids) < _MAX_FIELDS:
-                            kids[name] = child
+                    child = _key_path(pattern, name)
                     scalar = _SCALAR_NAMES.get(type(item))
                     if scalar is None:
                         self._walk(item, child, pattern, depth + 1, why, firsts)

@@ -126,11 +126,8 @@ def outline(
             extra.append((0, "header: " + _compact(header, 900)))
             if not complete and line_count is not None:
                 extra.append((0, f"(the output has {line_count:,} lines in all)"))
-    except (_NotStructured, RecursionError):  # (a record nested too deep to walk)
-        return None
-    try:
         text = _render(acc, head_line=head_line, envelope=envelope, extra=extra, budget=budget)
-    except RecursionError:  # a record nested hundreds of levels deep: no outline
+    except (_NotStructured, RecursionError):  # (a record nested too deep to walk or render)
         return None
     return Outline(
         format=fmt, text=text, records=records, complete=complete, example_path=_example(acc)
