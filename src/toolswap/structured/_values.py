@@ -6,6 +6,7 @@ lists and deep nesting cut, and a table cell's text read as the JSON value it sp
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -68,25 +69,51 @@ def _key_path_of(parent: str, key: str) -> str:
     return f"{parent or '.'}[{json.dumps(key, ensure_ascii=False)}]"
 
 
-def _shorten(value: object, depth: int = 0) -> object:
+def _shorten(value: object, depth: int = 0, room: int = -1) -> tuple[object, int]:
     """The value with long strings, long lists and deep nesting cut, so a sample record
-    shows its shape rather than the start of one long field."""
+    shows its shape rather than the start of one long field; and a lower bound of its
+    JSON text's length. With ``room`` (>= 0), members stop once that bound passes it: the
+    text's first ``room`` characters are the same as without it, and it is longer than
+    ``room`` (so ``_compact`` cuts both alike, without building a big record's every
+    member)."""
     if isinstance(value, str):
-        return value if len(value) <= _STRING_CHARS else value[: _STRING_CHARS - 1] + "…"
+        if len(value) > _STRING_CHARS:
+            value = value[: _STRING_CHARS - 1] + "…"
+        return value, len(value) + 2
     if isinstance(value, list):
         if depth >= 4:
-            return f"[{len(value)} items]" if value else []
-        head = [_shorten(v, depth + 1) for v in value[:4]]
-        return [*head, f"…+{len(value) - 4}"] if len(value) > 4 else head
+            return (f"[{len(value)} items]", 11) if value else ([], 2)
+        head: list[object] = []
+        used = 1  # "[", then each item and the "," or "]" after it
+        for item in value[:4]:
+            if 0 <= room < used:
+                return head, used
+            shown, length = _shorten(item, depth + 1, room - used if room >= 0 else -1)
+            head.append(shown)
+            used += length + 1
+        if len(value) > 4 and not 0 <= room < used:
+            head.append(f"…+{len(value) - 4}")
+            used += 6  # the marker and "]"
+        return head, used
     if isinstance(value, dict):
         if depth >= 4:
-            return "{…}" if value else {}
-        return {k: _shorten(v, depth + 1) for k, v in list(value.items())[:24]}
-    return value
+            return ("{…}", 5) if value else ({}, 2)
+        members: dict[object, object] = {}
+        used = 1  # "{", then each "key":value and the "," or "}" after it
+        for key, item in itertools.islice(value.items(), 24):
+            if 0 <= room < used:
+                break
+            named = len(str(key)) + 3
+            shown, length = _shorten(item, depth + 1, room - used - named if room >= 0 else -1)
+            members[key] = shown
+            used += named + length + 1
+        return members, used
+    return value, 1
 
 
 def _compact(value: object, limit: int = _RECORD_CHARS) -> str:
-    text = json.dumps(_shorten(value), ensure_ascii=False, separators=(",", ":"), default=str)
+    shown, _ = _shorten(value, room=limit)
+    text = json.dumps(shown, ensure_ascii=False, separators=(",", ":"), default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
