@@ -353,7 +353,8 @@ def main() -> int:
             f"{'anomaly':>7} {'pointer':>8} {'capture/floor':>13} {'s':>9} {'vs text':>7}"
         )
         named_all = total_all = 0
-        for name, fmt, data, anomaly in _outputs(work):
+        outputs = _outputs(work)
+        for name, fmt, data, anomaly in outputs:
             if len(data) < MIN_BYTES:
                 print(f"{name:28} {len(data):>9,} (under {MIN_BYTES:,} bytes here: skipped)")
                 continue
@@ -387,7 +388,46 @@ def main() -> int:
                 f"field paths named overall: {named_all}/{total_all} "
                 f"({100 * named_all / total_all:.0f}%)"
             )
+        _large(ext, work, {name: data for name, _, data, _ in outputs})
     return 0
+
+
+LARGE_BYTES = 64 << 20
+
+
+def _large(ext: ToolResultExternalizer, work: Path, outputs: dict[str, bytes]) -> None:
+    """Large structured outputs (a real one repeated past 64 MiB): the capture against its
+    floor and against the same bytes captured as text, and how much the outline parsed."""
+    print(f"large outputs ({LARGE_BYTES >> 20} MiB and more; min of {REPEATS // 2 + 1}):")
+    ruff_lines = outputs.get("ruff json-lines", b"")
+    ruff = outputs.get("ruff json", b"")
+    if not ruff_lines or not ruff:
+        return
+    large = {
+        "ruff json-lines, repeated": ruff_lines * (LARGE_BYTES // len(ruff_lines) + 1),
+        "ruff json, one array": json.dumps(
+            json.loads(ruff) * (LARGE_BYTES // len(ruff) + 1), indent=2
+        ).encode(),
+    }
+    for name, data in large.items():
+        path = work / "large.bin"
+        path.write_bytes(data)
+        floors, captures, texts = [], [], []
+        pointer = ""
+        for _ in range(REPEATS // 2 + 1):
+            floors.append(_floor(path, work / "floor.bin"))
+            took, pointer = _capture(ext, path)
+            captures.append(took)
+            texts.append(_text_capture(path, work))
+        parsed = re.search(r"--- structure: (.*) ---", pointer)
+        floor = min(floors)
+        print(
+            f"  {name:26} {len(data):>11,} B: floor {floor:.3f} s; capture "
+            f"{min(captures) / floor:.2f}x the floor, as text {min(texts) / floor:.2f}x; "
+            f"vs text {min(captures) / min(texts):.2f}x"
+        )
+        print(f"    {parsed.group(1) if parsed else 'no outline'}")
+        path.unlink()
 
 
 if __name__ == "__main__":

@@ -260,12 +260,13 @@ def test_a_record_of_many_bytes_and_many_events_is_never_built(
 def test_a_document_that_is_not_ascii_is_checked_in_pieces(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One emoji in 4 MB: the whole checked as one str would take four times its size."""
-    records = [{"id": i, "name": f"item-{i:06d}", "note": "x" * 40} for i in range(50_000)]
-    records[25_000]["note"] = "\U0001f600"
+    """One emoji in 3.9 MB (under the 4 MiB parsed whole): the whole checked as one str
+    would take four times its size."""
+    records = [{"id": i, "name": f"item-{i:06d}", "note": "x" * 40} for i in range(44_000)]
+    records[22_000]["note"] = "\U0001f600"
     data = json.dumps({"items": records}, ensure_ascii=False).encode()
     found, peak = _peak_by_tree(data, monkeypatch)
-    assert found is not None and found.records == 50_000
+    assert found is not None and found.records == 44_000
     assert peak < 2.5 * len(data)
 
 

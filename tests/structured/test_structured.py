@@ -147,6 +147,27 @@ def test_an_outline_cut_at_the_scan_limit_says_so() -> None:
     assert f"outline of the first 100,000 of {len(data):,} bytes" in found.text
 
 
+def test_a_large_output_is_outlined_from_a_share_of_it_and_a_smaller_one_whole(
+    tmp_path: Path,
+) -> None:
+    """The outline runs after the capture: of an output past 4 MiB it parses a 32nd (at
+    least 4 MiB), and says its count is of that part; one of 4 MiB is parsed whole."""
+    line = json.dumps({"id": 0, "name": "x" * 60, "status": "ok"}).encode() + b"\n"
+    ext = ToolResultExternalizer(tmp_path / "session")
+    for size, whole in ((4 << 20, True), (9 << 20, False)):
+        data = line * (size // len(line))
+        text = ext.externalize(data, "api").context_text
+        if whole:
+            lines = data.count(b"\n")
+            assert f"JSON Lines, {lines:,} records, parsed whole ({len(data):,} bytes)" in text
+        else:
+            lines = data[: 4 << 20].count(b"\n")
+            assert (
+                f"JSON Lines, outline of the first {4 << 20:,} of {len(data):,} bytes: "
+                f"{lines:,} records in them ---"
+            ) in text
+
+
 def test_the_outline_fits_its_budget_however_many_fields() -> None:
     wide = [{f"field_{j}": j for j in range(400)} | {"id": i} for i in range(50)]
     data = json.dumps(wide).encode()

@@ -4,14 +4,14 @@ each field's types and how often it is present, sample records, and the records 
 like failures, with their paths, inside a byte budget.
 
 The outline is a bounded pass over the bytes just written (read back from the page cache):
-at most ``scan_limit`` bytes are parsed, and an outline of a longer output says where it
-stopped. A whole JSON document is split by msgspec into raw members and records, decoded in
-C (``_read_tree``); one cut at the limit is parsed by ijson's C backend as a stream of
-events, so memory holds one record at a time (either way, a record of more than
-``RECORD_EVENTS`` events is counted, not kept). JSON Lines are decoded in batches of lines,
-CSV and TSV by the ``csv`` module. Every path is written as jq writes it (``.items[3777]``,
-``.items[].status``; JSON Lines and tables are arrays of records, ``.[5119]``), so the
-model can query exactly what it reads.
+all of an output up to 4 MiB is parsed, a share of a larger one (``scan_bytes``), and an
+outline of a longer output says where it stopped. A whole JSON document is split by
+msgspec into raw members and records, decoded in C (``_read_tree``); one cut at the limit
+is parsed by ijson's C backend as a stream of events, so memory holds one record at a time
+(either way, a record of more than ``RECORD_EVENTS`` events is counted, not kept). JSON
+Lines are decoded in batches of lines, CSV and TSV by the ``csv`` module. Every path is
+written as jq writes it (``.items[3777]``, ``.items[].status``; JSON Lines and tables are
+arrays of records, ``.[5119]``), so the model can query exactly what it reads.
 
 This module composes the parts: ``_read_json`` (with ``_read_tree`` and ``_envelope``) and
 ``_read_rows`` read the output (over ``_source``) into an accumulator that walks the sample
@@ -33,7 +33,7 @@ from ._source import Read, _NotStructured
 from ._values import _compact
 from .detect import Format
 
-__all__ = ["OUTLINE_BYTES", "OUTLINE_SCAN_BYTES", "Outline", "outline"]
+__all__ = ["OUTLINE_BYTES", "OUTLINE_SCAN_BYTES", "Outline", "outline", "scan_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,18 @@ OUTLINE_BYTES = 5376
 glimpses of the raw head, tail and failure lines and the frame, a structured output's
 pointer stays under 8 KiB)."""
 OUTLINE_SCAN_BYTES = 16 << 20
-"""How much of an output the outline parses by default."""
+"""The most of an output the outline parses by default (see ``scan_bytes``)."""
+_SCAN_WHOLE = 4 << 20
+_SCAN_SHARE = 32
+
+
+def scan_bytes(size: int) -> int:
+    """How much of an output of ``size`` bytes the outline parses by default: all of it up
+    to 4 MiB; of a larger one, a 32nd (at least 4 MiB, at most ``OUTLINE_SCAN_BYTES``).
+    Parsing a byte for the outline costs five to nine times what capturing it does (a
+    SHA-256 pass and a write), and the outline runs after the capture: a share keeps a
+    large output's capture near its floor, where 16 MiB of a 64 MiB output made it 1.5x."""
+    return min(size, max(_SCAN_WHOLE, min(size // _SCAN_SHARE, OUTLINE_SCAN_BYTES)))
 
 
 def outline(
@@ -66,7 +77,7 @@ def outline(
     *,
     line_count: int | None = None,
     budget: int = OUTLINE_BYTES,
-    scan_limit: int = OUTLINE_SCAN_BYTES,
+    scan_limit: int | None = None,
 ) -> Outline | None:
     """Outline the output ``read`` gives (``size`` bytes), or None if it is not ``fmt``.
 
@@ -76,9 +87,9 @@ def outline(
         line_count: the output's line count (a JSON Lines or table outline cut by
             ``scan_limit`` still reports it).
         budget: the outline's size limit in UTF-8 bytes.
-        scan_limit: how many bytes are parsed at most.
+        scan_limit: how many bytes are parsed at most (default: ``scan_bytes(size)``).
     """
-    limit = min(size, scan_limit)
+    limit = min(size, scan_bytes(size) if scan_limit is None else scan_limit)
     complete = limit >= size
     acc = _Accumulator()
     extra: list[tuple[int, str]] = []
@@ -110,7 +121,8 @@ def outline(
             records = acc.collections[".[]"].count if ".[]" in acc.collections else 0
             if records < 2:
                 return None
-            head_line = f"--- structure: JSON Lines, {records:,} records, {parsed} ---"
+            counted = f"{records:,} records" + ("" if complete else " in them")
+            head_line = f"--- structure: JSON Lines, {_ordered(parsed, counted, complete)} ---"
             if not complete and line_count is not None:
                 extra.append((0, f"(the output has {line_count:,} lines in all)"))
             if bad:
@@ -122,7 +134,8 @@ def outline(
             if records < 2:
                 return None
             name = "TSV" if fmt == "tsv" else "CSV"
-            head_line = f"--- structure: {name} table, {records:,} rows, {parsed} ---"
+            counted = f"{records:,} rows" + ("" if complete else " in them")
+            head_line = f"--- structure: {name} table, {_ordered(parsed, counted, complete)} ---"
             extra.append((0, "header: " + _compact(header, 900)))
             if not complete and line_count is not None:
                 extra.append((0, f"(the output has {line_count:,} lines in all)"))
@@ -132,3 +145,9 @@ def outline(
     return Outline(
         format=fmt, text=text, records=records, complete=complete, example_path=_example(acc)
     )
+
+
+def _ordered(parsed: str, counted: str, complete: bool) -> str:
+    """The head line's count and extent: an outline that stopped early says so before its
+    count (which is of the part it read, not of the output)."""
+    return f"{counted}, {parsed}" if complete else f"{parsed}: {counted}"
