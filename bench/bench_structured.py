@@ -6,7 +6,9 @@ npm ls --all --json --long over npm's own install), at least 60 KB; some get one
 anomalous record inserted in the middle. Per output it reports: the share of field paths
 (present in at least 1% of records) the pointer names, whether the exact record count is
 shown, whether the anomalous record is shown (by its jq path), the pointer's bytes, and the
-capture time of `cat FILE` against the floor (pipe read + sha256 + write + fsync).
+capture time of `cat FILE` against the floor (pipe read + sha256 + write + fsync), against
+the same capture as text (the outline off; min against min, and the median of the paired
+differences, "added"), and the outline's own time, computed alone from memory.
 
 A tree's entries nested under the key that holds them (npm's dependencies within
 dependencies) are records of the same kind: counted as records, with their field paths
@@ -22,6 +24,7 @@ import io
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from _floor import capture_floor
 from toolswap import ExternalizerSettings, ToolResultExternalizer
+from toolswap.structured import inspect_output
 from toolswap.structured._fields import _names
 from toolswap.structured._values import _key_path
 
@@ -336,6 +340,13 @@ def _capture(ext: ToolResultExternalizer, path: Path) -> tuple[float, str]:
     return elapsed, result.context_text
 
 
+def _outline_alone(data: bytes) -> float:
+    """Seconds to outline ``data`` from memory, as the capture's thread does from the file."""
+    start = time.perf_counter()
+    inspect_output(data[:65536], lambda count, offset: data[offset : offset + count], len(data))
+    return time.perf_counter() - start
+
+
 def _floor(path: Path, scratch: Path) -> float:
     proc = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
     assert proc.stdout is not None
@@ -350,7 +361,8 @@ def main() -> int:
         ext = ToolResultExternalizer(work / "session")
         print(
             f"{'output':28} {'size':>9} {'records':>8} {'paths':>7} {'count':>5} "
-            f"{'anomaly':>7} {'pointer':>8} {'capture/floor':>13} {'s':>9} {'vs text':>7}"
+            f"{'anomaly':>7} {'pointer':>8} {'capture/floor':>13} {'s':>9} {'vs text':>7} "
+            f"{'added':>8} {'outline':>8}"
         )
         named_all = total_all = 0
         outputs = _outputs(work)
@@ -378,10 +390,16 @@ def main() -> int:
             if anomaly is not None:
                 shown = "yes" if f"{anomaly}: " in pointer else "NO"
             ratio = min(captures) / min(floors)
+            # The time the outline adds to a capture: the median of the paired differences
+            # (each capture against the text capture right after it), and the outline's own
+            # time, computed alone from memory (min of the repeats).
+            added = statistics.median(c - t for c, t in zip(captures, texts, strict=True))
+            alone = min(_outline_alone(data) for _ in range(REPEATS))
             print(
                 f"{name:28} {len(data):>9,} {record_count:>8,} {named:>3}/{len(paths):<3} "
                 f"{'yes' if count_shown else 'NO':>5} {shown:>7} {len(pointer.encode()):>8,} "
-                f"{ratio:>12.2f}x {min(captures):>9.3f} {min(captures) / min(texts):>6.2f}x"
+                f"{ratio:>12.2f}x {min(captures):>9.3f} {min(captures) / min(texts):>6.2f}x "
+                f"{added * 1e3:>+6.1f}ms {alone * 1e3:>6.1f}ms"
             )
         if total_all:
             print(
