@@ -33,6 +33,7 @@ from pathlib import Path
 
 from _floor import capture_floor
 from toolswap import ExternalizerSettings, ToolResultExternalizer
+from toolswap.settings import POINTER_MAX_BYTES
 from toolswap.structured import inspect_output
 from toolswap.structured._fields import _names
 from toolswap.structured._values import _key_path
@@ -340,10 +341,11 @@ def _capture(ext: ToolResultExternalizer, path: Path) -> tuple[float, str]:
     return elapsed, result.context_text
 
 
-def _outline_alone(data: bytes) -> float:
-    """Seconds to outline ``data`` from memory, as the capture's thread does from the file."""
+def _outline_alone(data: bytes, head: int) -> float:
+    """Seconds to outline ``data`` from memory, as the capture's thread does from the file
+    (``head``: the bytes of it the capture keeps, which decide its format)."""
     start = time.perf_counter()
-    inspect_output(data[:65536], lambda count, offset: data[offset : offset + count], len(data))
+    inspect_output(data[:head], lambda count, offset: data[offset : offset + count], len(data))
     return time.perf_counter() - start
 
 
@@ -359,6 +361,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         ext = ToolResultExternalizer(work / "session")
+        # The head the capture keeps (see ``ToolResultExternalizer._capture``).
+        head = max(ext.settings.head_bytes, 1024, POINTER_MAX_BYTES) + 8
         print(
             f"{'output':28} {'size':>9} {'records':>8} {'paths':>7} {'count':>5} "
             f"{'anomaly':>7} {'pointer':>8} {'capture/floor':>13} {'s':>9} {'vs text':>7} "
@@ -394,7 +398,7 @@ def main() -> int:
             # (each capture against the text capture right after it), and the outline's own
             # time, computed alone from memory (min of the repeats).
             added = statistics.median(c - t for c, t in zip(captures, texts, strict=True))
-            alone = min(_outline_alone(data) for _ in range(REPEATS))
+            alone = min(_outline_alone(data, head) for _ in range(REPEATS))
             print(
                 f"{name:28} {len(data):>9,} {record_count:>8,} {named:>3}/{len(paths):<3} "
                 f"{'yes' if count_shown else 'NO':>5} {shown:>7} {len(pointer.encode()):>8,} "

@@ -150,11 +150,11 @@ def test_an_outline_cut_at_the_scan_limit_says_so() -> None:
 def test_a_large_output_is_outlined_from_a_share_of_it_and_a_smaller_one_whole(
     tmp_path: Path,
 ) -> None:
-    """The outline runs after the capture: of an output past 4 MiB it parses a 32nd (at
-    least 4 MiB), and says its count is of that part; one of 4 MiB is parsed whole."""
+    """The outline runs after the capture: of an output past 6 MiB it parses a 32nd (at
+    least 4 MiB), and says its counts are of that part; one of 6 MiB is parsed whole."""
     line = json.dumps({"id": 0, "name": "x" * 60, "status": "ok"}).encode() + b"\n"
     ext = ToolResultExternalizer(tmp_path / "session")
-    for size, whole in ((4 << 20, True), (9 << 20, False)):
+    for size, whole in ((6 << 20, True), (9 << 20, False)):
         data = line * (size // len(line))
         text = ext.externalize(data, "api").context_text
         if whole:
@@ -166,6 +166,27 @@ def test_a_large_output_is_outlined_from_a_share_of_it_and_a_smaller_one_whole(
                 f"JSON Lines, outline of the first {4 << 20:,} of {len(data):,} bytes: "
                 f"{lines:,} records in them ---"
             ) in text
+    array = json.dumps([json.loads(line)] * ((9 << 20) // len(line))).encode()
+    text = ext.externalize(array, "api").context_text
+    assert (
+        f"--- structure: JSON array, outline of the first {4 << 20:,} of {len(array):,} bytes "
+        "(the counts below are of that part) ---"
+    ) in text
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json"])
+def test_records_of_megabytes_past_the_share_parsed_are_still_outlined(fmt: str) -> None:
+    """The part a large output's outline parses holds too few of its records: more is read
+    (up to 16 MiB), and the records are outlined as before."""
+    record = {"id": 1, "blob": "x" * (3 << 20)}
+    if fmt == "jsonl":
+        data = (json.dumps(record) + "\n").encode() * 3
+    else:
+        data = json.dumps([{**record, "blob": "y" * (8 << 20)}, {"id": 2}]).encode()
+    assert len(data) > 6 << 20
+    found = outline(fmt, _read(data), len(data))
+    assert found is not None and found.complete
+    assert found.records == (3 if fmt == "jsonl" else 2)
 
 
 def test_the_outline_fits_its_budget_however_many_fields() -> None:

@@ -4,6 +4,7 @@ cutting the text would."""
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 
@@ -60,6 +61,21 @@ _SMALL = [
 
 def test_every_cut_of_small_records() -> None:
     for value in _SMALL:
+        whole = len(_plain(value, 1 << 30))
+        for limit in range(1, whole + 3):
+            assert _compact(value, limit) == _plain(value, limit), (value, limit)
+
+
+class _Kind(str, enum.Enum):  # noqa: UP042 (StrEnum's str() is its value; this one's is "_Kind.A")
+    A = "a"
+
+
+class _Level(enum.IntEnum):
+    ONE = 1  # str() says "_Level.ONE", json writes 1
+
+
+def test_keys_json_writes_shorter_than_str_does_are_cut_alike() -> None:
+    for value in ({_Kind.A: "v" * 20, "b": 1}, {_Level.ONE: "v" * 20, "b": [1, 2]}):
         whole = len(_plain(value, 1 << 30))
         for limit in range(1, whole + 3):
             assert _compact(value, limit) == _plain(value, limit), (value, limit)

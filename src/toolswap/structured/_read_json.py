@@ -16,7 +16,7 @@ from ._envelope import _ENVELOPE_MEMBERS, RECORD_EVENTS, _collapse, _Records, _S
 from ._fast_path import _Accumulator
 from ._fields import _names
 from ._read_tree import _Fallback, _scan_tree
-from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
+from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured, _TooFew
 from ._values import _key_path
 
 __all__ = ["_scan_json"]
@@ -324,8 +324,10 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
             if not more():
                 break
         if end is None:
-            if complete or records.count == 0:
+            if complete:
                 raise _NotStructured("not valid JSON")
+            if records.count == 0:
+                raise _TooFew("the scan limit cut the first record")
             cut = True  # the scan limit cut a record: what was parsed stands
             break
         if end - pos > _BIG_RECORD:

@@ -9,7 +9,7 @@ import io
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["_BATCH", "_BLOCK", "Read", "_Bytes", "_NotStructured"]
+__all__ = ["_BATCH", "_BLOCK", "Read", "_Bytes", "_NotStructured", "_TooFew"]
 
 
 Read = Callable[[int, int], bytes]
@@ -21,6 +21,11 @@ _BATCH = 512
 
 class _NotStructured(Exception):
     """The bytes are not the format the head suggested: the output stays text."""
+
+
+class _TooFew(_NotStructured):
+    """The part of the output parsed holds too few whole records to outline (records of
+    megabytes, cut at the scan limit): more of it may."""
 
 
 class _Bytes(io.RawIOBase):

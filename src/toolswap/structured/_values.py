@@ -103,7 +103,9 @@ def _shorten(value: object, depth: int = 0, room: int = -1) -> tuple[object, int
         for key, item in itertools.islice(value.items(), 24):
             if 0 <= room < used:
                 break
-            named = len(str(key)) + 3
+            # (json writes a str key as it is, str subclasses included; any other key as
+            # at least one character, quoted)
+            named = (len(key) if isinstance(key, str) else 1) + 3
             shown, length = _shorten(item, depth + 1, room - used - named if room >= 0 else -1)
             members[key] = shown
             used += named + length + 1

@@ -4,7 +4,7 @@ each field's types and how often it is present, sample records, and the records 
 like failures, with their paths, inside a byte budget.
 
 The outline is a bounded pass over the bytes just written (read back from the page cache):
-all of an output up to 4 MiB is parsed, a share of a larger one (``scan_bytes``), and an
+all of an output up to 6 MiB is parsed, a share of a larger one (``scan_bytes``), and an
 outline of a longer output says where it stopped. A whole JSON document is split by
 msgspec into raw members and records, decoded in C (``_read_tree``); one cut at the limit
 is parsed by ijson's C backend as a stream of events, so memory holds one record at a time
@@ -29,7 +29,7 @@ from ._fast_path import _Accumulator
 from ._read_json import _scan_json
 from ._read_rows import _scan_jsonl, _scan_table
 from ._render import _envelope, _example, _render
-from ._source import Read, _NotStructured
+from ._source import Read, _NotStructured, _TooFew
 from ._values import _compact
 from .detect import Format
 
@@ -57,17 +57,22 @@ glimpses of the raw head, tail and failure lines and the frame, a structured out
 pointer stays under 8 KiB)."""
 OUTLINE_SCAN_BYTES = 16 << 20
 """The most of an output the outline parses by default (see ``scan_bytes``)."""
-_SCAN_WHOLE = 4 << 20
+_SCAN_PART = 4 << 20
+_SCAN_WHOLE = 6 << 20
 _SCAN_SHARE = 32
 
 
 def scan_bytes(size: int) -> int:
     """How much of an output of ``size`` bytes the outline parses by default: all of it up
-    to 4 MiB; of a larger one, a 32nd (at least 4 MiB, at most ``OUTLINE_SCAN_BYTES``).
+    to 6 MiB; of a larger one, a 32nd (at least 4 MiB, at most ``OUTLINE_SCAN_BYTES``).
     Parsing a byte for the outline costs five to nine times what capturing it does (a
     SHA-256 pass and a write), and the outline runs after the capture: a share keeps a
-    large output's capture near its floor, where 16 MiB of a 64 MiB output made it 1.5x."""
-    return min(size, max(_SCAN_WHOLE, min(size // _SCAN_SHARE, OUTLINE_SCAN_BYTES)))
+    large output's capture near its floor, where 16 MiB of a 64 MiB output made it 1.5x.
+    (A whole document is split in C, a part of one read as events: 4 MiB of a 6 MiB
+    document cost about what all of it does.)"""
+    if size <= _SCAN_WHOLE:
+        return size
+    return max(_SCAN_PART, min(size // _SCAN_SHARE, OUTLINE_SCAN_BYTES))
 
 
 def outline(
@@ -87,9 +92,26 @@ def outline(
         line_count: the output's line count (a JSON Lines or table outline cut by
             ``scan_limit`` still reports it).
         budget: the outline's size limit in UTF-8 bytes.
-        scan_limit: how many bytes are parsed at most (default: ``scan_bytes(size)``).
+        scan_limit: how many bytes are parsed at most (default: ``scan_bytes(size)``; when
+            that part holds too few records to outline, up to ``OUTLINE_SCAN_BYTES``).
     """
-    limit = min(size, scan_bytes(size) if scan_limit is None else scan_limit)
+    limit = scan_bytes(size) if scan_limit is None else scan_limit
+    try:
+        return _outline(fmt, read, size, line_count, budget, limit)
+    except _TooFew:
+        if scan_limit is None and limit < min(size, OUTLINE_SCAN_BYTES):
+            # Records of megabytes each: the part held too few of them to outline.
+            try:
+                return _outline(fmt, read, size, line_count, budget, OUTLINE_SCAN_BYTES)
+            except _TooFew:
+                pass
+        return None
+
+
+def _outline(
+    fmt: Format, read: Read, size: int, line_count: int | None, budget: int, scan_limit: int
+) -> Outline | None:
+    limit = min(size, scan_limit)
     complete = limit >= size
     acc = _Accumulator()
     extra: list[tuple[int, str]] = []
@@ -106,21 +128,24 @@ def outline(
             except _NotStructured:
                 raise
             except Exception as exc:  # ijson's errors: IncompleteJSONError, JSONError
-                if complete or not acc.collections:
+                if complete:
                     raise _NotStructured(str(exc)) from None
+                if not acc.collections:
+                    raise _TooFew from None  # (a record longer than the part parsed)
                 root = None  # cut at the scan limit: what was parsed stands
             kind = "array" if isinstance(root, _Summary) and not root.names else "object"
-            head_line = f"--- structure: JSON {kind}, {parsed} ---"
+            counts = "" if complete else " (the counts below are of that part)"
+            head_line = f"--- structure: JSON {kind}, {parsed}{counts} ---"
             if root is not None and not isinstance(root, _Summary):
                 envelope = _envelope(root, acc)
             records = sum(c.count for c in acc.collections.values())
             if not acc.collections:
-                return None  # one small object: the raw text says it all
+                raise _TooFew  # one small object: the raw text says it all
         elif fmt == "jsonl":
             bad = _scan_jsonl(read, limit, acc, complete=complete)
             records = acc.collections[".[]"].count if ".[]" in acc.collections else 0
             if records < 2:
-                return None
+                raise _TooFew
             counted = f"{records:,} records" + ("" if complete else " in them")
             head_line = f"--- structure: JSON Lines, {_ordered(parsed, counted, complete)} ---"
             if not complete and line_count is not None:
@@ -132,7 +157,7 @@ def outline(
             header = _scan_table(read, limit, acc, "\t" if fmt == "tsv" else ",")
             records = acc.collections[".[]"].count if ".[]" in acc.collections else 0
             if records < 2:
-                return None
+                raise _TooFew
             name = "TSV" if fmt == "tsv" else "CSV"
             counted = f"{records:,} rows" + ("" if complete else " in them")
             head_line = f"--- structure: {name} table, {_ordered(parsed, counted, complete)} ---"
@@ -140,6 +165,8 @@ def outline(
             if not complete and line_count is not None:
                 extra.append((0, f"(the output has {line_count:,} lines in all)"))
         text = _render(acc, head_line=head_line, envelope=envelope, extra=extra, budget=budget)
+    except _TooFew:
+        raise  # (more of the output may hold enough: see ``outline``)
     except (_NotStructured, RecursionError):  # (a record nested too deep to walk or render)
         return None
     return Outline(
