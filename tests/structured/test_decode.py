@@ -34,6 +34,7 @@ def _records(count: int, extra: list[str]) -> list[str]:
 
 def _outline(fmt: Format, data: bytes) -> tuple[str, int]:
     found = outline(fmt, lambda count, offset: data[offset : offset + count], len(data))
+    assert found is not None
     return found.text, found.records
 
 

@@ -10,11 +10,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from toolswap import ArtifactQueryError, ArtifactQueryTimeoutError, ToolResultExternalizer
-from toolswap.structured import inspect_output, sniff
+from toolswap.structured import Format, inspect_output, sniff
 from toolswap.structured.outline import outline
 from toolswap.structured.query import query_artifact
 from toolswap.tools import ArtifactTools, artifact_tools
@@ -175,7 +176,7 @@ def test_a_large_output_is_outlined_from_a_share_of_it_and_a_smaller_one_whole(
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "json"])
-def test_records_of_megabytes_past_the_share_parsed_are_still_outlined(fmt: str) -> None:
+def test_records_of_megabytes_past_the_share_parsed_are_still_outlined(fmt: Format) -> None:
     """The part a large output's outline parses holds too few of its records: more is read
     (up to 16 MiB), and the records are outlined as before."""
     record = {"id": 1, "blob": "x" * (3 << 20)}
@@ -688,7 +689,10 @@ def test_real_npm_ls_output_collapses_its_dependency_maps(
     deps = json.loads(proc.stdout)["dependencies"]
 
     def entries(level: dict[str, dict[str, object]]) -> int:
-        return sum(1 + entries(e.get("dependencies") or {}) for e in level.values())  # type: ignore[arg-type]
+        return sum(
+            1 + entries(cast(dict[str, dict[str, object]], e.get("dependencies") or {}))
+            for e in level.values()
+        )
 
     text = externalizer.externalize(proc.stdout, "npm").context_text
     assert f".dependencies{{}}: {len(deps):,} entries {{" in text
