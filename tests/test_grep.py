@@ -301,3 +301,16 @@ def test_a_search_child_runs_with_its_address_space_capped() -> None:
     )
 
     assert int(child.stdout) == grep_module.CHILD_MEMORY
+
+
+def test_a_match_made_from_its_slots_is_the_one_its_constructor_makes() -> None:
+    """Matches without context are made by setting their slots (``_plain_match``): the
+    same value, hash and dict as the constructor's, and every field of ``GrepMatch`` set."""
+    from toolswap import grep as grep_module
+
+    assert GrepMatch.__slots__ == grep_module._MATCH_FIELDS
+    for line_no, text, start in ((1, "", 0), (7, "error: x", 12_345), (2**40, "é\u2028", 3)):
+        made = grep_module._plain_match(line_no, text, start)
+        expected = GrepMatch(line_no, text, line_start=start, text_start=start)
+        assert made == expected and hash(made) == hash(expected)
+        assert made.to_dict() == expected.to_dict()

@@ -79,6 +79,30 @@ class GrepMatch:
         }
 
 
+_MATCH_FIELDS = ("line_no", "text", "before", "after", "line_start", "text_start")
+"""GrepMatch's fields, in order (a test holds them to its slots: a field added there is set
+by ``_plain_match`` too)."""
+_new_object = object.__new__
+_set_line_no, _set_text, _set_before, _set_after, _set_line_start, _set_text_start = (
+    getattr(GrepMatch, name).__set__ for name in _MATCH_FIELDS
+)
+
+
+def _plain_match(line_no: int, text: str, start: int) -> GrepMatch:
+    """``GrepMatch(line_no, text, line_start=start, text_start=start)`` at half the cost:
+    its slots set directly (a frozen dataclass's ``__init__`` goes through
+    ``object.__setattr__`` field by field, which was most of the time a search with 178,000
+    matches spent beyond grep's)."""
+    match = _new_object(GrepMatch)
+    _set_line_no(match, line_no)
+    _set_text(match, text)
+    _set_before(match, ())
+    _set_after(match, ())
+    _set_line_start(match, start)
+    _set_text_start(match, start)
+    return match
+
+
 @dataclass(frozen=True, slots=True)
 class GrepResult(JsonRecord):
     source_id: str
@@ -463,7 +487,7 @@ class _Collector:
                 # Finished here: one object per match (many allocations cost GC time).
                 start = int(offset)
                 line = text.removesuffix("\r")
-                append(GrepMatch(int(number), line, line_start=start, text_start=start))
+                append(_plain_match(int(number), line, start))
         return end
 
     def _record(self, raw: bytes, dropped: int) -> bool:
