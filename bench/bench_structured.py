@@ -33,7 +33,7 @@ from pathlib import Path
 
 from _floor import capture_floor
 from toolswap import ExternalizerSettings, ToolResultExternalizer
-from toolswap.settings import POINTER_MAX_BYTES
+from toolswap.externalizer import head_kept
 from toolswap.structured import inspect_output
 from toolswap.structured._fields import _names
 from toolswap.structured._values import _key_path
@@ -366,8 +366,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         ext = ToolResultExternalizer(work / "session")
-        # The head the capture keeps (see ``ToolResultExternalizer._capture``).
-        head = max(ext.settings.head_bytes, 1024, POINTER_MAX_BYTES) + 8
+        head = head_kept(ext.settings, "bench")  # (its format is sniffed from these bytes)
         print(
             f"{'output':28} {'size':>9} {'records':>8} {'paths':>7} {'count':>5} "
             f"{'anomaly':>7} {'pointer':>8} {'capture/floor':>13} {'s':>9} {'vs text':>7} "

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .pointer import ReadHint
     from .records import ArtifactRecord
 
-__all__ = ["CallFacts", "Output", "ToolResultExternalizer"]
+__all__ = ["CallFacts", "Output", "ToolResultExternalizer", "head_kept"]
 
 
 class CallFacts(TypedDict, total=False):
@@ -69,6 +69,19 @@ class CallFacts(TypedDict, total=False):
 
 
 _HEAD_SLACK = 8
+
+
+def head_kept(settings: ExternalizerSettings, tool_name: str) -> int:
+    """The bytes of an output's head a capture keeps: enough for the default summary's
+    first line whatever ``head_bytes`` is, and for a pointer that shows an output whole
+    when it fits (failure lines are collected from the first byte: the budget decides how
+    much head shows). Its structure is recognised from these bytes."""
+    return (
+        max(settings.head_bytes, 1024, POINTER_MAX_BYTES, settings.pointer_bytes_for(tool_name))
+        + _HEAD_SLACK
+    )
+
+
 _NAMES_TAKEN_MAX = 10_000
 """Names in a row a store may refuse before a capture gives up on it."""
 
@@ -264,11 +277,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         try:
             capture = StreamCapture(
                 dir_fd,
-                # Enough head for the default summary's first line whatever head_bytes is,
-                # and for a pointer that shows an output whole when it fits. Failure lines
-                # are collected from the first byte: the budget decides how much head shows.
-                head_keep=max(s.head_bytes, 1024, POINTER_MAX_BYTES, s.pointer_bytes_for(tool_name))
-                + _HEAD_SLACK,
+                head_keep=head_kept(s, tool_name),
                 tail_keep=s.tail_bytes,
                 preview_zones=(s.head_bytes, s.tail_bytes),
                 scan_limit=s.salient_scan_bytes,

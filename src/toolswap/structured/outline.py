@@ -95,17 +95,16 @@ def outline(
         scan_limit: how many bytes are parsed at most (default: ``scan_bytes(size)``; when
             that part holds too few records to outline, up to ``OUTLINE_SCAN_BYTES``).
     """
-    limit = scan_bytes(size) if scan_limit is None else scan_limit
-    try:
-        return _outline(fmt, read, size, line_count, budget, limit)
-    except _TooFew:
-        if scan_limit is None and limit < min(size, OUTLINE_SCAN_BYTES):
-            # Records of megabytes each: the part held too few of them to outline.
-            try:
-                return _outline(fmt, read, size, line_count, budget, OUTLINE_SCAN_BYTES)
-            except _TooFew:
-                pass
-        return None
+    limits = [scan_bytes(size) if scan_limit is None else scan_limit]
+    if scan_limit is None and limits[0] < min(size, OUTLINE_SCAN_BYTES):
+        # Records of megabytes each: a part that holds too few of them is read further.
+        limits.append(OUTLINE_SCAN_BYTES)
+    for limit in limits:
+        try:
+            return _outline(fmt, read, size, line_count, budget, limit)
+        except _TooFew:
+            continue
+    return None
 
 
 def _outline(
