@@ -442,13 +442,16 @@ def test_lines_of_one_template_are_listed_once_with_their_count(dir_fd: int) -> 
     )
     capture.discard()
 
-    hits = [
-        (s.line_no, s.text, s.similar, s.counted_to, s.rank) for s in stats.salient if not s.context
-    ]
+    hits = [(s.line_no, s.text, s.similar, s.rank) for s in stats.salient if not s.context]
     assert hits == [
-        (1, "error 0000000 at 0x00000000", 133_332, None, 1),
-        (300_001, "fatal: the one different line", 0, None, 0),
+        (1, "error 0000000 at 0x00000000", hits[0][2], 1),
+        (300_001, "fatal: the one different line", 0, 0),
     ]
+    # Past a few thousand lines of the one template, only failure forms are looked for
+    # (it is most of what matches): its count says which lines it covers.
+    first = next(s for s in stats.salient if s.line_no == 1)
+    assert first.counted_to is not None and first.counted_to < 300_000
+    assert first.similar == (first.counted_to - 1) // 3
     assert stats.scanned_bytes == len(data)
 
 
@@ -477,6 +480,38 @@ def test_where_most_lines_hold_a_failure_word_the_rest_is_searched_for_failure_f
     assert first.counted_to is not None and first.counted_to < 300_000
     assert first.similar == first.counted_to - 1  # every line up to it is one like it
     assert hits[1].similar == 0 and hits[1].counted_to is None
+    assert stats.scanned_bytes == len(data)
+
+
+def test_where_one_line_repeats_in_every_record_the_rest_is_searched_for_failure_forms(
+    dir_fd: int,
+) -> None:
+    # A pretty-printed document: one line in ten is the same severity field, so most lines
+    # match nothing, yet most matches are that one line. Past a few thousand of them, only
+    # failure forms are looked for: the "fatal:" line is found, the count of the severity
+    # lines says which lines it covers, and a warning past the switch is not looked for.
+    lines: list[bytes] = []
+    for i in range(40_000):
+        lines += [b"  {", b'    "n": %d,' % i, b'    "at": "0x%08x",' % (i * 7)]
+        lines += [b'    "name": "item %d",' % i, b'    "severity": "error",']
+        lines += [b'    "size": %d,' % (i * 3), b'    "kind": "plain",', b'    "ok": true,']
+        lines += [b'    "tags": []', b"  },"]
+    lines[300_004] = b'    "message": "fatal: the one different line",'
+    lines[350_004] = b'    "note": "a warning nobody asked about",'
+    data = b"\n".join(lines) + b"\n"
+    capture, stats = _capture(
+        dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=128 * 1024
+    )
+    capture.discard()
+
+    hits = {s.line_no: s for s in stats.salient if not s.context}
+    assert hits[300_005].text.strip() == '"message": "fatal: the one different line",'
+    assert 350_005 not in hits
+    first = hits[5]
+    assert first.text.strip() == '"severity": "error",'
+    assert first.counted_to is not None and first.counted_to < 300_000
+    # One line in ten up to the last counted is one like it.
+    assert first.similar == (first.counted_to - 5) // 10
     assert stats.scanned_bytes == len(data)
 
 

@@ -50,6 +50,8 @@ class Candidates:
 
     def __init__(self) -> None:
         self.entries: dict[bytes, Entry] = {}
+        self.most = 0
+        """The most lines one template holds (as ``add`` counted them)."""
 
     def add(
         self,
@@ -69,6 +71,8 @@ class Candidates:
             if entry.counted_to is not None and line_no > entry.counted_to:
                 return  # its count says which lines it covers: this one is past them
             entry.count += 1
+            if entry.count > self.most:
+                self.most = entry.count
             if (
                 entry.count <= 1 + REPEATS_KEPT
                 and match_offset is None

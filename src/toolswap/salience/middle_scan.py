@@ -79,7 +79,7 @@ class GrepStream:
         self._fd = fd
         grep = self._stages[-1][0]
         end = offset + count
-        forms = not self._forms and _dense(grep)
+        forms = not self._forms and (_dense(grep) or _repetitive(grep))
         if forms or (len(self._stages) == 1 and end - self._origin > self._broad_bytes):
             block = os.pread(fd, count, offset)
             newline = block.rfind(b"\n")
@@ -209,6 +209,15 @@ def _dense(grep: _Grep) -> bool:
     and sorting them all costs several times the capture while none stands out for it."""
     matched = grep.matched
     return matched >= DENSE_MATCHES and 2 * matched > grep.last_line
+
+
+def _repetitive(grep: _Grep) -> bool:
+    """Whether one line, its numbers aside, is most of the matches (at least
+    ``DENSE_MATCHES`` of them): a field that holds a failure word in every record of a
+    pretty-printed document (``"severity": "error",``) repeats on one line in twenty, and
+    sorting each costs as much as when every line holds it."""
+    most = grep.candidates.most
+    return most >= DENSE_MATCHES and 2 * most > grep.matched
 
 
 class _Grep:
