@@ -483,6 +483,58 @@ def test_where_most_lines_hold_a_failure_word_the_rest_is_searched_for_failure_f
     assert stats.scanned_bytes == len(data)
 
 
+@pytest.mark.parametrize("chunk", [48 << 10, 4 << 20])
+def test_where_most_of_the_first_lines_hold_a_strong_word_the_switch_comes_after_them(
+    dir_fd: int, chunk: int
+) -> None:
+    # Every record holds "error": grep's own count of its matches would come megabytes
+    # late (its output is read in Python), so the first 256 KiB it is fed are judged from
+    # their bytes and the search for failure forms starts right after them.
+    from toolswap.salience.middle_scan import SAMPLE_BYTES
+
+    lines = _lines(b'{"severity": "error", "n": %07d, "at": "0x%08x"}', 100_000)
+    lines[90_000] = b'{"severity": "error", "message": "fatal: the one different line"}'
+    data = b"\n".join(lines) + b"\n"
+    scan_limit = 64 * 1024
+    capture, stats = _capture(
+        dir_fd, _split(data, chunk), scan_limit=scan_limit, tail_scan=128 * 1024
+    )
+    capture.discard()
+
+    hits = {s.line_no: s for s in stats.salient if not s.context}
+    assert hits[90_001].similar == 0 and hits[90_001].counted_to is None
+    first = hits[1]
+    # The Python scan's lines and the sample's whole lines, and no more.
+    assert first.counted_to == data.count(b"\n", 0, scan_limit + SAMPLE_BYTES)
+    assert first.similar == first.counted_to - 1
+    assert stats.scanned_bytes == len(data)
+
+
+def test_first_lines_that_hold_many_strong_words_but_are_few_are_not_judged_dense(
+    dir_fd: int,
+) -> None:
+    # A quarter of the lines hold four of the strongest words each: more words than half
+    # the lines, yet most lines hold none, so the whole vocabulary is searched on and a
+    # line with a strong word but no failure form is still found past the first bytes.
+    lines = [
+        (b"ERROR: assertion failed in test %d, fatal" if i % 4 == 0 else b"step %d ok") % i
+        for i in range(7_600)
+    ]
+    lines = [line.ljust(199, b".") for line in lines]
+    lines[6_001] = b"the worker hit an assertion error while reading its queue"
+    data = b"\n".join(lines) + b"\n"
+    capture, stats = _capture(
+        dir_fd, _split(data, 4 << 20), scan_limit=64 * 1024, tail_scan=128 * 1024
+    )
+    capture.discard()
+
+    hits = {s.line_no: s for s in stats.salient if not s.context}
+    assert hits[6_002].text.startswith("the worker hit an assertion error")
+    errors = [s for s in hits.values() if s.text.startswith("ERROR")]
+    assert sum(1 + s.similar for s in errors) == 1_900  # every one of them counted
+    assert all(s.counted_to is None for s in errors)
+
+
 def test_where_one_line_repeats_in_every_record_the_rest_is_searched_for_failure_forms(
     dir_fd: int,
 ) -> None:

@@ -42,6 +42,11 @@ _END_PATTERN = "^" + _END.decode("ascii") + "$"
 BROAD_BYTES = 16 << 20
 DENSE_MATCHES = 2_000
 """Matching lines past which a search that matches most lines is dense (see ``dense``)."""
+SAMPLE_BYTES = 256 << 10
+"""The first bytes fed, judged from their bytes before grep has said anything (see
+``_dense_sample``)."""
+SAMPLE_LINES = 200
+"""Lines of those bytes that must hold one of the strongest words for them to be dense."""
 
 
 class GrepStream:
@@ -63,6 +68,8 @@ class GrepStream:
         self._fd = -1
         self._fed = 0
         """Bytes fed, from the first."""
+        self._judged = False
+        """Whether the first ``SAMPLE_BYTES`` were judged (see ``_dense_sample``)."""
         self._forms = False
         """The current stage looks for failure forms (a dense output)."""
         self.failed = False
@@ -80,12 +87,23 @@ class GrepStream:
         grep = self._stages[-1][0]
         end = offset + count
         forms = not self._forms and (_dense(grep) or _repetitive(grep))
+        switch: int | None = None
+        """Where the next stage starts (a line boundary in this block)."""
+        if not self._judged and end - self._origin >= SAMPLE_BYTES:
+            # grep's own count comes megabytes late (its output is read in Python, behind
+            # what it was fed): the first bytes are judged from themselves.
+            self._judged = True
+            sample = os.pread(fd, SAMPLE_BYTES, self._origin)
+            if not forms and _dense_sample(sample):
+                forms = True
+                switch = self._origin + sample.rfind(b"\n") + 1
         if forms or (len(self._stages) == 1 and end - self._origin > self._broad_bytes):
-            block = os.pread(fd, count, offset)
-            newline = block.rfind(b"\n")
-            if newline >= 0:  # (else: at a later block's line boundary)
+            if switch is None or switch <= offset:
                 # One search ends at a line boundary, the next starts there.
-                grep.copy_from(fd, offset, newline + 1)
+                newline = os.pread(fd, count, offset).rfind(b"\n")
+                switch = None if newline < 0 else offset + newline + 1
+            if switch is not None:  # (else: at a later block's line boundary)
+                grep.copy_from(fd, offset, switch - offset)
                 grep.close_input()
                 try:
                     grep = _Grep(DENSE_GREP_PATTERN if forms else GREP_PATTERN)
@@ -93,8 +111,8 @@ class GrepStream:
                     self.failed = True
                     return
                 self._forms = self._forms or forms
-                self._stages.append((grep, offset + newline + 1 - self._origin))
-                offset += newline + 1
+                self._stages.append((grep, switch - self._origin))
+                offset = switch
         grep.copy_from(fd, offset, end - offset)
         self._fed = end - self._origin
         if grep.failed:
@@ -209,6 +227,22 @@ def _dense(grep: _Grep) -> bool:
     and sorting them all costs several times the capture while none stands out for it."""
     matched = grep.matched
     return matched >= DENSE_MATCHES and 2 * matched > grep.last_line
+
+
+def _dense_sample(sample: bytes) -> bool:
+    """Whether most whole lines of ``sample`` (at least ``SAMPLE_LINES``) hold one of the
+    strongest words (``GREP_WORDS``, which the broad search matches too)."""
+    whole = sample[: sample.rfind(b"\n") + 1]
+    lines = whole.count(b"\n")
+    if lines < SAMPLE_LINES:
+        return False
+    lower = whole.lower()
+    # A line holds at least one of the words it matches: fewer words than half the lines
+    # settle it without a look at each line (a clean log costs a pass per word).
+    if 2 * sum(lower.count(word) for word in GREP_WORDS) <= lines:
+        return False
+    matched = sum(1 for line in lower.split(b"\n") if any(word in line for word in GREP_WORDS))
+    return matched >= SAMPLE_LINES and 2 * matched > lines
 
 
 def _repetitive(grep: _Grep) -> bool:
