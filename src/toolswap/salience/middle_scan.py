@@ -17,11 +17,18 @@ import fcntl
 import os
 import shutil
 import subprocess
+from collections import Counter
 
 from .._lines import count_newlines
 from .._threads import start_helper_thread
 from .candidates import Candidates, Entry
-from .vocabulary import BROAD_GREP_PATTERN, DENSE_GREP_PATTERN, GREP_PATTERN, GREP_WORDS
+from .vocabulary import (
+    BROAD_GREP_PATTERN,
+    DENSE_GREP_PATTERN,
+    GREP_PATTERN,
+    GREP_WORDS,
+    template,
+)
 
 __all__ = ["GrepStream"]
 
@@ -230,19 +237,33 @@ def _dense(grep: _Grep) -> bool:
 
 
 def _dense_sample(sample: bytes) -> bool:
-    """Whether most whole lines of ``sample`` (at least ``SAMPLE_LINES``) hold one of the
-    strongest words (``GREP_WORDS``, which the broad search matches too)."""
+    """Whether the whole lines of ``sample`` are dense as ``_dense`` or ``_repetitive``
+    judge a search, at least ``SAMPLE_LINES`` of them holding one of the strongest words
+    (``GREP_WORDS``, which the broad search matches too): most lines hold one, or one line,
+    its numbers aside, is most of those that do.
+
+    Costs a count per word, and a look at each line that holds one only where there are
+    enough of them (a clean log is settled by the counts)."""
     whole = sample[: sample.rfind(b"\n") + 1]
-    lines = whole.count(b"\n")
-    if lines < SAMPLE_LINES:
-        return False
     lower = whole.lower()
-    # A line holds at least one of the words it matches: fewer words than half the lines
-    # settle it without a look at each line (a clean log costs a pass per word).
-    if 2 * sum(lower.count(word) for word in GREP_WORDS) <= lines:
+    if sum(lower.count(word) for word in GREP_WORDS) < SAMPLE_LINES:
+        return False  # (a line that matches holds at least one)
+    lines = whole.count(b"\n")
+    matched: dict[int, int] = {}
+    """The lines that hold a word: where each starts -> where it ends."""
+    for word in GREP_WORDS:
+        at = lower.find(word)
+        while at >= 0:
+            start = lower.rfind(b"\n", 0, at) + 1
+            end = lower.find(b"\n", at)
+            matched[start] = end
+            if len(matched) >= SAMPLE_LINES and 2 * len(matched) > lines:
+                return True  # most lines hold one
+            at = lower.find(word, end)  # (the rest of this line adds nothing)
+    if len(matched) < SAMPLE_LINES:
         return False
-    matched = sum(1 for line in lower.split(b"\n") if any(word in line for word in GREP_WORDS))
-    return matched >= SAMPLE_LINES and 2 * matched > lines
+    shapes = Counter(template(whole[start:end]) for start, end in matched.items())
+    return 2 * shapes.most_common(1)[0][1] > len(matched)
 
 
 def _repetitive(grep: _Grep) -> bool:
