@@ -736,6 +736,27 @@ def test_long_matching_lines_near_the_end_do_not_hide_the_last_matches(dir_fd: i
     assert stats.scanned_bytes == len(data)
 
 
+@pytest.mark.parametrize("chunk", [48 << 10, 1 << 20])
+def test_a_long_line_at_the_scan_limit_is_scanned_on_and_grep_starts_after_it(
+    dir_fd: int, chunk: int
+) -> None:
+    # A package's README as one JSON string, across the Python scan's limit with no line
+    # end in the 64 KiB before it: the scan reads on to its end and grep searches the rest
+    # (before, grep was turned off and the Python scan read as far as it could).
+    long = b'  "description": "' + b"lorem ipsum " * 25_000 + b'",'
+    assert len(long) > 256 << 10  # the Python scan's limit, where grep takes over
+    data = long + b"\n"  # (it starts more than 64 KiB before the limit: no line ends there)
+    data += b'  "k": "v",\n' * 200_000 + b'  "message": "fatal: deep in the middle",\n'
+    data += b'  "k": "v",\n' * 200_000 + b"}\n"
+    capture, stats = _capture(dir_fd, _split(data, chunk), scan_limit=1 << 20, tail_scan=128 << 10)
+    capture.discard()
+
+    hits = [s.text.strip() for s in stats.salient if not s.context]
+    assert hits == ['"message": "fatal: deep in the middle",']
+    assert stats.scanned_bytes == len(data) and stats.tail_scan_start is None
+    assert stats.newline_count == data.count(b"\n")
+
+
 def test_a_giant_line_stops_grep_and_the_python_scans_take_over(dir_fd: int) -> None:
     before = _children()  # servers other tests' fixtures keep running
     data = b"ok\n" * 400_000 + b"x" * (10 << 20) + b"\nerror: after the giant line\n"

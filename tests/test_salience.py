@@ -505,3 +505,38 @@ def test_line_shapes_over_many_lines_find_what_each_line_finds_alone(lines: list
 )
 def test_a_section_title_is_ruled_on_both_sides(line: bytes, title: bool) -> None:
     assert bool(SECTION_TITLE.match(line)) is title
+
+
+_WORDY = st.lists(
+    st.sampled_from([b"x", b" ", b"err", b"error", b"fail", b"warn", b"missing", b"\xff"]),
+    max_size=40,
+).map(b"".join)
+
+
+@given(_WORDY)
+@example(b"warn then error")  # the last word looked for comes first
+@example(b"errorfail")
+def test_the_first_word_of_a_long_line_is_where_the_earliest_word_starts(data: bytes) -> None:
+    from toolswap.salience.resolve import _first_word
+    from toolswap.salience.vocabulary import FIND_WORDS
+
+    starts = [found for word in FIND_WORDS if (found := data.find(word)) >= 0]
+    assert _first_word(data) == (min(starts) if starts else None)
+
+
+@pytest.mark.parametrize("at", [2_000, 100_000, 1_500_000])
+def test_a_word_deep_in_a_long_line_grep_found_is_shown_where_it_is(
+    externalizer: ToolResultExternalizer, at: int
+) -> None:
+    # grep keeps a matching line's first 1 KiB: the word further on is looked for in the
+    # artifact, a first read of 64 KiB, then a megabyte at a time.
+    filler = "ok " * 100_000 + "\n"  # past the Python scan: grep finds the long line
+    line = "x" * at + " disk quota exceeded: could not write the cache " + "y" * 1000
+    result = externalizer.externalize(filler * 3 + line + "\n" + filler, "t")
+
+    found = re.search(r"^\d+: \[from byte (\d+)\] …(.*)…$", result.context_text, re.M)
+    assert found is not None, result.context_text[-3000:]
+    assert "could not write the cache" in found.group(2)
+    assert result.artifact is not None
+    start = int(found.group(1))
+    assert externalizer.read_bytes(result.artifact, start, 400).data.find(b"could not") >= 0

@@ -44,6 +44,9 @@ __all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect
 _QUEUE_DEPTH = 4
 _READ_BACK = 1 << 20
 _BOUNDARY_PROBE = 64 << 10
+_LONG_LINE_READ = 1 << 20
+"""A line at the Python scan's limit longer than ``_BOUNDARY_PROBE`` is scanned on in
+Python up to this far past the limit, and grep starts after it; a longer one turns grep off."""
 # Where grep takes over from the Python scan (which holds the GIL at about 40 MB/s with the
 # whole vocabulary; grep searches it at 600 MB/s on the other core while the output streams).
 _GREP_HANDOFF = 256 << 10
@@ -289,9 +292,11 @@ class StreamCapture:
                 del self._tail[: len(self._tail) - self._tail_keep]
         if not self._sniffed and len(self._head) >= _STRUCTURED_HANDOFF:
             self._sniff_head()
-        if self._scanned < self._grep_limit:
+        if self._scanned < self._grep_limit and self._scanned == self._counter.size:
             # The forward scan of the first bytes runs here, from memory, while the writer
-            # thread hashes and writes: the caller would otherwise only wait for it.
+            # thread hashes and writes: the caller would otherwise only wait for it. (A
+            # limit moved on past a long line once the chunks went by is read from the
+            # file, in ``_scan_with``.)
             part = chunk[: self._grep_limit - self._scanned]
             self._scanner.feed(part)
             self._scanned += len(part)
@@ -392,15 +397,33 @@ class StreamCapture:
             probe = min(_BOUNDARY_PROBE, limit)
             before = durable.current().pread(self._fd, probe, limit - probe)
             newline = before.rfind(b"\n")
-            if newline < 0 or len(before) < probe:
-                self._grep_off = True  # a giant line at the limit: the scan note covers it
+            if len(before) < probe:
+                self._grep_off = True
                 return
+            if newline >= 0:
+                start = limit - probe + newline + 1
+            else:
+                # A long line at the limit (a JSON string of a package's whole README): the
+                # forward scan reads on to its end, and grep starts after it.
+                after = durable.current().pread(
+                    self._fd, min(self._bytes_written - limit, _LONG_LINE_READ), limit
+                )
+                newline = after.find(b"\n")
+                if newline < 0:
+                    # A giant line: the scan note covers it (or its end is still to come).
+                    self._grep_off = len(after) >= _LONG_LINE_READ
+                    return
+                start = limit + newline + 1
+                if start > self._scan_limit:
+                    self._grep_off = True  # past where the Python scan may read
+                    return
+                self._grep_limit = start  # (the writer's scan in memory stops at the old one)
             try:
                 self._grep = GrepStream()
             except OSError:
                 self._grep_off = True
                 return
-            self._grep_from = limit - probe + newline + 1
+            self._grep_from = start
             self._grep.copy_from(self._fd, self._grep_from, self._bytes_written - self._grep_from)
             return
         # grep holds a whole line in memory: stop it on a giant line (the Python scans
@@ -517,9 +540,12 @@ class StreamCapture:
                     block=_READ_BACK,
                 )
 
-            if counted is not None and counted[0] <= start <= counted[1] <= end:
-                # grep began at a line boundary before the counter stopped counting.
-                newlines += counted[2] - between(counted[0], start) + between(counted[1], end)
+            if counted is not None and start <= counted[1] <= end:
+                # grep began at a line boundary before the counter stopped counting, or
+                # after it (past a long line at the Python scan's limit).
+                lo, hi, newlines_grep = counted
+                newlines += newlines_grep + between(hi, end)
+                newlines += between(start, lo) if start <= lo else -between(lo, start)
             else:
                 newlines += between(start, end)
         counter.settle(newlines)

@@ -17,6 +17,7 @@ __all__ = ["Pread", "SalientLine", "resolve"]
 
 _CONTEXT_READ = 4096
 _LONG_LINE_READ = 1 << 20
+_LOCATE_READ = 64 << 10
 _LONG_LINE_MAX = 8 << 20
 _TRACEBACK_READ = 64 << 10
 _OPENER_READ = 8192
@@ -86,26 +87,41 @@ def _previous_line(pread: Pread, line_offset: int) -> bytes | None:
 
 
 def _locate(pread: Pread, line_offset: int, size: int) -> int | None:
-    """The byte offset of the first vocabulary word in the line at ``line_offset``."""
+    """The byte offset of the first vocabulary word in the line at ``line_offset``, read
+    ``_LOCATE_READ`` bytes first (most such lines are tens of kilobytes), then a megabyte
+    at a time."""
     pos = line_offset
     end = min(size, line_offset + _LONG_LINE_MAX)
     carry = b""
+    read = _LOCATE_READ
     while pos < end:
-        block = pread(min(_LONG_LINE_READ, end - pos), pos)
+        block = pread(min(read, end - pos), pos)
         if not block:
             return None
         newline = block.find(b"\n")
         if newline >= 0:
             block = block[:newline]
         data = (carry + block).translate(ASCII_LOWER)
-        hits = [i for i in (data.find(word) for word in FIND_WORDS) if i >= 0]
-        if hits:
-            return pos - len(carry) + min(hits)
+        first = _first_word(data)
+        if first is not None:
+            return pos - len(carry) + first
         if newline >= 0:
             return None
         carry = data[-OVERLAP:]
         pos += len(block)
+        read = _LONG_LINE_READ
     return None
+
+
+def _first_word(data: bytes) -> int | None:
+    """Where the first vocabulary word in ``data`` starts: each word is looked for only
+    before the first found so far."""
+    first = len(data)
+    for word in FIND_WORDS:
+        found = data.find(word, 0, first + len(word) - 1)
+        if found >= 0:
+            first = found
+    return first if first < len(data) else None
 
 
 _TRACEBACK_START = b"Traceback (most recent call last)"
