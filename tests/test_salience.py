@@ -540,3 +540,22 @@ def test_a_word_deep_in_a_long_line_grep_found_is_shown_where_it_is(
     assert result.artifact is not None
     start = int(found.group(1))
     assert externalizer.read_bytes(result.artifact, start, 400).data.find(b"could not") >= 0
+
+
+def test_a_giant_line_yields_a_bounded_number_of_windows_of_its_strongest_words() -> None:
+    from toolswap.salience.scan import _LONG_WINDOWS, ForwardScan
+
+    # A megabyte of JSON on one line with thousands of failure words: a window is kept
+    # around the first few dozen strong ones, and the broad vocabulary is not looked for.
+    records = b", ".join(b'{"id": %d, "status": "error %d"}' % (i, i) for i in range(60_000))
+    line = b'{"note": "a value is missing",' + b" " * 2000 + b'"items": [' + records + b"]}\n"
+    candidates = Candidates()
+    scan = ForwardScan(candidates)
+    for start in range(0, len(line), 64 << 10):
+        scan.feed(line[start : start + (64 << 10)])
+    scan.finish()
+
+    assert sum(entry.count for entry in candidates.entries.values()) == _LONG_WINDOWS
+    assert all(b'"error' in entry.raw for entry in candidates.entries.values())
+    assert all(entry.match_offset is not None for entry in candidates.entries.values())
+    assert scan.newlines == 1 and scan.lines_end == len(line)

@@ -9,7 +9,14 @@ import dataclasses
 from .candidates import RAW_KEEP, REPEATS_KEPT, Candidates, Entry
 from .display import SALIENT_LINE_CHARS, WINDOW_BEFORE
 from .resolve import Pread, SalientLine, resolve
-from .vocabulary import ASCII_LOWER, FAILURE_SCORE, FIND_WORDS, LINE_SHAPES, OVERLAP
+from .vocabulary import (
+    ASCII_LOWER,
+    FAILURE_SCORE,
+    FIND_WORDS,
+    GREP_WORDS,
+    LINE_SHAPES,
+    OVERLAP,
+)
 
 __all__ = ["ForwardScan", "Scanner"]
 
@@ -21,6 +28,9 @@ _EDGE_LIMIT = 32
 # once with how many share it.
 _REPEAT_SCORE = 4.0
 _SCAN_PIECE = 256 << 10
+_LONG_WINDOWS = 32
+"""Windows around a strong word recorded in one giant line, at most (the pointer lists 64
+lines of the middle in all)."""
 
 
 class ForwardScan:
@@ -45,6 +55,8 @@ class ForwardScan:
         # A line longer than _CARRY_MAX: its number and start, scanned piece by piece.
         self._long: tuple[int, int] | None = None
         self._long_seen = 0
+        self._long_windows = 0
+        """Windows recorded in the giant line (see ``_LONG_WINDOWS``)."""
         self._overlap = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -79,6 +91,7 @@ class ForwardScan:
             # A giant line: look for matches in it as it goes, keep none of it.
             self._long = (self.newlines + 1, data_offset + cut)
             self._long_seen = 0
+            self._long_windows = 0
             self._overlap = b""
             self._carry = b""
             self._scan_long(rest, data_offset + cut)
@@ -93,26 +106,36 @@ class ForwardScan:
             self._carry = b""
 
     def _scan_long(self, part: bytes, offset: int) -> None:
-        """Record matches in a piece of a giant line, with their byte offsets."""
+        """Record matches of the strongest words in a piece of a giant line, with their
+        byte offsets, up to ``_LONG_WINDOWS`` in the line (a megabyte of JSON on one line
+        holds thousands: looking for the whole vocabulary in it, and scoring a window
+        around each, cost 40 ms a megabyte)."""
         assert self._long is not None
         line_no, line_offset = self._long
         data = self._overlap + part
         base = offset - len(self._overlap)
-        lower = data.translate(ASCII_LOWER)
-        found: set[int] = set()
-        for word in FIND_WORDS:
-            pos = lower.find(word)
-            count = 0
-            while pos >= 0 and count < 4:
-                found.add(pos)
-                pos = lower.find(word, pos + len(word))
-                count += 1
-        for pos in sorted(found):
-            if base + pos < line_offset + self._long_seen:
-                continue  # seen in the previous piece's overlap
-            begin = max(pos - WINDOW_BEFORE, 0)
-            window = data[begin : pos + SALIENT_LINE_CHARS]
-            self.candidates.add(line_no, line_offset, window, match_offset=base + begin)
+        room = _LONG_WINDOWS - self._long_windows
+        if room > 0:
+            lower = data.translate(ASCII_LOWER)
+            found: set[int] = set()
+            for word in GREP_WORDS:
+                pos = lower.find(word)
+                count = 0
+                while pos >= 0 and count < room:
+                    found.add(pos)
+                    pos = lower.find(word, pos + len(word))
+                    count += 1
+            seen = line_offset + self._long_seen
+            for pos in sorted(found):
+                if base + pos < seen:
+                    continue  # seen in the previous piece's overlap
+                if room == 0:
+                    break
+                begin = max(pos - WINDOW_BEFORE, 0)
+                window = data[begin : pos + SALIENT_LINE_CHARS]
+                self.candidates.add(line_no, line_offset, window, match_offset=base + begin)
+                self._long_windows += 1
+                room -= 1
         self._overlap = data[-OVERLAP:]
         self._long_seen = base + len(data) - line_offset - len(self._overlap) + 1
 
