@@ -345,3 +345,74 @@ def test_a_table_cell_past_the_csv_module_s_limit_gives_no_outline() -> None:
     rows.append("big," + "x" * 200_000 + ",ok")
     data = ("\n".join(rows) + "\n").encode()
     assert outline("csv", lambda count, offset: data[offset : offset + count], len(data)) is None
+
+
+def _cut_outlines(
+    data: bytes, limit: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Outline | None, Outline | None, list[int | None]]:
+    """The outline of the first ``limit`` bytes of an array: split by msgspec where it
+    can be, and read element by element only."""
+    resumed: list[int | None] = []
+    split = _read_json._split_cut_array
+
+    def watched(*args: Any) -> int | None:
+        resumed.append(split(*args))
+        return resumed[-1]
+
+    read = lambda count, offset: data[offset : offset + count]  # noqa: E731
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "_split_cut_array", watched)
+        fast = outline("json", read, len(data), scan_limit=limit)
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "_split_cut_array", lambda *args: None)
+        slow = outline("json", read, len(data), scan_limit=limit)
+    return fast, slow, resumed
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    indent=st.sampled_from([None, 2]),
+    kinds=st.sampled_from(["alike", "mixed", "scalars"]),
+    share=st.floats(0.05, 0.95),
+)
+def test_a_cut_array_split_by_msgspec_outlines_as_one_read_element_by_element(
+    seed: int, indent: int | None, kinds: str, share: float
+) -> None:
+    rng = random.Random(seed)
+    if kinds == "alike":
+        elements: list[object] = [
+            {
+                "id": i,
+                "status": rng.choice(["ok", "failed"]),
+                "more": rng.choice([None, 1.5, "é", [1, "x"], {"k": [True]}]),
+            }
+            for i in range(400)
+        ]
+    elif kinds == "mixed":
+        elements = [_random_value(rng, 1) for _ in range(300)]
+    else:
+        elements = [_random_value(rng, 4) for _ in range(400)]
+    data = json.dumps(elements, indent=indent).encode()
+    limit = max(64, int(len(data) * share))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fast, slow, resumed = _cut_outlines(data, limit, monkeypatch)
+    assert fast == slow
+    if kinds == "alike" and fast is not None:
+        assert resumed[0] is not None  # msgspec split it
+
+
+def test_a_cut_inside_an_element_that_opens_alike_falls_back_to_an_earlier_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The last element opens as the first does and holds, nested, more that do: the cut
+    # after its nested ones does not read as JSON, the one before it does.
+    inner = {"id": 0, "status": "ok"}
+    elements = [{"id": i, "status": "ok"} for i in range(50)]
+    elements.append({"id": 50, "status": "ok", "inner": [inner] * 2})
+    data = json.dumps(elements).encode()
+    limit = data.rfind(b'{"id": 0, "status": "ok"}') + 10
+    fast, slow, resumed = _cut_outlines(data, limit, monkeypatch)
+    assert fast == slow and fast is not None
+    assert resumed == [data.index(b'{"id": 50,') - 1]  # (after the comma before it)
+    assert ".[]: 50 objects" in fast.text

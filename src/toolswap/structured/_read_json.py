@@ -1,8 +1,9 @@
 """Reading a JSON document for the outline: the envelope (the document with each outermost
 array replaced by a ``_Summary``) from ijson's event stream, the records of a long
-collection from ijson's ``items`` (built in C), a document that is one array by ``json``'s
-C decoder from a sliding window, and the root object's members after a long collection from
-the document's last bytes. ijson is imported only here, and only for a JSON object.
+collection from ijson's ``items`` (built in C), a document that is one array split by
+msgspec (cut after an element when only its first bytes are read) or, where it cannot be,
+by ``json``'s C decoder from a sliding window, and the root object's members after a long
+collection from the document's last bytes. ijson is imported only here, and only for a JSON object.
 """
 
 from __future__ import annotations
@@ -259,11 +260,13 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
 
     When all of it is to be read (at most ``_WHOLE_DOCUMENT`` bytes), msgspec splits it into
     its elements' raw bytes and decodes them in C, about twice as fast as ``json`` (the
-    document's bytes, then one batch of records, are in memory). Otherwise, or where msgspec
-    refuses what ``json`` takes (``NaN``, integers past 64 bits, a lone surrogate), its
-    elements are decoded one by one by ``json``'s C decoder (``raw_decode``) from a sliding
-    window of the text, in memory bounded by the window and the largest record. Raises
-    ``_NotStructured`` if it is not one JSON array."""
+    document's bytes, then one batch of records, are in memory); when only its first
+    ``limit`` bytes are, msgspec splits them cut after an element (``_split_cut_array``).
+    Otherwise, and for what follows that cut, or where msgspec refuses what ``json`` takes
+    (``NaN``, integers past 64 bits, a lone surrogate), its elements are decoded one by one
+    by ``json``'s C decoder (``raw_decode``) from a sliding window of the text, in memory
+    bounded by the window and the largest record. Raises ``_NotStructured`` if it is not
+    one JSON array."""
     if size <= min(limit, _WHOLE_DOCUMENT) and _split_whole_array(read, acc, size=size):
         return _Summary(".[]")
     import codecs
@@ -299,10 +302,14 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
                 return pos < len(text)
 
     complete = limit >= size
-    if not skip() or text[pos] != "[":
-        raise _NotStructured("not a JSON array")
-    pos += 1
     records = _Records(acc)
+    resume = None if complete else _split_cut_array(read, records, limit)
+    if resume is not None:
+        taken = resume  # the elements msgspec split are fed: on from the first it did not
+    elif not skip() or text[pos] != "[":
+        raise _NotStructured("not a JSON array")
+    else:
+        pos += 1
     cut = False
     closed = False
     while True:
@@ -372,6 +379,18 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
     except (msgspec.DecodeError, msgspec.ValidationError):
         return False
     records = _Records(acc)
+    _add_raws(records, raws)
+    records.flush()
+    return True
+
+
+def _add_raws(records: _Records, raws: list[Any]) -> None:
+    """Decode each element msgspec split (``msgspec.Raw``) and add it to ``records``, as
+    the sliding window would (a record of more than ``_BIG_RECORD`` characters counted).
+
+    Raises:
+        _NotStructured: an element is not UTF-8 or not JSON to ``json``.
+    """
     for raw in raws:
         if len(raw) > _BIG_RECORD:
             try:
@@ -385,8 +404,59 @@ def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
             records.add(loads(raw))  # json takes what msgspec does not (1e400: infinity)
         except ValueError:  # UnicodeDecodeError included
             raise _NotStructured("not valid JSON") from None
-    records.flush()
-    return True
+
+
+_WS_BYTES = re.compile(rb"[ \t\n\r]*")
+_HEAD_PROBE = 32
+"""Bytes of the first element that a later element is looked for by, at most: its opening
+up to its first key's colon (records of one kind open alike, ``{"id":``), or these many."""
+_CUT_TRIES = 4
+
+
+def _split_cut_array(read: Read, records: _Records, limit: int) -> int | None:
+    """Feed ``records`` the elements of the first ``limit`` bytes of an array that goes on
+    past them, split by msgspec in one call: the part is closed after the last element
+    that opens as the first one does and is preceded by a comma (tried from the end, a few
+    times), and its syntax is checked whole before anything is fed. Returns where the
+    element after the last one fed starts (the caller reads on from there, one element at
+    a time), or None, with nothing fed, when no such cut reads as JSON to msgspec (or it is
+    not installed)."""
+    try:
+        import msgspec  # a C extension: only for a document that is one array
+    except ImportError:
+        return None
+    part = bytearray()
+    while len(part) < limit and (block := read(min(_BLOCK, limit - len(part)), len(part))):
+        part += block  # (one copy: a bytes join would hold the part twice)
+    if part.count(b",") >= _WHOLE_ELEMENTS:
+        return None  # many small elements: the sliding window holds less
+    opening = _WS_BYTES.match(part).end()  # type: ignore[union-attr]
+    if part[opening : opening + 1] != b"[":
+        return None
+    first = _WS_BYTES.match(part, opening + 1).end()  # type: ignore[union-attr]
+    colon = part.find(b":", first, first + _HEAD_PROBE)
+    head = bytes(part[first : colon + 1 if colon >= 0 else first + _HEAD_PROBE])
+    at = len(part)
+    for _ in range(_CUT_TRIES):
+        at = part.rfind(head, first + 1, at) if len(head) > 1 else -1
+        if at < 0:
+            return None
+        comma = at - 1
+        while part[comma] in b" \t\n\r":
+            comma -= 1
+        if part[comma] != ord(","):
+            continue
+        part[comma] = ord("]")
+        try:
+            raws = msgspec.json.decode(
+                memoryview(part)[opening : comma + 1], type=list[msgspec.Raw]
+            )
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            part[comma] = ord(",")
+            continue
+        _add_raws(records, raws)
+        return comma + 1
+    return None
 
 
 def _read_whole(read: Read, acc: _Accumulator, *, size: int) -> object | None:
