@@ -429,12 +429,14 @@ def _large(ext: ToolResultExternalizer, work: Path, outputs: dict[str, bytes]) -
     ruff = outputs.get("ruff json", b"")
     if not ruff_lines or not ruff:
         return
+    records = json.loads(ruff) * (LARGE_BYTES // len(ruff) + 1)
     large = {
         "ruff json-lines, repeated": ruff_lines * (LARGE_BYTES // len(ruff_lines) + 1),
-        "ruff json, one array": json.dumps(
-            json.loads(ruff) * (LARGE_BYTES // len(ruff) + 1), indent=2
-        ).encode(),
+        "ruff json, one array": json.dumps(records, indent=2).encode(),
+        # An API's response as most return it: the same array on one line.
+        "ruff json, one line": json.dumps(records, separators=(",", ":")).encode(),
     }
+    del records
     for name, data in large.items():
         path = work / "large.bin"
         path.write_bytes(data)
