@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given
@@ -543,19 +544,47 @@ def test_a_word_deep_in_a_long_line_grep_found_is_shown_where_it_is(
 
 
 def test_a_giant_line_yields_a_bounded_number_of_windows_of_its_strongest_words() -> None:
+    from toolswap.salience.display import WINDOW_BEFORE
     from toolswap.salience.scan import _LONG_WINDOWS, ForwardScan
 
-    # A megabyte of JSON on one line with thousands of failure words: a window is kept
-    # around the first few dozen strong ones, and the broad vocabulary is not looked for.
+    # A megabyte of JSON on one line with thousands of failure words: a few windows a
+    # piece, a few dozen in all; the whole vocabulary is looked for in its first 64 KiB
+    # only (the note that a value is missing is found there, not past them).
     records = b", ".join(b'{"id": %d, "status": "error %d"}' % (i, i) for i in range(60_000))
-    line = b'{"note": "a value is missing",' + b" " * 2000 + b'"items": [' + records + b"]}\n"
-    candidates = Candidates()
-    scan = ForwardScan(candidates)
-    for start in range(0, len(line), 64 << 10):
-        scan.feed(line[start : start + (64 << 10)])
+    note = b'"note": "a value is missing",'
+    pad = b'"pad": "' + b"x" * (200 << 10) + b'",'
+    line = b"{" + note + pad + note + b'"items": [' + records + b"]}\n"
+    windows: list[tuple[int, bytes]] = []
+
+    class Recorded(Candidates):
+        def add(self, *args: Any, match_offset: int | None = None, **kwargs: Any) -> None:
+            assert match_offset is not None
+            windows.append((match_offset, args[2]))
+            super().add(*args, match_offset=match_offset, **kwargs)
+
+    scan = ForwardScan(Recorded())
+    piece = 64 << 10
+    for start in range(0, len(line), piece):
+        scan.feed(line[start : start + piece])
     scan.finish()
 
-    assert sum(entry.count for entry in candidates.entries.values()) == _LONG_WINDOWS
-    assert all(b'"error' in entry.raw for entry in candidates.entries.values())
-    assert all(entry.match_offset is not None for entry in candidates.entries.values())
+    assert len(windows) == _LONG_WINDOWS
+    # The first note's window, and none around the second (past the first 64 KiB).
+    assert windows[0][0] == 0 and b"missing" in windows[0][1]
+    assert line.index(b"missing", 1000) - WINDOW_BEFORE not in dict(windows)
+    # A few a piece: the last of them some pieces into the items.
+    items = line.index(b'"items"')
+    assert windows[-1][0] > items + (_LONG_WINDOWS // 4 - 2) * piece  # (4 a piece)
     assert scan.newlines == 1 and scan.lines_end == len(line)
+
+
+def test_a_word_in_the_overlap_of_two_pieces_of_a_giant_line_is_recorded_once() -> None:
+    from toolswap.salience.scan import ForwardScan
+
+    line = b"x" * 8172 + b" error " + b"y" * 9000 + b"\n"  # ends 13 bytes before 8 KiB
+    candidates = Candidates()
+    scan = ForwardScan(candidates)
+    for start in range(0, len(line), 8192):
+        scan.feed(line[start : start + 8192])
+
+    assert sum(entry.count for entry in candidates.entries.values()) == 1

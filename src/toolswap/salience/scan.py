@@ -29,8 +29,14 @@ _EDGE_LIMIT = 32
 _REPEAT_SCORE = 4.0
 _SCAN_PIECE = 256 << 10
 _LONG_WINDOWS = 32
-"""Windows around a strong word recorded in one giant line, at most (the pointer lists 64
-lines of the middle in all)."""
+"""Windows recorded in one giant line, at most (the pointer lists 64 lines of the middle in
+all)..."""
+_PIECE_WINDOWS = 4
+"""... and in each piece of it, the earliest (so they are not all in the head the pointer
+shows)."""
+_LONG_BROAD = 64 << 10
+"""The first bytes of a giant line looked at for the whole vocabulary; the strongest words
+only past them."""
 
 
 class ForwardScan:
@@ -54,7 +60,6 @@ class ForwardScan:
         self._carry = b""
         # A line longer than _CARRY_MAX: its number and start, scanned piece by piece.
         self._long: tuple[int, int] | None = None
-        self._long_seen = 0
         self._long_windows = 0
         """Windows recorded in the giant line (see ``_LONG_WINDOWS``)."""
         self._overlap = b""
@@ -90,7 +95,6 @@ class ForwardScan:
         if len(rest) > _CARRY_MAX:
             # A giant line: look for matches in it as it goes, keep none of it.
             self._long = (self.newlines + 1, data_offset + cut)
-            self._long_seen = 0
             self._long_windows = 0
             self._overlap = b""
             self._carry = b""
@@ -106,38 +110,36 @@ class ForwardScan:
             self._carry = b""
 
     def _scan_long(self, part: bytes, offset: int) -> None:
-        """Record matches of the strongest words in a piece of a giant line, with their
-        byte offsets, up to ``_LONG_WINDOWS`` in the line (a megabyte of JSON on one line
-        holds thousands: looking for the whole vocabulary in it, and scoring a window
-        around each, cost 40 ms a megabyte)."""
+        """Record matches in a piece of a giant line, with their byte offsets: at most
+        ``_PIECE_WINDOWS`` a piece and ``_LONG_WINDOWS`` a line, of the whole vocabulary in
+        the line's first ``_LONG_BROAD`` bytes and of the strongest words past them (a
+        megabyte of JSON on one line holds thousands of failure words: looking for all 65
+        words in it, and scoring a window around each, cost 40 ms a megabyte)."""
         assert self._long is not None
         line_no, line_offset = self._long
         data = self._overlap + part
         base = offset - len(self._overlap)
-        room = _LONG_WINDOWS - self._long_windows
+        room = min(_LONG_WINDOWS - self._long_windows, _PIECE_WINDOWS)
         if room > 0:
             lower = data.translate(ASCII_LOWER)
-            found: set[int] = set()
-            for word in GREP_WORDS:
+            words = FIND_WORDS if base - line_offset < _LONG_BROAD else GREP_WORDS
+            found: dict[int, int] = {}
+            """Where a match starts -> where it ends."""
+            for word in words:
                 pos = lower.find(word)
                 count = 0
                 while pos >= 0 and count < room:
-                    found.add(pos)
+                    # One wholly in the last piece's overlap was recorded with that piece.
+                    if base + pos + len(word) > offset:
+                        found[pos] = max(found.get(pos, 0), pos + len(word))
+                        count += 1
                     pos = lower.find(word, pos + len(word))
-                    count += 1
-            seen = line_offset + self._long_seen
-            for pos in sorted(found):
-                if base + pos < seen:
-                    continue  # seen in the previous piece's overlap
-                if room == 0:
-                    break
+            for pos in sorted(found)[:room]:
                 begin = max(pos - WINDOW_BEFORE, 0)
                 window = data[begin : pos + SALIENT_LINE_CHARS]
                 self.candidates.add(line_no, line_offset, window, match_offset=base + begin)
                 self._long_windows += 1
-                room -= 1
         self._overlap = data[-OVERLAP:]
-        self._long_seen = base + len(data) - line_offset - len(self._overlap) + 1
 
     def scan_lines(
         self, data: bytes, begin: int, end: int, data_offset: int, newlines_before: int
