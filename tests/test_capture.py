@@ -36,6 +36,7 @@ def _capture(
     tail_keep: int = 24576,
     scan_limit: int = 1 << 30,
     tail_scan: int = 0,
+    inspect: Inspect | None = None,
 ) -> tuple[StreamCapture, CaptureStats]:
     capture = StreamCapture(
         dir_fd,
@@ -44,6 +45,7 @@ def _capture(
         tail_keep=tail_keep,
         scan_limit=scan_limit,
         tail_scan=tail_scan,
+        inspect=inspect,
     )
     for chunk in chunks:
         capture.write(chunk)
@@ -487,17 +489,21 @@ def test_where_most_lines_hold_a_failure_word_the_rest_is_searched_for_failure_f
 def test_where_most_of_the_first_lines_hold_a_strong_word_the_switch_comes_after_them(
     dir_fd: int, chunk: int
 ) -> None:
-    # Every record holds "error": grep's own count of its matches would come megabytes
-    # late (its output is read in Python), so the first 256 KiB it is fed are judged from
-    # their bytes and the search for failure forms starts right after them.
+    # Every record of JSON Lines holds "error": grep's own count of its matches would come
+    # megabytes late (its output is read in Python), so the first 256 KiB it is fed are
+    # judged from their bytes and the search for failure forms starts right after them.
     from toolswap.salience.middle_scan import SAMPLE_BYTES
+    from toolswap.structured import inspect_output
 
     lines = _lines(b'{"severity": "error", "n": %07d, "at": "0x%08x"}', 100_000)
     lines[90_000] = b'{"severity": "error", "message": "fatal: the one different line"}'
     data = b"\n".join(lines) + b"\n"
-    scan_limit = 64 * 1024
     capture, stats = _capture(
-        dir_fd, _split(data, chunk), scan_limit=scan_limit, tail_scan=128 * 1024
+        dir_fd,
+        _split(data, chunk),
+        scan_limit=16 << 20,
+        tail_scan=128 << 10,
+        inspect=inspect_output,
     )
     capture.discard()
 
@@ -506,8 +512,7 @@ def test_where_most_of_the_first_lines_hold_a_strong_word_the_switch_comes_after
     first = hits[1]
     # The Python scan's lines and the sample's whole lines, and no more (fed in small
     # chunks, grep's own count may come first, at the end of an earlier chunk).
-    grep_from = data.rfind(b"\n", 0, scan_limit) + 1  # (the line the Python scan stops in)
-    sample_end = data.count(b"\n", 0, grep_from + SAMPLE_BYTES)
+    sample_end = data.count(b"\n", 0, capture._grep_from + SAMPLE_BYTES)
     assert first.counted_to is not None
     assert (
         first.counted_to == sample_end if chunk > SAMPLE_BYTES else first.counted_to <= sample_end
@@ -516,33 +521,43 @@ def test_where_most_of_the_first_lines_hold_a_strong_word_the_switch_comes_after
     assert stats.scanned_bytes == len(data)
 
 
-def test_first_lines_that_hold_many_strong_words_but_are_few_are_not_judged_dense(
-    dir_fd: int,
-) -> None:
-    # A quarter of the lines hold three of the strongest words each, each line its own
-    # test: more words than half the lines, yet most lines hold none and no one line is
-    # most of those that do, so the whole vocabulary is searched on and a line with a
-    # strong word but no failure form is still found past the first bytes.
-    def name(i: int) -> bytes:
-        return bytes(97 + (i // 26**k) % 26 for k in range(3))
-
+def test_the_first_lines_of_a_text_log_are_not_judged_from_their_bytes(dir_fd: int) -> None:
+    # One line in twenty is the same retry: in a log, that is a flood worth counting, and
+    # a different failure after it that holds no failure form is still looked for (the
+    # lines of JSON or a table are judged from the first 256 KiB; a log's only from grep's
+    # count, past 2,000 of them).
     lines = [
-        b"checked test_%s: 0 errors, 0 failures, 0 assertions" % name(i)
-        if i % 4 == 0
-        else b"step ok"
-        for i in range(7_600)
+        b"ERROR: retry %d: upstream returned 503" % i if i % 20 == 0 else b"request %d ok" % i
+        for i in range(30_000)
     ]
-    lines = [line.ljust(199, b".") for line in lines]
-    lines[6_001] = b"the worker hit an assertion error while reading its queue"
+    lines[25_000] = b"ERROR tests/test_x.py::test_y - KeyError: 'y'"
     data = b"\n".join(lines) + b"\n"
     capture, stats = _capture(
-        dir_fd, _split(data, 4 << 20), scan_limit=64 * 1024, tail_scan=128 * 1024
+        dir_fd, _split(data, 1 << 20), scan_limit=16 << 20, tail_scan=128 << 10
     )
     capture.discard()
 
     hits = {s.line_no: s for s in stats.salient if not s.context}
-    assert hits[6_002].text.startswith("the worker hit an assertion error")
-    assert all(s.counted_to is None for s in hits.values())
+    assert hits[25_001].text == "ERROR tests/test_x.py::test_y - KeyError: 'y'"
+    assert hits[1].similar == 1_499 - 1 and hits[1].counted_to is None
+
+
+def test_a_sample_is_dense_by_its_lines_not_by_its_words() -> None:
+    from toolswap.salience.middle_scan import _dense_sample
+
+    # A quarter of the lines hold three of the strongest words each, each its own line:
+    # more words than half the lines, yet most lines hold none and no one line is most of
+    # those that do.
+    def name(i: int) -> bytes:
+        return bytes(97 + (i // 26**k) % 26 for k in range(3))
+
+    lines = [b"checked %s: 0 errors, 0 failures, 0 assertions" % name(i) for i in range(2_000)]
+    few = b"".join(line + b"\nstep ok\nstep ok\nstep ok\n" for line in lines)
+    assert not _dense_sample(few)
+    assert _dense_sample(b"".join(line + b"\nstep ok\n" + line + b"\n" for line in lines))
+    # One line, its numbers aside, most of those that hold a word.
+    assert _dense_sample(b"".join(b"x %d error\nstep ok\nstep ok\n" % i for i in range(2_000)))
+    assert not _dense_sample(b"x error\n" * 199)  # (fewer than 200 such lines)
 
 
 def test_where_one_line_repeats_in_every_record_the_rest_is_searched_for_failure_forms(
@@ -554,30 +569,34 @@ def test_where_one_line_repeats_in_every_record_the_rest_is_searched_for_failure
     # severity lines says which lines it covers, and a warning past the switch is not
     # looked for.
     from toolswap.salience.middle_scan import SAMPLE_BYTES
+    from toolswap.structured import inspect_output
 
-    lines: list[bytes] = []
+    lines: list[bytes] = [b"["]
     for i in range(40_000):
         lines += [b"  {", b'    "n": %d,' % i, b'    "at": "0x%08x",' % (i * 7)]
         lines += [b'    "name": "item %d",' % i, b'    "severity": "error",']
         lines += [b'    "size": %d,' % (i * 3), b'    "kind": "plain",', b'    "ok": true,']
         lines += [b'    "tags": []', b"  },"]
-    lines[300_004] = b'    "message": "fatal: the one different line",'
-    lines[350_004] = b'    "note": "a warning nobody asked about",'
+    lines[300_005] = b'    "message": "fatal: the one different line",'
+    lines[350_005] = b'    "note": "a warning nobody asked about",'
     data = b"\n".join(lines) + b"\n"
     capture, stats = _capture(
-        dir_fd, _split(data, 1 << 20), scan_limit=64 * 1024, tail_scan=128 * 1024
+        dir_fd,
+        _split(data, 1 << 20),
+        scan_limit=16 << 20,
+        tail_scan=128 << 10,
+        inspect=inspect_output,
     )
     capture.discard()
 
     hits = {s.line_no: s for s in stats.salient if not s.context}
-    assert hits[300_005].text.strip() == '"message": "fatal: the one different line",'
-    assert 350_005 not in hits
-    first = hits[5]
+    assert hits[300_006].text.strip() == '"message": "fatal: the one different line",'
+    assert 350_006 not in hits
+    first = hits[6]
     assert first.text.strip() == '"severity": "error",'
-    grep_from = data.rfind(b"\n", 0, 64 * 1024) + 1  # (the line the Python scan stops in)
-    assert first.counted_to == data.count(b"\n", 0, grep_from + SAMPLE_BYTES)
+    assert first.counted_to == data.count(b"\n", 0, capture._grep_from + SAMPLE_BYTES)
     # One line in ten up to the last counted is one like it.
-    assert first.similar == (first.counted_to - 5) // 10
+    assert first.similar == (first.counted_to - 6) // 10
     assert stats.scanned_bytes == len(data)
 
 
@@ -736,20 +755,34 @@ def test_long_matching_lines_near_the_end_do_not_hide_the_last_matches(dir_fd: i
     assert stats.scanned_bytes == len(data)
 
 
-@pytest.mark.parametrize("chunk", [48 << 10, 1 << 20])
+@pytest.mark.parametrize("chunk", [1 << 10, 48 << 10, 1 << 20])
 def test_a_long_line_at_the_scan_limit_is_scanned_on_and_grep_starts_after_it(
     dir_fd: int, chunk: int
 ) -> None:
     # A package's README as one JSON string, across the Python scan's limit with no line
     # end in the 64 KiB before it: the scan reads on to its end and grep searches the rest
     # (before, grep was turned off and the Python scan read as far as it could).
-    long = b'  "description": "' + b"lorem ipsum " * 25_000 + b'",'
+    long = b'  "description": "' + b"lorem ipsum " * 66_000 + b'",'
     assert len(long) > 256 << 10  # the Python scan's limit, where grep takes over
     data = long + b"\n"  # (it starts more than 64 KiB before the limit: no line ends there)
     data += b'  "k": "v",\n' * 200_000 + b'  "message": "fatal: deep in the middle",\n'
     data += b'  "k": "v",\n' * 200_000 + b"}\n"
-    capture, stats = _capture(dir_fd, _split(data, chunk), scan_limit=1 << 20, tail_scan=128 << 10)
+    read: list[int] = []
+
+    class Counted(durable.DurableIO):
+        def pread(self, fd: int, count: int, offset: int) -> bytes:
+            data = super().pread(fd, count, offset)
+            read.append(len(data))
+            return data
+
+    with durable.substituted(Counted()):
+        capture, stats = _capture(
+            dir_fd, _split(data, chunk), scan_limit=1 << 20, tail_scan=128 << 10
+        )
     capture.discard()
+    # The bytes after the limit are looked at once for the line's end, however small the
+    # chunks that bring it (and once more by the Python scan, and for the tail).
+    assert sum(read) < 4 * len(long) + (256 << 10)
 
     hits = [s.text.strip() for s in stats.salient if not s.context]
     assert hits == ['"message": "fatal: deep in the middle",']

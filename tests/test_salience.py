@@ -25,7 +25,12 @@ from toolswap.salience import (
 )
 from toolswap.salience.candidates import Entry
 from toolswap.salience.middle_scan import GrepStream
-from toolswap.salience.vocabulary import LINE_SHAPES, SECTION_TITLE
+from toolswap.salience.vocabulary import (
+    BROAD_GREP_PATTERN,
+    DENSE_GREP_PATTERN,
+    LINE_SHAPES,
+    SECTION_TITLE,
+)
 
 POINTER_MAX = 32 * 1024
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -260,6 +265,52 @@ def test_grep_searches_the_whole_vocabulary_first_then_the_strongest_words(
     assert hits[-1][2] == b"fatal: late"
     assert b"hook: Permission denied" not in [raw for _, _, raw in hits]
     assert before + after == path.read_bytes()
+
+
+def _stages(data: bytes, path: Path, blocks: list[int], **options: Any) -> list[tuple[str, int]]:
+    """The stages a structured output's search went through, fed in ``blocks``: each one's
+    pattern and where it started."""
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        grep = GrepStream(structured=True, **options)
+        offset = 0
+        for size in blocks:
+            grep.copy_from(fd, offset, size)
+            offset += size
+        assert offset == len(data)
+        assert grep.finish() is not None
+    finally:
+        os.close(fd)
+    return [(stage.pattern, start) for stage, start in grep._stages]
+
+
+def test_a_search_switched_by_grep_s_count_is_not_switched_again_by_the_sample(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolswap.salience import middle_scan
+
+    # grep's count says dense before the first 256 KiB are judged (a slow producer): the
+    # sample, dense too, adds no second stage for failure forms (whose start would cut
+    # the counts of the first).
+    monkeypatch.setattr(middle_scan, "_dense", lambda grep: grep.pattern != DENSE_GREP_PATTERN)
+    data = b'{"severity": "error", "n": 1}\n' * 40_000
+    stages = _stages(data, tmp_path / "out", [64 << 10] * 16 + [len(data) - (1 << 20)])
+    assert [pattern for pattern, _ in stages] == [BROAD_GREP_PATTERN, DENSE_GREP_PATTERN]
+
+
+def test_a_sample_judged_dense_switches_at_the_end_of_a_line_that_crosses_it(
+    tmp_path: Path,
+) -> None:
+    # Lines of 500 bytes that all hold "error" (fewer than grep's own count needs), then a
+    # line of 100 KiB across the sample's end, fed as a block of its own: the switch waits
+    # for that line's end.
+    dense = (b'{"severity": "error", "note": "' + b"n" * 464 + b'"}\n') * 500
+    long = b'{"severity": "ok", "note": "' + b"x" * (100 << 10) + b'"}\n'
+    data = dense + long + dense
+    blocks = [len(dense), len(long) - 1, 1 + len(dense)]
+    stages = _stages(data, tmp_path / "out", blocks)
+    assert stages == [(BROAD_GREP_PATTERN, 0), (DENSE_GREP_PATTERN, len(dense) + len(long))]
 
 
 def test_a_pointer_for_the_default_settings_stays_within_32_kib_with_many_failures(

@@ -201,6 +201,8 @@ class StreamCapture:
         self._grep_limit = min(scan_limit, _GREP_HANDOFF)
         self._sniffed = inspect is None
         """Whether the head was looked at for structure (see ``_STRUCTURED_HANDOFF``)."""
+        self._structured = False
+        """The head reads as JSON, JSON Lines or a table (see ``_sniff_head``)."""
         self._tail_scan = tail_scan
         # Past the Python scan, newlines are left for grep to count (see _count_uncounted).
         self._counter = OutputCounter(lines_to=self._grep_limit if tail_scan else None)
@@ -223,6 +225,9 @@ class StreamCapture:
         self._searched_to: int | None = None
         """Where a search stopped for lines that nearly all match (see ``_DENSE_TAIL``)."""
         self._line_run = 0
+        self._line_searched = 0
+        """Bytes past the scan limit looked at for the end of a long line across it (see
+        ``_grep_start``; 0: none yet)."""
         self._feed: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
         """Written chunks for grep, as (length, index of the last newline or -1): grep
         reads the bytes back from the file, so the queue holds none of the output."""
@@ -334,6 +339,7 @@ class StreamCapture:
         except Exception:  # a surprise here costs nothing but the early hand-off
             return
         if kind is not None:
+            self._structured = True
             self._grep_limit = min(self._grep_limit, max(self._scanned, _STRUCTURED_HANDOFF))
 
     def _to_grep(self, chunk: bytes) -> None:
@@ -394,36 +400,15 @@ class StreamCapture:
             if self._counter.binary:
                 self._grep_off = True  # binary output has no failure lines to list
                 return
-            probe = min(_BOUNDARY_PROBE, limit)
-            before = durable.current().pread(self._fd, probe, limit - probe)
-            newline = before.rfind(b"\n")
-            if len(before) < probe:
-                self._grep_off = True
+            begin = self._grep_start(limit)
+            if begin is None:
                 return
-            if newline >= 0:
-                start = limit - probe + newline + 1
-            else:
-                # A long line at the limit (a JSON string of a package's whole README): the
-                # forward scan reads on to its end, and grep starts after it.
-                after = durable.current().pread(
-                    self._fd, min(self._bytes_written - limit, _LONG_LINE_READ), limit
-                )
-                newline = after.find(b"\n")
-                if newline < 0:
-                    # A giant line: the scan note covers it (or its end is still to come).
-                    self._grep_off = len(after) >= _LONG_LINE_READ
-                    return
-                start = limit + newline + 1
-                if start > self._scan_limit:
-                    self._grep_off = True  # past where the Python scan may read
-                    return
-                self._grep_limit = start  # (the writer's scan in memory stops at the old one)
             try:
-                self._grep = GrepStream()
+                self._grep = GrepStream(structured=self._structured)
             except OSError:
                 self._grep_off = True
                 return
-            self._grep_from = start
+            self._grep_from = begin
             self._grep.copy_from(self._fd, self._grep_from, self._bytes_written - self._grep_from)
             return
         # grep holds a whole line in memory: stop it on a giant line (the Python scans
@@ -442,6 +427,40 @@ class StreamCapture:
             self._grep_off = True
         elif self._grep.failed:
             self._grep_off = True  # the Python scans take over (see _scan_with)
+
+    def _grep_start(self, limit: int) -> int | None:
+        """Where grep starts (feeder thread): the start of the line the Python scan's
+        ``limit`` falls in, or, for a line that began more than ``_BOUNDARY_PROBE`` bytes
+        before it, the end of that line, to which the Python scan then reads on (None: not
+        yet known, or ``_grep_off`` is set). Each byte is read once, however small the
+        chunks that bring the line's end."""
+        if self._line_searched == 0:
+            probe = min(_BOUNDARY_PROBE, limit)
+            before = durable.current().pread(self._fd, probe, limit - probe)
+            if len(before) < probe:
+                self._grep_off = True
+                return None
+            newline = before.rfind(b"\n")
+            if newline >= 0:
+                return limit - probe + newline + 1
+        # A long line at the limit (a JSON string of a package's whole README): the forward
+        # scan reads on to its end, and grep starts after it.
+        searched = self._line_searched
+        after = durable.current().pread(
+            self._fd, min(self._bytes_written - limit, _LONG_LINE_READ) - searched, limit + searched
+        )
+        newline = after.find(b"\n")
+        if newline < 0:
+            # A giant line: the scan note covers it (or its end is still to come).
+            self._line_searched = searched + len(after)
+            self._grep_off = self._line_searched >= _LONG_LINE_READ
+            return None
+        start = limit + searched + newline + 1
+        if start > self._scan_limit:
+            self._grep_off = True  # past where the Python scan may read
+            return None
+        self._grep_limit = start  # (the writer's scan in memory stops at the old one)
+        return start
 
     def _forward_scan(self, pos: int, limit: int) -> int:
         """Feed the forward scanner the file's bytes from ``pos`` up to ``limit``."""

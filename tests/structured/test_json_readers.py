@@ -416,3 +416,15 @@ def test_a_cut_inside_an_element_that_opens_alike_falls_back_to_an_earlier_one(
     assert fast == slow and fast is not None
     assert resumed == [data.index(b'{"id": 50,') - 1]  # (after the comma before it)
     assert ".[]: 50 objects" in fast.text
+
+
+def test_a_part_cut_inside_a_character_is_outlined(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = json.dumps([{"name": "é" * 40, "n": i} for i in range(2_000)], ensure_ascii=False)
+    raw = data.encode()
+    cut = raw.index("é".encode(), len(raw) // 2) + 1  # between the two bytes of an é
+    for split in (True, False):  # by msgspec, then element by element alone
+        with monkeypatch.context() as patch:
+            if not split:
+                patch.setattr(_read_json, "_split_cut_array", lambda *args: None)
+            found = outline("json", lambda n, at: raw[at : at + n], len(raw), scan_limit=cut)
+        assert found is not None and "objects" in found.text

@@ -70,8 +70,15 @@ class GrepStream:
         OSError: no ``grep`` on PATH, or it could not be started.
     """
 
-    def __init__(self, *, broad_bytes: int = BROAD_BYTES) -> None:
+    def __init__(self, *, broad_bytes: int = BROAD_BYTES, structured: bool = False) -> None:
         self._broad_bytes = broad_bytes
+        self._structured = structured
+        """The output reads as JSON, JSON Lines or a table: its first ``SAMPLE_BYTES`` are
+        judged from their own bytes (see ``_dense_sample``). A text log's are not: a
+        repeated failure line there is counted until grep's own count says it is dense
+        (``DENSE_MATCHES``), and lines past it keep the whole vocabulary that long."""
+        self._sample_dense = False
+        """The sample was judged dense: the switch waits for a line end (see copy_from)."""
         self._stages: list[tuple[_Grep, int]] = [(_Grep(BROAD_GREP_PATTERN), 0)]
         self._origin: int | None = None
         self._fd = -1
@@ -95,21 +102,24 @@ class GrepStream:
         self._fd = fd
         grep = self._stages[-1][0]
         end = offset + count
-        forms = not self._forms and (_dense(grep) or _repetitive(grep))
+        forms = not self._forms and (self._sample_dense or _dense(grep) or _repetitive(grep))
         switch: int | None = None
         """Where the next stage starts (a line boundary in this block)."""
-        if not self._judged and end - self._origin >= SAMPLE_BYTES:
+        if self._structured and not self._judged and end - self._origin >= SAMPLE_BYTES:
             # grep's own count comes megabytes late (its output is read in Python, behind
             # what it was fed): the first bytes are judged from themselves.
             self._judged = True
-            sample = os.pread(fd, SAMPLE_BYTES, self._origin)
-            if not forms and _dense_sample(sample):
-                forms = True
-                switch = self._origin + sample.rfind(b"\n") + 1
+            if not (forms or self._forms):  # (a stage for failure forms is there, or due)
+                sample = os.pread(fd, SAMPLE_BYTES, self._origin)
+                if _dense_sample(sample):
+                    self._sample_dense = forms = True
+                    switch = self._origin + sample.rfind(b"\n") + 1
         if forms or (len(self._stages) == 1 and end - self._origin > self._broad_bytes):
             if switch is None or switch <= offset:
-                # One search ends at a line boundary, the next starts there.
-                newline = os.pread(fd, count, offset).rfind(b"\n")
+                # One search ends at a line boundary, the next starts there: the first in
+                # this block for a sample's switch past due, else the last.
+                block = os.pread(fd, count, offset)
+                newline = block.find(b"\n") if self._sample_dense else block.rfind(b"\n")
                 switch = None if newline < 0 else offset + newline + 1
             if switch is not None:  # (else: at a later block's line boundary)
                 grep.copy_from(fd, offset, switch - offset)

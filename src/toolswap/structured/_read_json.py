@@ -286,7 +286,7 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
             return False
         taken += len(block)
         try:
-            chunk = utf8.decode(block, final=taken >= limit)
+            chunk = utf8.decode(block, final=taken >= size)  # (a cut may split a character)
         except UnicodeDecodeError:
             raise _NotStructured("not UTF-8") from None
         text = text[pos:] + chunk
