@@ -62,9 +62,10 @@ class GrepStream:
     for the strongest words (``salience.GREP_PATTERN``), each by its own process, switched
     at a line boundary; where most lines match, or one line (its numbers aside) is most
     of the matches, the rest for failure forms (``salience.DENSE_GREP_PATTERN``), judged
-    from grep's matches as they are read and, for the first ``SAMPLE_BYTES``, from their
-    own bytes (grep's output is read megabytes behind what it was fed). Same interface as
-    one ``_Grep``; line numbers and byte offsets count from the first byte fed.
+    from grep's matches as they are read and, for the first ``SAMPLE_BYTES`` of structured
+    output, from their own bytes (grep's output is read megabytes behind what it was fed).
+    Same interface as one ``_Grep``; line numbers and byte offsets count from the first
+    byte fed.
 
     Raises:
         OSError: no ``grep`` on PATH, or it could not be started.
