@@ -639,3 +639,19 @@ def test_a_word_in_the_overlap_of_two_pieces_of_a_giant_line_is_recorded_once() 
         scan.feed(line[start : start + 8192])
 
     assert sum(entry.count for entry in candidates.entries.values()) == 1
+
+
+def test_a_giant_line_is_looked_at_for_weak_words_in_its_first_64_kib_whatever_its_pieces() -> None:
+    from toolswap.salience.scan import ForwardScan
+
+    # Read back from the file a megabyte at a time, or fed as it streamed: a weak word is
+    # found 10 KB into the line, not 200 KB into it.
+    line = b"x" * 10_000 + b" a value is missing " + b"x" * 200_000
+    line += b" another value is missing " + b"x" * 1_300_000 + b"\n"
+    for piece in (1 << 20, 4096):
+        candidates = Candidates()
+        scan = ForwardScan(candidates)
+        for start in range(0, len(line), piece):
+            scan.feed(line[start : start + piece])
+        windows = sorted(entry.match_offset or 0 for entry in candidates.entries.values())
+        assert len(windows) == 1 and windows[0] < 10_020, piece

@@ -122,18 +122,20 @@ class ForwardScan:
         room = min(_LONG_WINDOWS - self._long_windows, _PIECE_WINDOWS)
         if room > 0:
             lower = data.translate(ASCII_LOWER)
-            words = FIND_WORDS if base - line_offset < _LONG_BROAD else GREP_WORDS
+            broad = max(line_offset + _LONG_BROAD - base, 0)
+            """The bytes of ``data`` within the line's first ``_LONG_BROAD``."""
             found: dict[int, int] = {}
             """Where a match starts -> where it ends."""
-            for word in words:
-                pos = lower.find(word)
+            for word in FIND_WORDS if broad else GREP_WORDS:
+                stop = len(lower) if word in GREP_WORDS else broad + len(word) - 1
+                pos = lower.find(word, 0, stop)
                 count = 0
                 while pos >= 0 and count < room:
                     # One wholly in the last piece's overlap was recorded with that piece.
                     if base + pos + len(word) > offset:
                         found[pos] = max(found.get(pos, 0), pos + len(word))
                         count += 1
-                    pos = lower.find(word, pos + len(word))
+                    pos = lower.find(word, pos + len(word), stop)
             for pos in sorted(found)[:room]:
                 begin = max(pos - WINDOW_BEFORE, 0)
                 window = data[begin : pos + SALIENT_LINE_CHARS]
