@@ -655,3 +655,19 @@ def test_a_giant_line_is_looked_at_for_weak_words_in_its_first_64_kib_whatever_i
             scan.feed(line[start : start + piece])
         windows = sorted(entry.match_offset or 0 for entry in candidates.entries.values())
         assert len(windows) == 1 and windows[0] < 10_020, piece
+
+
+def test_weak_words_early_in_a_piece_of_a_giant_line_leave_room_for_a_strong_one() -> None:
+    from toolswap.salience.scan import ForwardScan
+
+    # A "timeout" field in every record of a one-line document, and one Traceback 300 KB
+    # in: read back in one piece, the piece's few windows go to the strong word first.
+    records = b",".join(b'{"id": %d, "timeout": 30}' % i for i in range(40_000))
+    at = records.index(b"},", 300_000) + 1
+    line = records[:at] + b', {"log": "Traceback (most recent call last):"}' + records[at:]
+    candidates = Candidates()
+    scan = ForwardScan(candidates)
+    for start in range(0, len(line), 1 << 20):
+        scan.feed(line[start : start + (1 << 20)])
+
+    assert any(b"Traceback (most recent" in entry.raw for entry in candidates.entries.values())

@@ -124,19 +124,22 @@ class ForwardScan:
             lower = data.translate(ASCII_LOWER)
             broad = max(line_offset + _LONG_BROAD - base, 0)
             """The bytes of ``data`` within the line's first ``_LONG_BROAD``."""
-            found: dict[int, int] = {}
-            """Where a match starts -> where it ends."""
+            found: dict[int, bool] = {}
+            """Where a match starts -> whether a strongest word does."""
             for word in FIND_WORDS if broad else GREP_WORDS:
-                stop = len(lower) if word in GREP_WORDS else broad + len(word) - 1
+                strong = word in GREP_WORDS
+                stop = len(lower) if strong else broad + len(word) - 1
                 pos = lower.find(word, 0, stop)
                 count = 0
                 while pos >= 0 and count < room:
                     # One wholly in the last piece's overlap was recorded with that piece.
                     if base + pos + len(word) > offset:
-                        found[pos] = max(found.get(pos, 0), pos + len(word))
+                        found[pos] = found.get(pos, False) or strong
                         count += 1
                     pos = lower.find(word, pos + len(word), stop)
-            for pos in sorted(found)[:room]:
+            # The strongest words' first, then the rest (a "timeout" in every record of a
+            # JSON document must not crowd out its one Traceback), in order of position.
+            for pos in sorted(sorted(found, key=lambda at: (not found[at], at))[:room]):
                 begin = max(pos - WINDOW_BEFORE, 0)
                 window = data[begin : pos + SALIENT_LINE_CHARS]
                 self.candidates.add(line_no, line_offset, window, match_offset=base + begin)
