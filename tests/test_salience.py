@@ -671,3 +671,20 @@ def test_weak_words_early_in_a_piece_of_a_giant_line_leave_room_for_a_strong_one
         scan.feed(line[start : start + (1 << 20)])
 
     assert any(b"Traceback (most recent" in entry.raw for entry in candidates.entries.values())
+
+
+def test_a_giant_line_read_back_whole_gets_windows_as_one_streamed_in_pieces() -> None:
+    from toolswap.salience.scan import ForwardScan
+
+    # A one-line document with a Traceback 300 KB in, fed whole with its newline (as a
+    # read back of the file gives it): not its first match alone.
+    records = b",".join(b'{"id": %d, "timeout": 30}' % i for i in range(30_000))
+    at = records.index(b"},", 300_000) + 1
+    line = records[:at] + b', {"log": "Traceback (most recent call last):"}' + records[at:]
+    candidates = Candidates()
+    scan = ForwardScan(candidates)
+    scan.feed(line + b"\n")
+
+    windows = [entry for entry in candidates.entries.values() if entry.match_offset is not None]
+    assert any(b"Traceback (most recent" in entry.raw for entry in windows)
+    assert scan.newlines == 1 and scan.lines_end == len(line) + 1

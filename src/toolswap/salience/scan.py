@@ -34,6 +34,9 @@ all)..."""
 _PIECE_WINDOWS = 4
 """... and in each piece of it, the earliest (so they are not all in the head the pointer
 shows)."""
+_WHOLE_GIANT = 64 << 10
+"""A whole line longer than this is looked at as a giant line (``_scan_giant``); a shorter
+one keeps its first match."""
 _LONG_BROAD = 64 << 10
 """The first bytes of a giant line looked at for the whole vocabulary; the strongest words
 only past them."""
@@ -180,6 +183,15 @@ class ForwardScan:
             line_no += lower.count(b"\n", counted_to, start)
             counted_to = start
             pos = starts[start]
+            stop = lower.find(b"\n", start)
+            stop = stop if stop >= 0 else len(lower)
+            if stop - start > _WHOLE_GIANT:
+                # A giant line that came whole (read back in one piece): windows as when it
+                # streams in pieces, not its first match alone.
+                self._scan_giant(
+                    data[begin + start : begin + stop], line_no, data_offset + begin + start
+                )
+                continue
             if pos - start > RAW_KEEP - SALIENT_LINE_CHARS:
                 # The match lies deep in a long line: keep a window around it.
                 window = max(pos - WINDOW_BEFORE, start)
@@ -190,11 +202,19 @@ class ForwardScan:
                     match_offset=data_offset + begin + window,
                 )
                 continue
-            stop = lower.find(b"\n", start)
-            stop = stop if stop >= 0 else len(lower)
             self.candidates.add(
                 line_no, data_offset + begin + start, data[begin + start : begin + stop]
             )
+
+    def _scan_giant(self, line: bytes, line_no: int, offset: int) -> None:
+        """Record windows in a whole giant line as ``_scan_long`` does in a streaming one
+        (the state of a giant line streaming in, if any, is kept)."""
+        kept = self._long, self._long_windows, self._overlap
+        self._long, self._long_windows, self._overlap = (line_no, offset), 0, b""
+        try:
+            self._scan_long(line, offset)
+        finally:
+            self._long, self._long_windows, self._overlap = kept
 
 
 class Scanner:
