@@ -32,8 +32,8 @@ _LONG_WINDOWS = 32
 """Windows recorded in one giant line, at most (the pointer lists 64 lines of the middle in
 all)..."""
 _PIECE_WINDOWS = 4
-"""... and in each piece of it, the earliest (so they are not all in the head the pointer
-shows)."""
+"""... and in each piece of it (so they are not all in the head the pointer shows): the
+strongest words' first, the earliest of each kind."""
 _WHOLE_GIANT = 64 << 10
 """A whole line longer than this is looked at as a giant line (``_scan_giant``); a shorter
 one keeps its first match."""
