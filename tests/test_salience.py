@@ -657,14 +657,20 @@ def test_a_giant_line_is_looked_at_for_weak_words_in_its_first_64_kib_whatever_i
         assert len(windows) == 1 and windows[0] < 10_020, piece
 
 
+def _timeout_document(records: int) -> bytes:
+    """A one-line JSON document: a "timeout" field in every record, and one Traceback
+    300 KB in."""
+    joined = b",".join(b'{"id": %d, "timeout": 30}' % i for i in range(records))
+    at = joined.index(b"},", 300_000) + 1
+    return joined[:at] + b', {"log": "Traceback (most recent call last):"}' + joined[at:]
+
+
 def test_weak_words_early_in_a_piece_of_a_giant_line_leave_room_for_a_strong_one() -> None:
     from toolswap.salience.scan import ForwardScan
 
     # A "timeout" field in every record of a one-line document, and one Traceback 300 KB
     # in: read back in one piece, the piece's few windows go to the strong word first.
-    records = b",".join(b'{"id": %d, "timeout": 30}' % i for i in range(40_000))
-    at = records.index(b"},", 300_000) + 1
-    line = records[:at] + b', {"log": "Traceback (most recent call last):"}' + records[at:]
+    line = _timeout_document(40_000)
     candidates = Candidates()
     scan = ForwardScan(candidates)
     for start in range(0, len(line), 1 << 20):
@@ -678,9 +684,7 @@ def test_a_giant_line_read_back_whole_gets_windows_as_one_streamed_in_pieces() -
 
     # A one-line document with a Traceback 300 KB in, fed whole with its newline (as a
     # read back of the file gives it): not its first match alone.
-    records = b",".join(b'{"id": %d, "timeout": 30}' % i for i in range(30_000))
-    at = records.index(b"},", 300_000) + 1
-    line = records[:at] + b', {"log": "Traceback (most recent call last):"}' + records[at:]
+    line = _timeout_document(30_000)
     candidates = Candidates()
     scan = ForwardScan(candidates)
     scan.feed(line + b"\n")
