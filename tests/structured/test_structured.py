@@ -152,7 +152,7 @@ def test_a_large_output_is_outlined_from_a_share_of_it_and_a_smaller_one_whole(
     tmp_path: Path,
 ) -> None:
     """The outline runs after the capture: of an output past 6 MiB it parses a 32nd (at
-    least 4 MiB), and says its counts are of that part; one of 6 MiB is parsed whole."""
+    least 2 MiB), and says its counts are of that part; one of 6 MiB is parsed whole."""
     line = json.dumps({"id": 0, "name": "x" * 60, "status": "ok"}).encode() + b"\n"
     ext = ToolResultExternalizer(tmp_path / "session")
     for size, whole in ((6 << 20, True), (9 << 20, False)):
@@ -162,15 +162,15 @@ def test_a_large_output_is_outlined_from_a_share_of_it_and_a_smaller_one_whole(
             lines = data.count(b"\n")
             assert f"JSON Lines, {lines:,} records, parsed whole ({len(data):,} bytes)" in text
         else:
-            lines = data[: 4 << 20].count(b"\n")
+            lines = data[: 2 << 20].count(b"\n")
             assert (
-                f"JSON Lines, outline of the first {4 << 20:,} of {len(data):,} bytes: "
+                f"JSON Lines, outline of the first {2 << 20:,} of {len(data):,} bytes: "
                 f"{lines:,} records in them ---"
             ) in text
     array = json.dumps([json.loads(line)] * ((9 << 20) // len(line))).encode()
     text = ext.externalize(array, "api").context_text
     assert (
-        f"--- structure: JSON array, outline of the first {4 << 20:,} of {len(array):,} bytes "
+        f"--- structure: JSON array, outline of the first {2 << 20:,} of {len(array):,} bytes "
         "(the counts below are of that part) ---"
     ) in text
 
