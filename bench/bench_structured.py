@@ -306,11 +306,11 @@ def _outputs(work: Path) -> list[tuple[str, str, bytes, str | None]]:
     if npm is not None:
         # npm's own install is a real dependency tree: ``dependencies`` maps package names
         # to entries (a map of names, not of fields), nested.
-        home = Path(npm).resolve().parent.parent
-        tree = _run([npm, "ls", "--all", "--json", "--long"], cwd=home)
-        out.append(("npm ls --all --json --long", "json", tree, None))
+        npm_home = Path(npm).resolve().parent.parent
+        npm_tree = _run([npm, "ls", "--all", "--json", "--long"], cwd=npm_home)
+        out.append(("npm ls --all --json --long", "json", npm_tree, None))
         bad, at = _insert(
-            "json", tree, {"invalid": "1.0.0 does not satisfy ^2.0.0", "error": "ELSPROBLEMS"}
+            "json", npm_tree, {"invalid": "1.0.0 does not satisfy ^2.0.0", "error": "ELSPROBLEMS"}
         )
         out.append(("npm ls + invalid entry", "json", bad, at))
     return out
