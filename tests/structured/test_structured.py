@@ -238,6 +238,24 @@ def test_json_lines_and_csv_are_queried_as_arrays_of_records(
     )
 
 
+def test_a_cell_of_more_digits_than_int_converts_is_its_text(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """``int`` refuses more than 4,300 digits: such a cell (in the sample, and past it in a
+    column that can carry a failure sign) is read as its text, by the outline and by a
+    query, which both failed on it."""
+    rows = ["id,value,status"] + [f"{i},{i * 3},ok" for i in range(1000)]
+    rows[10] = "9," + "1" * 5000 + ",ok"
+    rows[700] = "700,1," + "7" * 5000
+    table = "\n".join(rows) + "\n"
+    text = externalizer.externalize(table, "sqlite3").context_text
+    assert "CSV table, 1,000 rows, parsed whole" in text
+    assert "value: int|str" in text
+    ref = externalizer.externalize(table, "sqlite3").artifact
+    assert json.loads(query_artifact(externalizer.reader, ref, ".[9].value").text) == "1" * 5000
+    assert query_artifact(externalizer.reader, ref, ".[2].value").text == "6\n"
+
+
 def test_a_bad_expression_is_refused_before_the_artifact_is_touched(
     externalizer: ToolResultExternalizer,
 ) -> None:

@@ -135,7 +135,10 @@ def _cell(text: str) -> object:
     if text == "":
         return None
     if _INT.match(text):
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:  # more digits than ``int`` converts (4,300): the text it is
+            return text
     if _FLOAT.match(text):
         return float(text)
     if text in ("true", "false", "True", "False"):
