@@ -333,6 +333,20 @@ def test_a_record_nested_600_deep_gives_no_outline_and_no_error() -> None:
     assert _outline(data) is None
 
 
+def test_objects_nested_20000_deep_give_no_outline_in_bounded_memory() -> None:
+    """Past the tree pass's depth the event pass reads the envelope, whose every level
+    holds its path: 120 KB of ``{"a":`` took 790 MiB (traced: hundreds of MiB) and seconds
+    before the depth was bounded."""
+    data = b'{"a":' * 20_000 + b"1" + b"}" * 20_000
+    tracemalloc.start()
+    try:
+        assert _outline(data) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20
+
+
 def test_a_json_lines_record_nested_too_deep_to_walk_gives_no_outline() -> None:
     deep = '{"a":[' * 495 + "1" + "]}" * 495
     lines = [deep] * 3 + [json.dumps({"id": i}) for i in range(5)]
