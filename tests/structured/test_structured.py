@@ -95,6 +95,18 @@ def test_json_lines_are_outlined_and_a_line_that_is_not_json_is_named(
     assert ".[1500]:" in text and "error field" in text
 
 
+def test_two_lines_that_are_json_only_joined_are_not_records() -> None:
+    """``{...},[{...}`` and ``{...}]`` are no JSON alone, but two values once a batch of
+    lines is joined into one array: each line is read on its own."""
+    lines = [json.dumps({"id": i, "status": "ok"}) for i in range(60)]
+    lines += ['{"id": 60, "status": "ok"},[{"id": 61, "status": "failed"}', '{"id": 62}]']
+    lines += [json.dumps({"id": i, "status": "ok"}) for i in range(63, 70)]
+    data = ("\n".join(lines) + "\n").encode()
+    text = inspect_output(data, _read(data), len(data))
+    assert "JSON Lines, 67 records" in text
+    assert "lines that are not JSON: 61, 62" in text
+
+
 def test_a_csv_table_is_outlined_with_its_header_and_typed_columns(
     externalizer: ToolResultExternalizer,
 ) -> None:

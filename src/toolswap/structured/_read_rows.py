@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator
 from itertools import islice, repeat
 
-from ._decode import loads
+from ._decode import loads_each
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
@@ -47,17 +47,18 @@ def _scan_jsonl(read: Read, limit: int, acc: _Accumulator, *, complete: bool) ->
     batch: list[bytes] = []
 
     def flush() -> None:
-        # A batch of lines parsed as one array, by msgspec where it can (C speed);
-        # if that fails, or a line held more than one value, line by line.
+        # A batch of lines, each parsed on its own by msgspec where it can (C speed; a
+        # batch joined into one array took lines that are not JSON alone, such as
+        # ``{...},[{...}`` and ``{...}]``, for two records); if one fails, line by line.
         nonlocal index
         first = line_no - len(batch) + 1
         lines = [(n, line) for n, line in enumerate(batch, first) if line.strip()]
         try:
-            joined = loads(b"[" + b",".join(line for _, line in lines) + b"]")
+            values: list[object] | None = loads_each([line for _, line in lines])
         except ValueError:
-            joined = None
-        if isinstance(joined, list) and len(joined) == len(lines):
-            acc.batch(".[]", ".", index, joined)
+            values = None
+        if values is not None:
+            acc.batch(".[]", ".", index, values)
         else:
             # A line that is not JSON keeps its place: record N is the Nth line that is not
             # blank, as a record read (``read --record N``) counts them.
