@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolswap.structured import _read_json
+from toolswap.structured import _read_json, _read_tree
 from toolswap.structured._read_tree import _Fallback
 from toolswap.structured.outline import Outline, outline
 
@@ -34,9 +34,13 @@ def _by_events(data: bytes, monkeypatch: pytest.MonkeyPatch) -> Outline | None:
         return _outline(data)
 
 
-def _by_tree(data: bytes, monkeypatch: pytest.MonkeyPatch, *, taken: bool = True) -> Outline | None:
+def _by_tree(
+    data: bytes, monkeypatch: pytest.MonkeyPatch, *, taken: bool = True, reread: bool = False
+) -> Outline | None:
     """The outline with the pass over raw members; ``taken``: that pass read the document
-    to its end (else it handed it to the event pass)."""
+    to its end (else it handed it to the event pass); ``reread``: it reads again the
+    entries of a map of names read as envelope (as it does by default; off, its outline is
+    the event pass's)."""
     ends: list[str] = []
     scan = _read_json._scan_tree  # type: ignore[attr-defined]
 
@@ -51,6 +55,7 @@ def _by_tree(data: bytes, monkeypatch: pytest.MonkeyPatch, *, taken: bool = True
 
     with monkeypatch.context() as patch:
         patch.setattr(_read_json, "_scan_tree", watched)
+        patch.setattr(_read_tree, "REREAD_ENTRIES", reread)
         found = _outline(data)
     assert ends == (["read"] if taken else ["handed over"])
     return found
@@ -86,7 +91,47 @@ def test_the_pass_over_raw_members_builds_the_event_pass_s_outline(
     doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = json.dumps(doc).encode()
-    assert _by_tree(data, monkeypatch) == _by_events(data, monkeypatch)
+    events = _by_events(data, monkeypatch)
+    assert _by_tree(data, monkeypatch) == events
+    # Reading again the entries of a map of names changes its records, not the counts.
+    reread = _by_tree(data, monkeypatch, reread=True)
+    assert (reread is None) == (events is None)
+    if reread is not None and events is not None:
+        assert (reread.records, reread.complete) == (events.records, events.complete)
+        assert reread.text.splitlines()[0] == events.text.splitlines()[0]
+        if _UNSHOWN not in events.text:
+            assert reread == events
+
+
+_UNSHOWN = "the outline does not show: query the artifact)"
+
+
+
+
+def test_the_arrays_in_the_entries_of_a_map_of_names_are_walked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An object keyed by paths, each an array of diagnostics: the arrays of its first
+    entries were read as collections of their own before its keys said it was a map, then
+    dropped, and with them the one error in them (found by a review). The pass over raw
+    members reads those entries again; the event pass says what it does not show."""
+    doc = {f"src/mod_{f}.py": [{"line": n, "severity": "info"} for n in range(50)] for f in range(10)}
+    doc["src/mod_0.py"][33] = {"line": 33, "severity": "error", "message": "undefined name"}
+    data = json.dumps(doc).encode()
+    tree = _by_tree(data, monkeypatch, reread=True)
+    assert tree is not None
+    assert ".[][]  object  500 items" in tree.text
+    assert '"error" ×1' in tree.text and '.["src/mod_0.py"]: [' in tree.text
+    assert "<- severity=error" in tree.text
+    events = _by_events(data, monkeypatch)
+    assert events is not None and ".[][]  object  400 items" in events.text
+    assert "hold 100 elements " + _UNSHOWN in events.text
+    tests = {
+        "passed-tests": [{"name": f"t{i}", "status": "passed"} for i in range(200)],
+        "failed-tests": [{"name": "test_login", "status": "failed", "error": "AssertionError"}],
+    }
+    found = _by_tree(json.dumps(tests).encode(), monkeypatch, reread=True)
+    assert found is not None and "test_login" in found.text and "status=failed" in found.text
 
 
 def _names_map(count: int) -> dict[str, object]:

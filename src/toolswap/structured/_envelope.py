@@ -38,16 +38,28 @@ class _Summary:
         """A map of names collapsed after it was read: the envelope object it was."""
 
 
-def _collapse(node: dict[Any, Any], path: str, acc: _Accumulator, total: int) -> _Summary:
+def _collapse(
+    node: dict[Any, Any], path: str, acc: _Accumulator, total: int, *, reread: bool = False
+) -> _Summary:
     """An envelope object whose keys turned out to be names (its first were read as
     fields): its members become the records of a collection ``path[]``, and what was read
     as envelope below it (collections, fields) is dropped. Members past the envelope's
-    ``_ENVELOPE_MEMBERS`` are counted; arrays inside the members were counted as
-    collections of their own and are empty in the records walked."""
+    ``_ENVELOPE_MEMBERS`` are counted. Arrays inside the members were read as collections of
+    their own: ``reread``, the caller reads the members again, whole, as records (the pass
+    over raw members can); else they are empty in the records walked, and a note says how
+    many of their elements the outline does not show."""
     pattern = (path or ".") + "[]"
     below = (path + ".", path + "[") if path else (".",)
+    unshown = 0
     for name in [p for p in acc.collections if p.startswith(below)]:
+        if name[:-2] not in acc.maps:  # (a map's entries stay in its records: ``_plain``)
+            unshown += acc.collections[name].count
         del acc.collections[name]
+    if unshown and not reread and len(acc.notes) < 8:
+        acc.notes.append(
+            f"(the arrays in the first entries of {path or '.'} hold {unshown:,} elements"
+            " the outline does not show: query the artifact)"
+        )
     dropped = [p for p in acc.fields if p.startswith(below)]
     for name in dropped:
         del acc.fields[name]

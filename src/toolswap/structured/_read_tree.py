@@ -35,6 +35,11 @@ _DEPTH = 200
 """Envelope objects nested deeper than this are left to the event pass (a Python frame
 each)."""
 
+REREAD_ENTRIES = True
+"""Whether the members of an object keyed by names that were read as envelope are read
+again as records (see ``collapse`` in ``_scan_tree``); tests turn it off to hold this pass
+to the event pass's outline, which cannot read them again."""
+
 _OBJECT, _ARRAY = b"{["
 _OPENERS = (_OBJECT, _ARRAY)
 
@@ -156,7 +161,7 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
         return _Summary(pattern)
 
     def names(summary: _Summary, path: str, rest: list[tuple[str, Any]]) -> None:
-        """The members of an object keyed by names, after those it was read with: records."""
+        """The members of an object keyed by names: records."""
         source = summary.source
         assert source is not None
         for key, raw in rest:
@@ -168,6 +173,25 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
             acc.record(summary.pattern, where, value, oversized=oversized)
             if len(source) < _ENVELOPE_MEMBERS:
                 source[key] = value
+
+    def collapse(
+        path: str, items: list[tuple[str, Any]], node: dict[str, object], *, ended: bool
+    ) -> _Summary:
+        """An object whose keys turned out to be names: what was read below it as envelope
+        is dropped, and every member is read again from its raw bytes as a record (an array
+        in one, read as a collection of its own, would be empty in it). Without
+        ``REREAD_ENTRIES``, as the event pass does: the members read become records as they
+        were read, and at the object's ``ended`` those past the envelope's room are counted.
+        """
+        if not REREAD_ENTRIES:
+            if ended:
+                return _collapse(node, path, acc, len(items))
+            summary = _collapse(node, path, acc, len(node))
+            names(summary, path, items[len(node) :])
+            return summary
+        summary = _collapse({}, path, acc, 0, reread=True)
+        names(summary, path, items)
+        return summary
 
     def member(raw: Any, path: str, depth: int, *, kept: bool) -> object:
         """An envelope member's value (``kept``: its object keeps it, so an object keyed
@@ -188,15 +212,13 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
             if number >= 2 and number == len(node) and _names(node):
                 # The members so far are named entries: they become records of a
                 # collection, and the members still to come are read as records.
-                summary = _collapse(node, path, acc, len(node))
-                names(summary, path, items[number:])
-                return summary
+                return collapse(path, items, node, ended=False)
             keep = len(node) < _ENVELOPE_MEMBERS
             value = member(raw, _key_path(path, key), depth, kept=keep)
             if keep:
                 node[key] = value
         if kept and _names(node):
-            return _collapse(node, path, acc, len(items))
+            return collapse(path, items, node, ended=True)
         return node
 
     return obj(root, "", 0, kept=True)
