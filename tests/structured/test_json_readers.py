@@ -106,8 +106,6 @@ def test_the_pass_over_raw_members_builds_the_event_pass_s_outline(
 _UNSHOWN = "the outline does not show: query the artifact)"
 
 
-
-
 def test_the_arrays_in_the_entries_of_a_map_of_names_are_walked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -115,7 +113,9 @@ def test_the_arrays_in_the_entries_of_a_map_of_names_are_walked(
     entries were read as collections of their own before its keys said it was a map, then
     dropped, and with them the one error in them (found by a review). The pass over raw
     members reads those entries again; the event pass says what it does not show."""
-    doc = {f"src/mod_{f}.py": [{"line": n, "severity": "info"} for n in range(50)] for f in range(10)}
+    doc = {
+        f"src/mod_{f}.py": [{"line": n, "severity": "info"} for n in range(50)] for f in range(10)
+    }
     doc["src/mod_0.py"][33] = {"line": 33, "severity": "error", "message": "undefined name"}
     data = json.dumps(doc).encode()
     tree = _by_tree(data, monkeypatch, reread=True)
