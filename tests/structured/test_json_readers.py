@@ -487,3 +487,77 @@ def test_a_part_cut_inside_a_character_is_outlined(monkeypatch: pytest.MonkeyPat
                 patch.setattr(_read_json, "_split_cut_array", lambda *args: None)
             found = outline("json", lambda n, at: raw[at : at + n], len(raw), scan_limit=cut)
         assert found is not None and "objects" in found.text
+
+
+def _by_window(data: bytes, monkeypatch: pytest.MonkeyPatch, *, runs: bool) -> Outline | None:
+    """The outline of an array read from the sliding window (as one of 2**18 elements
+    or more is), counting runs of numbers, booleans and nulls past the sample or not."""
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "_WHOLE_ELEMENTS", 0)
+        if not runs:
+            patch.setattr(_read_json, "_count_run", lambda text, pos, records: pos)
+        patch.setattr(_read_json, "_RUN_PIECE", 64)  # many pieces
+        patch.setattr(_read_json, "_BLOCK", 97)  # many windows, cutting numbers and runs
+        return _outline(data)
+
+
+_RUN_VALUES = st.one_of(
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.none(),
+    st.sampled_from(["a,b", "1", "", "[", '"']),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.dictionaries(st.sampled_from(["id", "x"]), st.integers(0, 3), max_size=2),
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    tail=st.lists(_RUN_VALUES, max_size=600),
+    indent=st.sampled_from([None, 1]),
+    junk=st.sampled_from([None, "01", "1.", "tru", "+1", "1e", "--1", "nul", "NaN", "1 2"]),
+    at=st.integers(0, 10_000),
+)
+def test_scalars_counted_a_run_at_a_time_outline_as_one_by_one(
+    tail: list[object],
+    indent: int | None,
+    junk: str | None,
+    at: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the sample, numbers, booleans and nulls are decoded a piece of a run at a
+    time and counted by type: the same outline as reading them one by one, and a run that
+    is not JSON (``01``, ``1.``) gives no outline either way."""
+    text = json.dumps([*range(250), *tail], indent=indent)
+    if junk is not None:
+        cut = text.rfind(",", 0, 1200 + at % max(len(text) - 1200, 1)) + 1
+        text = text[:cut] + junk + "," + text[cut:] if cut else text
+    data = text.encode()
+    assert _by_window(data, monkeypatch, runs=True) == _by_window(data, monkeypatch, runs=False)
+
+
+def test_millions_of_numbers_are_counted_in_runs() -> None:
+    """An array of 1,600,000 numbers (past 2**18 elements, so not split by msgspec) took
+    seconds, a record at a time: its runs are counted, exactly. (Its 1 MiB windows end
+    inside a float, ``1.|5``: that read as 1, then as "not JSON".)"""
+    data = ("[" + ",".join(["0", "1.5", "7", "null"] * 400_000) + "]").encode()
+    assert data[(2 << 20) - 2 : (2 << 20) + 1] == b"1.5"
+    found = _outline(data)
+    assert found is not None and (found.records, found.complete) == (1_600_000, True)
+    assert "800,000 ints, 400,000 float, 400,000 null" in found.text
+
+
+def test_a_part_cut_inside_a_number_counts_the_whole_elements_before_it() -> None:
+    """``195`` of ``195000585`` ends the part the outline parses: it is cut, not counted
+    (found by a review)."""
+    data = ("[" + ", ".join(str(i * 1000003) for i in range(4000)) + "]").encode()
+    limit = data.index(b"195000585") + 3
+    found = outline(
+        "json", lambda count, offset: data[offset : offset + count], len(data), scan_limit=limit
+    )
+    assert found is not None and found.records == 195 and not found.complete

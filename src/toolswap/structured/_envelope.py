@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._fast_path import _Accumulator
+from ._fields import SAMPLE_RECORDS
 from ._source import _BATCH
 from ._values import _key_path
 
@@ -103,6 +104,22 @@ class _Records:
         self.count += 1
         if len(self._pending) >= _BATCH:
             self.flush()
+
+    def sampled(self) -> bool:
+        """Whether the collection's sample is walked: later records are only counted."""
+        self.flush()
+        return self._acc.collection(self._pattern).walked >= SAMPLE_RECORDS
+
+    def add_counted(self, kinds: dict[str, int]) -> None:
+        """Count records past the sample that are not objects, by type name (as the fast
+        path counts them)."""
+        self.flush()
+        coll = self._acc.collection(self._pattern)
+        for kind, count in kinds.items():
+            if count:
+                coll.kinds[kind] = coll.kinds.get(kind, 0) + count
+                coll.count += count
+                self.count += count
 
     def add_oversized(self) -> None:
         # Counted, not walked: one huge record would cost the sample its time.
