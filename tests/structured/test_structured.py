@@ -107,6 +107,29 @@ def test_two_lines_that_are_json_only_joined_are_not_records() -> None:
     assert "lines that are not JSON: 61, 62" in text
 
 
+@pytest.mark.parametrize("blob", [20_000, 40_000])
+def test_json_lines_of_records_longer_than_the_head_are_json_lines(
+    externalizer: ToolResultExternalizer, blob: int
+) -> None:
+    """The head the capture keeps (and the one a query reads) cuts the first record, or
+    holds only it: it was taken for one document, which then failed to parse, so no
+    outline, and a query or a read of record 7 saw the first object (found by a review)."""
+    from toolswap.structured.record import read_record
+
+    records = [
+        {"id": i, "status": "failed" if i == 7 else "ok", "blob": "x" * blob} for i in range(20)
+    ]
+    result = externalizer.externalize("\n".join(json.dumps(r) for r in records) + "\n", "bash")
+    assert "--- structure: JSON Lines, 20 records, parsed whole" in result.context_text
+    assert '"status": "failed"' in read_record(externalizer.reader, result.artifact, "7").text
+    found = query_artifact(externalizer.reader, result.artifact, ".[7].status")
+    assert (found.format, found.text) == ("jsonl", '"failed"\n')
+    # One document on one line stays one document, with or without a newline at its end.
+    for end in ("", "\n", "\n\n"):
+        one = json.dumps({"items": records}) + end
+        assert "--- structure: JSON object" in externalizer.externalize(one, "bash").context_text
+
+
 def test_a_csv_table_is_outlined_with_its_header_and_typed_columns(
     externalizer: ToolResultExternalizer,
 ) -> None:

@@ -31,7 +31,9 @@ def inspect_output(
         line_count: its line count, reported when the outline stops early.
         budget: the outline's size limit in UTF-8 bytes (default 8 KiB).
     """
-    fmt = sniff(head, complete=len(head) >= size)
+    from .detect import sniff_on
+
+    fmt = sniff_on(head, read, size, limit=_first_line_limit(size))
     if fmt is None:
         return ""
     from .outline import OUTLINE_BYTES, outline
@@ -44,3 +46,10 @@ def inspect_output(
         budget=OUTLINE_BYTES if budget is None else budget,
     )
     return found.text if found is not None else ""
+
+
+def _first_line_limit(size: int) -> int:
+    """How far a first line is looked for: the part of the output an outline parses."""
+    from .outline import scan_bytes
+
+    return scan_bytes(size)

@@ -10,9 +10,10 @@ turns out not to be valid stays text.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Literal
 
-__all__ = ["Format", "sniff"]
+__all__ = ["Format", "sniff", "sniff_on"]
 
 Format = Literal["json", "jsonl", "csv", "tsv"]
 
@@ -100,3 +101,46 @@ def _table_kind(data: bytes, *, complete: bool) -> Format | None:
         if whole >= max(_MIN_TABLE_ROWS - 1, int(0.9 * (len(rows) - 1))):
             return kind
     return None
+
+
+_LINE_BLOCK = 1 << 20
+
+
+def sniff_on(
+    head: bytes, read: Callable[[int, int], bytes], size: int, *, limit: int
+) -> Format | None:
+    """``sniff`` of ``head``, read on where the head cannot tell: a JSON value whose first
+    line is not followed by a second whole one in the head is one document, or the first
+    of JSON Lines whose records are longer than the head (it was taken for one document,
+    which then failed to parse): JSON Lines when that line ends the value it opens and the
+    next line opens another. Up to ``limit`` bytes are searched for the first line's end
+    (a record longer than the part an outline parses gives none anyway).
+
+    Args:
+        head: the first bytes of the output (``read`` gives the same bytes).
+        read: ``read(count, offset)`` returns bytes of the whole output.
+        size: the output's size in bytes.
+    """
+    complete = len(head) >= size
+    fmt = sniff(head, complete=complete)
+    text = head.lstrip(_WS)
+    if fmt != "json" or complete or text.count(b"\n", 0, len(text.rstrip(_WS))) > 1:
+        return fmt  # (two whole lines in the head: ``sniff`` read them)
+    first = text[:1]
+    pos = len(head) - len(text)
+    end = min(size, max(limit, len(head)))
+    while pos < end:
+        block = read(min(_LINE_BLOCK, end - pos), pos)
+        if not block:
+            return fmt
+        newline = block.find(b"\n")
+        if newline >= 0:
+            line_end = pos + newline
+            last = read(1, line_end - 1)
+            if last == b"\r":
+                last = read(1, line_end - 2)
+            after = read(256, line_end + 1).lstrip(_WS)[:1]
+            closer = b"}" if first == b"{" else b"]"
+            return "jsonl" if last == closer and after in (b"{", b"[") else fmt
+        pos += len(block)
+    return fmt

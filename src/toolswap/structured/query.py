@@ -23,7 +23,7 @@ from .._tool_descriptions import DEFAULT_QUERY_TIMEOUT
 from ..artifact import ArtifactReference
 from ..errors import ArtifactQueryError, ArtifactQueryTimeoutError, ArtifactReadError
 from ..reader import ArtifactReader, VerifiedArtifact
-from .detect import Format, sniff
+from .detect import Format, sniff_on
 
 __all__ = [
     "DEFAULT_QUERY_BYTES",
@@ -153,8 +153,10 @@ def structured_format(art: VerifiedArtifact, instead: str) -> Format:
         ArtifactQueryError: it is not JSON, JSON Lines, CSV or TSV (``instead`` says what
             to do then).
     """
+    from .outline import OUTLINE_SCAN_BYTES  # (the reader of records imports it anyway)
+
     head = art.pread(_SNIFF_BYTES, 0)
-    fmt = sniff(head, complete=len(head) >= art.size)
+    fmt = sniff_on(head, art.pread, art.size, limit=OUTLINE_SCAN_BYTES)
     if fmt is None:
         raise ArtifactQueryError(
             f"{art.reference.source_id} is not JSON, JSON Lines, CSV or TSV; {instead}"
