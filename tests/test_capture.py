@@ -1134,3 +1134,70 @@ def test_no_descriptor_for_the_outline_costs_only_the_outline(
     assert stats.byte_size == len(data)
     assert stats.newline_count == data.count(b"\n")
     assert stats.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def _grep_children() -> list[int]:
+    """This process's children that are grep (running or not yet reaped)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                name, rest = f.read().split(" (", 1)[1].rsplit(")", 1)
+        except OSError:
+            continue
+        if name == "grep" and int(rest.split()[1]) == os.getpid():
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("step", [4096, 1 << 20])
+def test_a_read_back_error_while_grep_starts_is_a_write_error_with_a_preview(
+    tmp_path: Path, step: int
+) -> None:
+    """grep starts where the output passes the Python scan's limit, at a line boundary it
+    reads back from the file. Chunks under 64 KiB are written (and grep fed) by the caller:
+    a read error there escaped ``write`` as a bare OSError, the rest of the output unread
+    (found by a review); it fails the capture as a write error does, with the preview."""
+    from toolswap import ArtifactWriteError, ToolResultExternalizer
+
+    class Unreadable(durable.DurableIO):
+        def pread(self, fd: int, count: int, offset: int) -> bytes:
+            raise OSError(errno.EIO, "Input/output error")
+
+    class Pipe:  # an unbuffered pipe: what is there, ``step`` bytes at a time
+        def __init__(self, data: bytes) -> None:
+            self.data, self.pos = data, 0
+
+        def read(self, size: int = -1) -> bytes:
+            out = self.data[self.pos : self.pos + step]
+            self.pos += len(out)
+            return out
+
+    data = b"".join(b"build step %06d ok\n" % i for i in range(100_000))
+    ext = ToolResultExternalizer(tmp_path / "s")
+    with durable.substituted(Unreadable()), pytest.raises(ArtifactWriteError) as caught:
+        ext.externalize(Pipe(data), "build")  # type: ignore[arg-type]
+    assert "Input/output error" in str(caught.value)
+    assert "build step 099999 ok" in caught.value.preview  # the whole output was read
+    assert not _grep_children()
+
+
+@pytest.mark.parametrize("step", [4096, 1 << 20])
+def test_no_thread_for_grep_s_output_leaves_the_python_scans_and_no_grep(
+    tmp_path: Path, step: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread that cannot be started for grep's reader failed the capture with a bare
+    RuntimeError and left grep running (found by a review): grep is stopped and reaped,
+    and the Python scans do without it (the failure line in the last bytes is found)."""
+    from toolswap import ToolResultExternalizer
+    from toolswap.salience import middle_scan
+
+    def refuse(target: Callable[[], None], name: str) -> threading.Thread:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(middle_scan, "start_helper_thread", refuse)
+    data = b"".join(b"build step %06d ok\n" % i for i in range(100_000)) + b"error: the end\n"
+    ext = ToolResultExternalizer(tmp_path / "s")
+    result = ext.externalize(iter(_split(data, step)), "build")
+    assert "error: the end" in result.context_text
+    assert not _grep_children()

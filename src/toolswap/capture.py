@@ -321,7 +321,12 @@ class StreamCapture:
                 self._lose(chunk, counted)
                 return
             self._drained += len(chunk)
-            self._feed_grep(len(chunk), chunk.rfind(b"\n"))
+            try:
+                self._feed_grep(len(chunk), chunk.rfind(b"\n"))
+            except OSError as exc:
+                # Reading the file back failed: the capture fails as a write does (finish
+                # raises it; the feeder thread hands it on alike), the rest still counted.
+                self._error = exc
             return
         if self._worker is None:
             # The writer goes on from where the small chunks written here ended (they are
@@ -405,7 +410,7 @@ class StreamCapture:
                 return
             try:
                 self._grep = GrepStream(structured=self._structured)
-            except OSError:
+            except OSError:  # no grep, or no process or thread for it: the Python scans
                 self._grep_off = True
                 return
             self._grep_from = begin

@@ -294,7 +294,8 @@ class _Grep:
     numbers and byte offsets counted from the first byte fed.
 
     Raises:
-        OSError: no ``grep`` on PATH, or it could not be started.
+        OSError: no ``grep`` on PATH, or it (or the thread that reads its output) could not
+            be started.
     """
 
     def __init__(self, pattern: str) -> None:
@@ -326,7 +327,15 @@ class _Grep:
         self.newlines: int | None = None
         """Newlines in the bytes fed, once grep has read them all (see ``_END``)."""
         self._fed = 0
-        self._reader = start_helper_thread(self._read, "toolswap-grep")
+        try:
+            self._reader = start_helper_thread(self._read, "toolswap-grep")
+        except RuntimeError as exc:  # no thread can be started: no grep either
+            self._proc.kill()
+            self._proc.stdin.close()
+            assert self._proc.stdout is not None
+            self._proc.stdout.close()
+            self._proc.wait()
+            raise OSError(f"no thread to read grep's output: {exc}") from None
 
     def write(self, data: bytes | memoryview) -> None:
         """Feed bytes (blocks while grep catches up; never raises)."""
