@@ -1201,3 +1201,18 @@ def test_no_thread_for_grep_s_output_leaves_the_python_scans_and_no_grep(
     result = ext.externalize(iter(_split(data, step)), "build")
     assert "error: the end" in result.context_text
     assert not _grep_children()
+
+
+@pytest.mark.parametrize("end", [b"\n", b""])
+def test_the_line_count_does_not_need_a_kept_tail(tmp_path: Path, end: bytes) -> None:
+    """Whether the last line ends in a newline was read from the kept tail: with
+    ``tail_bytes=0`` every output counted one line too many (found by a review)."""
+    from toolswap import ToolResultExternalizer
+    from toolswap.settings import ExternalizerSettings
+
+    data = b"".join(b"line %06d\n" % i for i in range(10_000)).rstrip(b"\n") + end
+    for tail in (0, 24576):
+        ext = ToolResultExternalizer(
+            tmp_path / f"s{tail}", settings=ExternalizerSettings(tail_bytes=tail)
+        )
+        assert ext.externalize(data, "bash").artifact.line_count == 10_000

@@ -124,13 +124,18 @@ class CaptureStats:
     lines_known: bool = True
     """False when ``newline_count`` misses the lines of bytes that were written but could
     not be read back to count them (only an output that could not be saved)."""
+    ends_with_newline: bool | None = None
+    """Whether the last byte is a newline (None: as ``tail`` says, which is empty when no
+    tail is kept)."""
 
     @property
     def line_count(self) -> int:
         if self.byte_size == 0:
             return 0
-        ends_with_newline = self.tail.endswith(b"\n")
-        return self.newline_count + (0 if ends_with_newline else 1)
+        ends = self.ends_with_newline
+        if ends is None:
+            ends = self.tail.endswith(b"\n")
+        return self.newline_count + (0 if ends else 1)
 
     @property
     def tail_offset(self) -> int:
@@ -191,6 +196,7 @@ class StreamCapture:
         crash_point("capture.tmp_created")
         self._head_keep = head_keep
         self._tail_keep = tail_keep
+        self._ends_with_newline = False
         self._head = bytearray()
         self._tail = bytearray()
         self._scanner = Scanner(
@@ -287,6 +293,7 @@ class StreamCapture:
         if not chunk:
             return
         chunk = bytes(chunk)  # the worker keeps it: it must not change
+        self._ends_with_newline = chunk.endswith(b"\n")
         if len(self._head) < self._head_keep:
             self._head += chunk[: self._head_keep - len(self._head)]
         if len(chunk) >= self._tail_keep:
@@ -623,6 +630,7 @@ class StreamCapture:
             binary=counter.binary,
             head=bytes(self._head),
             tail=tail,
+            ends_with_newline=self._ends_with_newline,
             salient=salient,
             scanned_bytes=self._scanned_bytes(),
             tail_scan_start=None if self._middle_scanned else tail_scan_start,
@@ -719,6 +727,7 @@ class StreamCapture:
             binary=counter.binary,
             head=bytes(self._head),
             tail=tail,
+            ends_with_newline=self._ends_with_newline,
             salient=(),
             scanned_bytes=0,
         )
