@@ -519,3 +519,21 @@ def test_a_count_that_stopped_where_only_failure_forms_were_searched_says_so(
     (count, last) = re.findall(pattern, text, re.M)[0]
     assert int(count) == int(last) - 10_001 and int(last) < 200_000
     assert "200001: Traceback (most recent call last):" in text
+
+
+def test_the_line_after_a_failure_line_of_more_than_4_kib_is_the_next_line(
+    tmp_path: Path,
+) -> None:
+    """The failure word in the first bytes of a 5 KB line: the context after it was read
+    from where the line's first 4 KiB read stopped, the middle of the line, and shown as
+    the next line (found by a review)."""
+    from toolswap import ToolResultExternalizer
+
+    data = b"".join(b"ok %06d\n" % i for i in range(10000))
+    data += b"exception: something broke " + b"k" * 5000 + b"\n"
+    data += b"the real next line\n"
+    data += b"".join(b"ok %06d\n" % i for i in range(10000))
+    text = ToolResultExternalizer(tmp_path / "s").externalize([data], "tool").context_text
+    assert "10001: exception: something broke kkk" in text
+    assert "10002- the real next line" in text
+    assert "10002- kkk" not in text

@@ -376,8 +376,6 @@ def resolve(
                     score=score,
                 )
             )
-            if goes_on:
-                line_end = _skip_line(pread, entry.line_offset, size)
         else:
             put(
                 SalientLine(
@@ -390,6 +388,10 @@ def resolve(
                     score=score,
                 )
             )
+        if goes_on:
+            # The lines after it start where it ends, not where its first read did (that
+            # was the middle of a line of more than 4 KiB, shown as the next one).
+            line_end = _skip_line(pread, entry.line_offset, size)
         before = _previous_line(pread, entry.line_offset)
         if before is not None and before.strip():
             context(entry.line_no - 1, before, 2)
