@@ -1216,3 +1216,21 @@ def test_the_line_count_does_not_need_a_kept_tail(tmp_path: Path, end: bytes) ->
             tmp_path / f"s{tail}", settings=ExternalizerSettings(tail_bytes=tail)
         )
         assert ext.externalize(data, "bash").artifact.line_count == 10_000
+
+
+def test_a_long_line_the_forward_scan_stopped_in_is_listed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without grep, a 100 KB line across the 16 MiB forward scan's limit: the scan of the
+    last bytes began at that line's start, so its failure was listed twice, as one line
+    with "+1 similar" (found by a review). The forward scan reads on to the line's end."""
+    from toolswap import ToolResultExternalizer
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-grep-here"))
+    mib = 1 << 20
+    data = b"".join(b"plain progress line %08d\n" % i for i in range((16 * mib - 50_000) // 29))
+    data += b"z" * 1000 + b" Traceback: the only failure " + b"q" * 100_000 + b"\n"
+    data += b"".join(b"tail line %06d\n" % i for i in range(100_000))
+    text = ToolResultExternalizer(tmp_path / "s").externalize(data, "tool").context_text
+    listed = [line for line in text.splitlines() if "Traceback" in line]
+    assert len(listed) == 1 and "similar" not in listed[0]

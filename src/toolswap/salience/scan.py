@@ -105,6 +105,11 @@ class ForwardScan:
         else:
             self._carry = rest
 
+    @property
+    def in_long_line(self) -> bool:
+        """The last bytes fed are in a line too long to keep, scanned as it goes."""
+        return self._long is not None
+
     def finish(self) -> None:
         """The last line, when the output does not end with a newline."""
         if self._carry:
@@ -274,6 +279,16 @@ class Scanner:
         if not window:
             return None
         start = total - len(window)
+        if self._forward.in_long_line and start <= self.scanned:
+            # The forward scan stopped inside a line too long to keep: it reads on to that
+            # line's end (the window scanned from the line's start listed it twice).
+            rel = self.scanned - start
+            newline = window.find(b"\n", rel)
+            piece = window[rel:] if newline < 0 else window[rel : newline + 1]
+            self._forward.feed(piece)
+            self.scanned += len(piece)
+            if newline < 0:
+                return start + rel  # the window ends in that line
         begin = max(self.lines_end, total - tail_scan, start)
         rel = begin - start
         if begin > self.lines_end and not (rel > 0 and window[rel - 1] == 0x0A):
