@@ -237,7 +237,9 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             if pending:
                 acc.batch(pattern, base or ".", pending_first, pending)
         # The members after the collection: only those of a collection in the root object
-        # are looked for, and only in a whole document.
+        # are looked for, and only in a whole document; deeper ones are said to be missing.
+        if depth != 3 and limit >= size:
+            acc.notes.append(f"(any members after {base} are not shown: query the artifact)")
         if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
             tail = _tail_members(read, size)
             if tail is None:
