@@ -578,7 +578,7 @@ def test_millions_of_numbers_are_counted_in_runs() -> None:
     assert data[(2 << 20) - 2 : (2 << 20) + 1] == b"1.5"
     found = _outline(data)
     assert found is not None and (found.records, found.complete) == (1_600_000, True)
-    assert "800,000 ints, 400,000 float, 400,000 null" in found.text
+    assert "800,000 ints, 400,000 floats, 400,000 nulls" in found.text
 
 
 def test_a_part_cut_inside_a_number_counts_the_whole_elements_before_it() -> None:

@@ -41,7 +41,15 @@ def _envelope(value: object, acc: _Accumulator, limit: int = 900) -> str:
 def _count_kinds(coll: _Collection | None, *, entries: bool = False) -> str:
     if coll is None or coll.count == 0:
         return "empty"
-    names = {"object": "objects", "array": "arrays", "str": "strings", "int": "ints"}
+    names = {
+        "object": "objects",
+        "array": "arrays",
+        "str": "strings",
+        "int": "ints",
+        "float": "floats",
+        "bool": "booleans",
+        "null": "nulls",
+    }
     kinds = sorted(coll.kinds.items(), key=lambda kv: -kv[1])
     if entries and len(kinds) == 1:
         return f"{coll.count:,} entries"
