@@ -130,6 +130,23 @@ def test_json_lines_of_records_longer_than_the_head_are_json_lines(
         assert "--- structure: JSON object" in externalizer.externalize(one, "bash").context_text
 
 
+def test_failures_in_a_tree_s_nested_entries_are_weighed_against_all_its_entries() -> None:
+    """8 missing packages among the 60 entries of a tree (10 records, 50 nested): weighed
+    against the 10 records alone they read as "the norm" and none was listed."""
+    deps: dict[str, dict[str, object]] = {}
+    for i in range(10):
+        inner = {f"sub-{i}-{j}": {"version": "1.0.0"} for j in range(5)}
+        deps[f"pkg-{i}"] = {"version": "2.0.0", "dependencies": inner}
+    for i in range(8):
+        nested = cast(dict[str, object], deps[f"pkg-{i}"]["dependencies"])
+        nested[f"sub-{i}-0"] = {"missing": True, "problems": ["missing: x"]}
+    data = json.dumps({"name": "app", "dependencies": deps}, indent=2).encode()
+    text = inspect_output(data, _read(data), len(data))
+    assert "the norm here" not in text
+    assert "records that look like failures or are rare (8):" in text
+    assert '.dependencies["pkg-7"].dependencies["sub-7-0"]: {' in text
+
+
 def test_a_csv_table_is_outlined_with_its_header_and_typed_columns(
     externalizer: ToolResultExternalizer,
 ) -> None:

@@ -105,7 +105,9 @@ def _shape(acc: _Accumulator, pattern: str, depth: int = 0, limit: int = 700) ->
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _anomalies(coll: _Collection) -> tuple[int, list[tuple[str, str, str]], list[str]]:
+def _anomalies(
+    coll: _Collection, nested: int = 0
+) -> tuple[int, list[tuple[str, str, str]], list[str]]:
     """(records with a failure sign that is rare, the first of them as (path, text, why),
     rows naming the signs that are the norm).
 
@@ -117,7 +119,7 @@ def _anomalies(coll: _Collection) -> tuple[int, list[tuple[str, str, str]], list
     for tokens, entry in coll.signs.items():
         for token in tokens:
             counts[token] = counts.get(token, 0) + entry[0]
-    norm = max(3, coll.count // 2)
+    norm = max(3, (coll.count + nested) // 2)
     common = {token for token, n in counts.items() if n > norm}
     total = 0
     found: list[tuple[int, str, str, str]] = []
@@ -137,9 +139,11 @@ def _anomalies(coll: _Collection) -> tuple[int, list[tuple[str, str, str]], list
     chosen = sorted(firsts.values())[:_MAX_FAILURES]
     rest = [item for item in found if item not in chosen]
     found = chosen + rest[: _MAX_FAILURES - len(chosen)]
+    among = f"{coll.count:,} records" + (
+        f" and {nested:,} entries nested in them" if nested else ""
+    )
     notes = [
-        f"  ({counts[token]:,} of {coll.count:,} records have {token}: the norm here, "
-        "not listed as failures)"
+        f"  ({counts[token]:,} of the {among} have {token}: the norm here, not listed as failures)"
         for token in sorted(common)
     ]
     return total, [(p, t, w) for _, p, t, w in found[:_MAX_FAILURES]], notes
@@ -206,7 +210,8 @@ def _render(
                     f"{coll.count:,} counted and checked for failure signs and rare values)",
                 )
             )
-        total, listed, norms = _anomalies(coll)
+        nested = sum(nest.entries for nest in acc.nests.values() if nest.target == pattern)
+        total, listed, norms = _anomalies(coll, nested)
         failure_total += total
         rows.extend((1, note) for note in norms)
         for path, text, why in listed:
@@ -424,8 +429,9 @@ def _fit(rows: list[tuple[int, str]], budget: int) -> str:
 
 
 def _example(acc: _Accumulator) -> str:
-    for coll in acc.collections.values():
-        listed = _anomalies(coll)[1]
+    for pattern, coll in acc.collections.items():
+        nested = sum(nest.entries for nest in acc.nests.values() if nest.target == pattern)
+        listed = _anomalies(coll, nested)[1]
         if listed:
             return _utf8_text(listed[0][0])
     for coll in acc.collections.values():
