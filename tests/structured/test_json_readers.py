@@ -524,7 +524,7 @@ def _by_window(data: bytes, monkeypatch: pytest.MonkeyPatch, *, runs: bool) -> O
     with monkeypatch.context() as patch:
         patch.setattr(_read_json, "_WHOLE_ELEMENTS", 0)
         if not runs:
-            patch.setattr(_read_json, "_count_run", lambda text, pos, records: pos)
+            patch.setattr(_read_json, "_count_run", lambda text, pos, records: (pos, True))
         patch.setattr(_read_json, "_RUN_PIECE", 64)  # many pieces
         patch.setattr(_read_json, "_BLOCK", 97)  # many windows, cutting numbers and runs
         return _outline(data)
@@ -549,7 +549,7 @@ _RUN_VALUES = st.one_of(
 @given(
     tail=st.lists(_RUN_VALUES, max_size=600),
     indent=st.sampled_from([None, 1]),
-    junk=st.sampled_from([None, "01", "1.", "tru", "+1", "1e", "--1", "nul", "NaN", "1 2"]),
+    junk=st.sampled_from([None, "01", "1.", "tru", "+1", "1e", "--1", "nul", "NaN", "1 2", ""]),
     at=st.integers(0, 10_000),
 )
 def test_scalars_counted_a_run_at_a_time_outline_as_one_by_one(
@@ -590,3 +590,44 @@ def test_a_part_cut_inside_a_number_counts_the_whole_elements_before_it() -> Non
         "json", lambda count, offset: data[offset : offset + count], len(data), scan_limit=limit
     )
     assert found is not None and found.records == 195 and not found.complete
+
+
+@pytest.mark.parametrize("bad", ["01", "1.", "nan", ""])
+def test_a_run_that_is_not_json_is_decoded_once(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One bad element among 400,000 numbers: each element before it tried the run again
+    and decoded the same failing piece, 35 s (found by a review). Runs stop after one
+    failed piece; an empty element on a piece's edge (``1,,2``) fails it too."""
+    decoded: list[int] = []
+    real = _read_json.loads
+
+    def counted(data: bytes | memoryview) -> object:
+        decoded.append(len(data))
+        return real(data)
+
+    elements = [str(i) for i in range(400_000)]
+    elements[16_000] = bad
+    data = ("[" + ",".join(elements) + "]").encode()
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "loads", counted)
+        assert _outline(data) is None
+    assert len(decoded) < 10
+
+
+def test_numbers_mixed_with_strings_are_not_decoded_one_run_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An array alternating numbers and strings: each number was a run of its own, decoded
+    alone (slower than reading it); runs of fewer than 16 elements are left to the read."""
+    decoded: list[int] = []
+    real = _read_json.loads
+
+    def counted(data: bytes | memoryview) -> object:
+        decoded.append(len(data))
+        return real(data)
+
+    data = json.dumps([i if i % 2 else str(i) for i in range(300_000)]).encode()
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "loads", counted)
+        found = _outline(data)
+    assert found is not None and found.records == 300_000
+    assert not decoded

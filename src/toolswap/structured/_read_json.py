@@ -16,7 +16,7 @@ from typing import Any
 from ._decode import loads
 from ._envelope import _ENVELOPE_MEMBERS, RECORD_EVENTS, _collapse, _Records, _Summary
 from ._fast_path import _Accumulator
-from ._fields import _names
+from ._fields import SAMPLE_RECORDS, _names
 from ._read_tree import _Fallback, _scan_tree
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured, _TooFew
 from ._values import _TYPE_NAMES, _key_path
@@ -261,6 +261,7 @@ _SCALAR_RUN = re.compile(r"[-+0-9.eEtruefalsn \t\n\r,]+")
 such a run is decoded a piece at a time and counted by type (a record at a time, 3,000,000
 numbers took seconds). It holds no string, so each of its commas ends an element."""
 _RUN_PIECE = 1 << 16
+_RUN_MIN = 16
 _NUMBER_TAIL = re.compile(r"[0-9.eE+-]*")
 _RUN_STARTS = frozenset("-0123456789tfn")
 
@@ -329,6 +330,7 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
         pos += 1
     cut = False
     closed = False
+    runs, sampled = True, False
     while True:
         if not skip():
             cut = True
@@ -337,11 +339,13 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
             pos += 1
             closed = True
             break
-        if text[pos] in _RUN_STARTS and records.sampled():
-            counted = _count_run(text, pos, records)
-            if counted > pos:
-                pos = counted
-                continue
+        if runs and text[pos] in _RUN_STARTS and records.count >= SAMPLE_RECORDS:
+            sampled = sampled or records.sampled()  # (a flush, until it is)
+            if sampled:
+                counted, runs = _count_run(text, pos, records)
+                if counted > pos:
+                    pos = counted
+                    continue
         while True:
             try:
                 value, end = decoder.raw_decode(text, pos)
@@ -394,35 +398,42 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
     return _Summary(".[]")
 
 
-def _count_run(text: str, pos: int, records: _Records) -> int:
+def _count_run(text: str, pos: int, records: _Records) -> tuple[int, bool]:
     """Count the elements from ``pos`` that are numbers, booleans or nulls, each followed
     by its comma, a piece of about ``_RUN_PIECE`` characters at a time decoded whole (so
-    checked as JSON, in C); return where counting stopped (``pos``: nothing counted). A
-    piece that is not JSON is left to the element-by-element read, which says why."""
+    checked as JSON, in C). Returns where counting stopped, and False when a piece was not
+    JSON (left to the element-by-element read, which says why; runs are not tried again:
+    each try would decode the same piece). A run of fewer than ``_RUN_MIN`` elements is
+    left to it too (an array mixing numbers and strings would decode them one at a time)."""
     found = _SCALAR_RUN.match(text, pos)
     if found is None:
-        return pos
+        return pos, True
     end = text.rfind(",", pos, found.end()) + 1  # (the last element may be cut or last)
+    if text.count(",", pos, end) < _RUN_MIN:
+        return pos, True
     while pos < end:
         stop = text.rfind(",", pos, min(pos + _RUN_PIECE, end)) + 1 or end
         if stop <= pos:
             stop = end
+        # Each comma of a run separates two elements (it holds no string): as many values
+        # as commas and one, or an element is missing (``1,,2``, a piece that is ``,``).
+        elements = text.count(",", pos, stop - 1) + 1
         try:
             values = loads(("[" + text[pos : stop - 1] + "]").encode())
         except ValueError:
-            return pos
-        if not isinstance(values, list):
-            return pos
+            return pos, False
+        if not isinstance(values, list) or len(values) != elements:
+            return pos, False
         kinds: dict[str, int] = {}
         for kind, count in Counter(map(type, values)).items():
             name = _TYPE_NAMES.get(kind)
             if name is None:
-                return pos
+                return pos, False
             kinds[name] = count
         records.add_counted(kinds)
         pos = stop
         pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-    return pos
+    return pos, True
 
 
 def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
