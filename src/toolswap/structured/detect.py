@@ -124,7 +124,8 @@ def sniff_on(
     complete = len(head) >= size
     fmt = sniff(head, complete=complete)
     text = head.lstrip(_WS)
-    if fmt != "json" or complete or text.count(b"\n", 0, len(text.rstrip(_WS))) > 1:
+    whole = text[: text.rfind(b"\n") + 1].split(b"\n")
+    if fmt != "json" or complete or sum(1 for line in whole if line.strip(_WS)) > 1:
         return fmt  # (two whole lines in the head: ``sniff`` read them)
     first = text[:1]
     pos = len(head) - len(text)
