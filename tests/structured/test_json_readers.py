@@ -631,3 +631,17 @@ def test_numbers_mixed_with_strings_are_not_decoded_one_run_at_a_time(
         found = _outline(data)
     assert found is not None and found.records == 300_000
     assert not decoded
+
+
+def test_long_keys_nested_deep_give_no_outline_in_bounded_memory() -> None:
+    """500 levels (under the depth bound) of 4,000-character keys: each level held its
+    path, 968 MiB (found by a review); paths past 64 Ki characters give no outline."""
+    key = "k" * 4000
+    data = (f'{{"{key}":' * 500 + "[1, 2, 3]" + "}" * 500).encode()
+    tracemalloc.start()
+    try:
+        assert _outline(data) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20

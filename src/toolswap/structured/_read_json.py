@@ -17,7 +17,7 @@ from ._decode import loads
 from ._envelope import _ENVELOPE_MEMBERS, RECORD_EVENTS, _collapse, _Records, _Summary
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS, _names
-from ._read_tree import _Fallback, _scan_tree
+from ._read_tree import _PATH_CHARS, _Fallback, _scan_tree
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured, _TooFew
 from ._values import _TYPE_NAMES, _key_path
 
@@ -186,6 +186,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             stack.append([child, None])
             key = frame[1]
             path_of.append(path_of[-1] if key is None else _key_path(path_of[-1], str(key)))
+            if len(path_of[-1]) > _PATH_CHARS:
+                raise _NotStructured(f"a path of more than {_PATH_CHARS:,} characters")
             prefix_of.append(_prefix(prefix_of[-1], key))
         elif event == "end_map":
             node, path = container, path_of[-1]
@@ -211,6 +213,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             put(container, key, summary)
             stack.append([summary, None])
             path_of.append(path)
+            if len(path) > _PATH_CHARS:
+                raise _NotStructured(f"a path of more than {_PATH_CHARS:,} characters")
             prefix = _prefix(prefix_of[-1], key)
             prefix_of.append(None if prefix is None else _prefix(prefix, "item"))
             index = 0

@@ -40,6 +40,11 @@ REREAD_ENTRIES = True
 again as records (see ``collapse`` in ``_scan_tree``); tests turn it off to hold this pass
 to the event pass's outline, which cannot read them again."""
 
+_PATH_CHARS = 1 << 16
+"""Envelope paths longer than this are left to the event pass, which gives no outline for
+them (long keys nested deep: each level holds its path, and 500 levels of 4,000-character
+keys took 968 MiB)."""
+
 _OBJECT, _ARRAY = b"{["
 _OPENERS = (_OBJECT, _ARRAY)
 
@@ -204,7 +209,7 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
         return value_of(raw)
 
     def obj(members: dict[str, Any], path: str, depth: int, *, kept: bool) -> object:
-        if depth > _DEPTH:
+        if depth > _DEPTH or len(path) > _PATH_CHARS:
             raise _Fallback
         node: dict[str, object] = {}
         items = list(members.items())
