@@ -645,3 +645,31 @@ def test_long_keys_nested_deep_give_no_outline_in_bounded_memory() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 32 << 20
+
+
+@pytest.mark.parametrize("records", [20, 2000])
+def test_root_members_read_from_the_tail_say_when_some_may_be_missing(
+    records: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the switch to ijson's items, the root object's members after the collection
+    are read from the document's last 8 KiB: members that began before those bytes were
+    dropped without a word (found by a review); unless the bytes hold the whole document,
+    the outline says where they were read from."""
+    doc = {
+        "items": [{"id": i} for i in range(records)],
+        "errors": [{"id": 5, "error": "x" * 9000}],
+        "status": "partial",
+    }
+    data = json.dumps(doc).encode()
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
+        patch.setattr(_read_json, "_TAIL_WINDOW", 4096 if records == 20 else 8192)
+        found = _outline(data)
+    assert found is not None and '"status": "partial"' in found.text
+    assert "are read from the document's last" in found.text
+    small = json.dumps({"items": [{"id": i} for i in range(20)], "status": "ok"}).encode()
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
+        found = _outline(small)
+    assert found is not None and '"status": "ok"' in found.text
+    assert "document's last" not in found.text

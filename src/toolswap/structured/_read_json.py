@@ -245,7 +245,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         if depth != 3 and limit >= size:
             acc.notes.append(f"(any members after {base} are not shown: query the artifact)")
         if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
-            tail = _tail_members(read, size)
+            tail, sure = _tail_members(read, size)
             if tail is None:
                 acc.notes.append(
                     f"(the members of the document after {base} are not shown: query the artifact)"
@@ -253,6 +253,11 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             else:
                 for key, item in tail.items():
                     put(stack[1][0], key, item)
+                if not sure:
+                    acc.notes.append(
+                        f"(the members after {base} are read from the document's last "
+                        f"{_TAIL_WINDOW:,} bytes: any before them are not shown)"
+                    )
     if not root:
         raise _NotStructured("no JSON value")
     return root[0]
@@ -579,10 +584,13 @@ def _prefix(parent: str | None, key: object) -> str | None:
 _TAIL_WINDOW = 8192
 
 
-def _tail_members(read: Read, size: int) -> dict[str, object] | None:
+def _tail_members(read: Read, size: int) -> tuple[dict[str, object] | None, bool]:
     """The root object's members after the collection read last, from the last bytes: of
     the last 64 ``]`` in the window, the first after which the rest reads as the end of an
-    object (a ``]`` inside a record is followed by more closing brackets and fails)."""
+    object (a ``]`` inside a record is followed by more closing brackets and fails); and
+    whether they are surely all of them: only when the window holds the whole document (a
+    member that is an array, after the collection, ends with a ``]`` that reads so too:
+    where the members began is not known)."""
     window = min(size, _TAIL_WINDOW)
     data = read(window, size - window)
     found: dict[str, object] | None = None
@@ -598,4 +606,4 @@ def _tail_members(read: Read, size: int) -> dict[str, object] | None:
         if isinstance(value, dict):
             value.pop("", None)
             found = value
-    return found
+    return found, window >= size
