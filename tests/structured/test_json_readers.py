@@ -524,7 +524,7 @@ def _by_window(data: bytes, monkeypatch: pytest.MonkeyPatch, *, runs: bool) -> O
     with monkeypatch.context() as patch:
         patch.setattr(_read_json, "_WHOLE_ELEMENTS", 0)
         if not runs:
-            patch.setattr(_read_json, "_count_run", lambda text, pos, records: (pos, True))
+            patch.setattr(_read_json, "_count_run", lambda text, pos, records: (pos, True, 0))
         patch.setattr(_read_json, "_RUN_PIECE", 64)  # many pieces
         patch.setattr(_read_json, "_BLOCK", 97)  # many windows, cutting numbers and runs
         return _outline(data)
@@ -633,11 +633,15 @@ def test_numbers_mixed_with_strings_are_not_decoded_one_run_at_a_time(
     assert not decoded
 
 
-def test_long_keys_nested_deep_give_no_outline_in_bounded_memory() -> None:
-    """500 levels (under the depth bound) of 4,000-character keys: each level held its
-    path, 968 MiB (found by a review); paths past 64 Ki characters give no outline."""
-    key = "k" * 4000
-    data = (f'{{"{key}":' * 500 + "[1, 2, 3]" + "}" * 500).encode()
+@pytest.mark.parametrize(
+    "first", ["k" * 4000, "\U0001f600" * 63_000], ids=["4000-char keys", "one emoji key"]
+)
+def test_long_keys_nested_deep_give_no_outline_in_bounded_memory(first: str) -> None:
+    """500 levels (under the depth bound) of 4,000-character keys, or one key of 63,000
+    emoji (four bytes each in a str) above 505 levels: each level held its path, 968 MiB
+    and 245 MiB (found by two reviews); past a million characters held no outline."""
+    key = "k" * 4000 if first.startswith("k") else "a"
+    data = (f'{{"{first}":' + f'{{"{key}":' * 505 + "[1, 2, 3]" + "}" * 506).encode()
     tracemalloc.start()
     try:
         assert _outline(data) is None
@@ -666,10 +670,16 @@ def test_root_members_read_from_the_tail_say_when_some_may_be_missing(
         patch.setattr(_read_json, "_TAIL_WINDOW", 4096 if records == 20 else 8192)
         found = _outline(data)
     assert found is not None and '"status": "partial"' in found.text
-    assert "are read from the document's last" in found.text
+    assert "are read from the document's end: some before those shown" in found.text
+    # More array members after it than the tail's 64 brackets tried: some are lost too.
+    many = {"items": [{"id": i} for i in range(20)], **{f"a{i}": [] for i in range(70)}}
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
+        found = _outline(json.dumps(many).encode())
+    assert found is not None and "are read from the document's end" in found.text
     small = json.dumps({"items": [{"id": i} for i in range(20)], "status": "ok"}).encode()
     with monkeypatch.context() as patch:
         patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
         found = _outline(small)
     assert found is not None and '"status": "ok"' in found.text
-    assert "document's last" not in found.text
+    assert "document's end" not in found.text

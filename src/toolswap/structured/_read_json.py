@@ -17,7 +17,7 @@ from ._decode import loads
 from ._envelope import _ENVELOPE_MEMBERS, RECORD_EVENTS, _collapse, _Records, _Summary
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS, _names
-from ._read_tree import _PATH_CHARS, _Fallback, _scan_tree
+from ._read_tree import _PATH_HELD, _Fallback, _scan_tree
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured, _TooFew
 from ._values import _TYPE_NAMES, _key_path
 
@@ -186,8 +186,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             stack.append([child, None])
             key = frame[1]
             path_of.append(path_of[-1] if key is None else _key_path(path_of[-1], str(key)))
-            if len(path_of[-1]) > _PATH_CHARS:
-                raise _NotStructured(f"a path of more than {_PATH_CHARS:,} characters")
+            if len(stack) * len(path_of[-1]) > _PATH_HELD:
+                raise _NotStructured("paths too long to hold")
             prefix_of.append(_prefix(prefix_of[-1], key))
         elif event == "end_map":
             node, path = container, path_of[-1]
@@ -213,8 +213,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             put(container, key, summary)
             stack.append([summary, None])
             path_of.append(path)
-            if len(path) > _PATH_CHARS:
-                raise _NotStructured(f"a path of more than {_PATH_CHARS:,} characters")
+            if len(stack) * len(path) > _PATH_HELD:
+                raise _NotStructured("paths too long to hold")
             prefix = _prefix(prefix_of[-1], key)
             prefix_of.append(None if prefix is None else _prefix(prefix, "item"))
             index = 0
@@ -225,8 +225,10 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         records = ijson.items(_Bytes(read, limit), prefix, use_float=True)
         pending: list[object] = []
         pending_first = index
+        last: object = _NOTHING
         try:
             for number, value in enumerate(records):
+                last = value
                 if number >= index:
                     if not pending:
                         pending_first = number
@@ -245,7 +247,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         if depth != 3 and limit >= size:
             acc.notes.append(f"(any members after {base} are not shown: query the artifact)")
         if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
-            tail, sure = _tail_members(read, size)
+            tail, sure = _tail_members(read, size, last)
             if tail is None:
                 acc.notes.append(
                     f"(the members of the document after {base} are not shown: query the artifact)"
@@ -255,8 +257,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                     put(stack[1][0], key, item)
                 if not sure:
                     acc.notes.append(
-                        f"(the members after {base} are read from the document's last "
-                        f"{_TAIL_WINDOW:,} bytes: any before them are not shown)"
+                        f"(the members after {base} are read from the document's end: some"
+                        " before those shown may be missing; query the artifact)"
                     )
     if not root:
         raise _NotStructured("no JSON value")
@@ -270,7 +272,7 @@ _SCALAR_RUN = re.compile(r"[-+0-9.eEtruefalsn \t\n\r,]+")
 such a run is decoded a piece at a time and counted by type (a record at a time, 3,000,000
 numbers took seconds). It holds no string, so each of its commas ends an element."""
 _RUN_PIECE = 1 << 16
-_RUN_MIN = 16
+_RUN_MIN = 4
 _NUMBER_TAIL = re.compile(r"[0-9.eE+-]*")
 _RUN_STARTS = frozenset("-0123456789tfn")
 
@@ -339,7 +341,7 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
         pos += 1
     cut = False
     closed = False
-    runs, sampled = True, False
+    runs, sampled, short = True, False, 0
     while True:
         if not skip():
             cut = True
@@ -348,13 +350,15 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
             pos += 1
             closed = True
             break
-        if runs and text[pos] in _RUN_STARTS and records.count >= SAMPLE_RECORDS:
+        if runs and not short and text[pos] in _RUN_STARTS and records.count >= SAMPLE_RECORDS:
             sampled = sampled or records.sampled()  # (a flush, until it is)
             if sampled:
-                counted, runs = _count_run(text, pos, records)
+                counted, runs, short = _count_run(text, pos, records)
                 if counted > pos:
                     pos = counted
                     continue
+        elif short:
+            short -= 1
         while True:
             try:
                 value, end = decoder.raw_decode(text, pos)
@@ -407,19 +411,21 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
     return _Summary(".[]")
 
 
-def _count_run(text: str, pos: int, records: _Records) -> tuple[int, bool]:
+def _count_run(text: str, pos: int, records: _Records) -> tuple[int, bool, int]:
     """Count the elements from ``pos`` that are numbers, booleans or nulls, each followed
     by its comma, a piece of about ``_RUN_PIECE`` characters at a time decoded whole (so
-    checked as JSON, in C). Returns where counting stopped, and False when a piece was not
+    checked as JSON, in C). Returns where counting stopped; False when a piece was not
     JSON (left to the element-by-element read, which says why; runs are not tried again:
-    each try would decode the same piece). A run of fewer than ``_RUN_MIN`` elements is
-    left to it too (an array mixing numbers and strings would decode them one at a time)."""
+    each try would decode the same piece); and how many elements a run of fewer than
+    ``_RUN_MIN`` holds (left to that read too, and not looked at again meanwhile: an array
+    mixing numbers and strings would decode them a few at a time)."""
     found = _SCALAR_RUN.match(text, pos)
     if found is None:
-        return pos, True
+        return pos, True, 0
     end = text.rfind(",", pos, found.end()) + 1  # (the last element may be cut or last)
-    if text.count(",", pos, end) < _RUN_MIN:
-        return pos, True
+    elements = text.count(",", pos, end)
+    if elements < _RUN_MIN:
+        return pos, True, elements
     while pos < end:
         stop = text.rfind(",", pos, min(pos + _RUN_PIECE, end)) + 1 or end
         if stop <= pos:
@@ -430,19 +436,19 @@ def _count_run(text: str, pos: int, records: _Records) -> tuple[int, bool]:
         try:
             values = loads(("[" + text[pos : stop - 1] + "]").encode())
         except ValueError:
-            return pos, False
+            return pos, False, 0
         if not isinstance(values, list) or len(values) != elements:
-            return pos, False
+            return pos, False, 0
         kinds: dict[str, int] = {}
         for kind, count in Counter(map(type, values)).items():
             name = _TYPE_NAMES.get(kind)
             if name is None:
-                return pos, False
+                return pos, False, 0
             kinds[name] = count
         records.add_counted(kinds)
         pos = stop
         pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-    return pos, True
+    return pos, True, 0
 
 
 def _split_whole_array(read: Read, acc: _Accumulator, *, size: int) -> bool:
@@ -584,16 +590,19 @@ def _prefix(parent: str | None, key: object) -> str | None:
 _TAIL_WINDOW = 8192
 
 
-def _tail_members(read: Read, size: int) -> tuple[dict[str, object] | None, bool]:
+def _tail_members(
+    read: Read, size: int, last: object = None
+) -> tuple[dict[str, object] | None, bool]:
     """The root object's members after the collection read last, from the last bytes: of
     the last 64 ``]`` in the window, the first after which the rest reads as the end of an
     object (a ``]`` inside a record is followed by more closing brackets and fails); and
-    whether they are surely all of them: only when the window holds the whole document (a
-    member that is an array, after the collection, ends with a ``]`` that reads so too:
-    where the members began is not known)."""
+    whether they are surely all of them: that ``]`` follows the collection's ``last``
+    record (a member after the collection that is an array ends with a ``]`` that reads so
+    too, and one that began before the window leaves no trace of its start)."""
     window = min(size, _TAIL_WINDOW)
     data = read(window, size - window)
     found: dict[str, object] | None = None
+    at = -1
     pos = len(data)
     for _ in range(64):
         pos = data.rfind(b"]", 0, pos)
@@ -605,5 +614,29 @@ def _tail_members(read: Read, size: int) -> tuple[dict[str, object] | None, bool
             continue
         if isinstance(value, dict):
             value.pop("", None)
-            found = value
-    return found, window >= size
+            found, at = value, pos
+    return found, found is not None and _ends_with(data, at, last)
+
+
+_NOTHING = object()
+"""No record read (a collection with none past the switch)."""
+
+
+def _ends_with(data: bytes, end: int, value: object) -> bool:
+    """Whether ``data[:end]`` ends, but for whitespace, with the JSON text of ``value``
+    (tried from each of the last 64 places such a value could start)."""
+    if value is _NOTHING:
+        return False
+    starts = b"{" if isinstance(value, dict) else b"[" if isinstance(value, list) else b",["
+    pos = end
+    for _ in range(64):
+        pos = max(data.rfind(bytes([c]), 0, pos) for c in starts)
+        if pos < 0:
+            return False
+        begin = pos if starts in (b"{", b"[") else pos + 1
+        try:
+            if json.loads(data[begin:end]) == value:
+                return True
+        except ValueError:
+            pass
+    return False

@@ -40,10 +40,11 @@ REREAD_ENTRIES = True
 again as records (see ``collapse`` in ``_scan_tree``); tests turn it off to hold this pass
 to the event pass's outline, which cannot read them again."""
 
-_PATH_CHARS = 1 << 16
-"""Envelope paths longer than this are left to the event pass, which gives no outline for
-them (long keys nested deep: each level holds its path, and 500 levels of 4,000-character
-keys took 968 MiB)."""
+_PATH_HELD = 1 << 20
+"""Envelope levels whose paths hold more characters than this in all (counted as the
+depth times the deepest path: each level's path extends its parent's) are left to the
+event pass, which gives no outline for them (long keys nested deep: 500 levels of
+4,000-character keys took 968 MiB)."""
 
 _OBJECT, _ARRAY = b"{["
 _OPENERS = (_OBJECT, _ARRAY)
@@ -209,7 +210,7 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
         return value_of(raw)
 
     def obj(members: dict[str, Any], path: str, depth: int, *, kept: bool) -> object:
-        if depth > _DEPTH or len(path) > _PATH_CHARS:
+        if depth > _DEPTH or depth * len(path) > _PATH_HELD:
             raise _Fallback
         node: dict[str, object] = {}
         items = list(members.items())
