@@ -107,9 +107,18 @@ def test_two_lines_that_are_json_only_joined_are_not_records() -> None:
     assert "lines that are not JSON: 61, 62" in text
 
 
-@pytest.mark.parametrize(("blob", "between"), [(20_000, "\n"), (40_000, "\n"), (20_000, "\n\r\n")])
+@pytest.mark.parametrize(
+    ("blob", "between", "start"),
+    [
+        (20_000, "\n", ""),
+        (40_000, "\n", ""),
+        (20_000, "\n\r\n", ""),
+        (20_000, "\n" + " " * 300 + "\n", ""),
+        (20_000, "\n", "\ufeff"),
+    ],
+)
 def test_json_lines_of_records_longer_than_the_head_are_json_lines(
-    externalizer: ToolResultExternalizer, blob: int, between: str
+    externalizer: ToolResultExternalizer, blob: int, between: str, start: str
 ) -> None:
     """The head the capture keeps (and the one a query reads) cuts the first record, or
     holds only it: it was taken for one document, which then failed to parse, so no
@@ -119,7 +128,8 @@ def test_json_lines_of_records_longer_than_the_head_are_json_lines(
     records = [
         {"id": i, "status": "failed" if i == 7 else "ok", "blob": "x" * blob} for i in range(20)
     ]
-    result = externalizer.externalize(between.join(json.dumps(r) for r in records) + "\n", "bash")
+    text = start + between.join(json.dumps(r) for r in records) + "\n"
+    result = externalizer.externalize(text, "bash")
     assert "--- structure: JSON Lines, 20 records, parsed whole" in result.context_text
     assert '"status": "failed"' in read_record(externalizer.reader, result.artifact, "7").text
     found = query_artifact(externalizer.reader, result.artifact, ".[7].status")

@@ -123,7 +123,7 @@ def sniff_on(
     """
     complete = len(head) >= size
     fmt = sniff(head, complete=complete)
-    text = head.lstrip(_WS)
+    text = head.removeprefix(_BOM).lstrip(_WS)
     whole = text[: text.rfind(b"\n") + 1].split(b"\n")
     if fmt != "json" or complete or sum(1 for line in whole if line.strip(_WS)) > 1:
         return fmt  # (two whole lines in the head: ``sniff`` read them)
@@ -140,8 +140,24 @@ def sniff_on(
             last = read(1, line_end - 1)
             if last == b"\r":
                 last = read(1, line_end - 2)
-            after = read(256, line_end + 1).lstrip(_WS)[:1]
             closer = b"}" if first == b"{" else b"]"
-            return "jsonl" if last == closer and after in (b"{", b"[") else fmt
+            if last != closer:
+                return fmt
+            return "jsonl" if _next_start(read, line_end + 1, size) in (b"{", b"[") else fmt
         pos += len(block)
     return fmt
+
+
+def _next_start(read: Callable[[int, int], bytes], pos: int, size: int) -> bytes:
+    """The first byte from ``pos`` that is not whitespace (blank lines skipped, up to 1 MiB
+    of them), or ``b""``."""
+    end = min(size, pos + _LINE_BLOCK)
+    while pos < end:
+        block = read(min(64 << 10, end - pos), pos)
+        if not block:
+            break
+        rest = block.lstrip(_WS)
+        if rest:
+            return rest[:1]
+        pos += len(block)
+    return b""
