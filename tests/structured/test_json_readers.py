@@ -407,18 +407,21 @@ def test_a_record_nested_600_deep_gives_no_outline_and_no_error() -> None:
     assert _outline(data) is None
 
 
+def _traced(data: bytes) -> tuple[Outline | None, int]:
+    """The outline of ``data``, and the most memory it held (traced)."""
+    tracemalloc.start()
+    try:
+        return _outline(data), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_objects_nested_20000_deep_give_no_outline_in_bounded_memory() -> None:
     """Past the tree pass's depth the event pass reads the envelope, whose every level
     holds its path: 120 KB of ``{"a":`` took 790 MiB (traced: hundreds of MiB) and seconds
     before the depth was bounded."""
-    data = b'{"a":' * 20_000 + b"1" + b"}" * 20_000
-    tracemalloc.start()
-    try:
-        assert _outline(data) is None
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 16 << 20
+    found, peak = _traced(b'{"a":' * 20_000 + b"1" + b"}" * 20_000)
+    assert found is None and peak < 16 << 20
 
 
 def test_a_json_lines_record_nested_too_deep_to_walk_gives_no_outline() -> None:
@@ -642,13 +645,8 @@ def test_long_keys_nested_deep_give_no_outline_in_bounded_memory(first: str) -> 
     and 245 MiB (found by two reviews); past a million characters held no outline."""
     key = "k" * 4000 if first.startswith("k") else "a"
     data = (f'{{"{first}":' + f'{{"{key}":' * 505 + "[1, 2, 3]" + "}" * 506).encode()
-    tracemalloc.start()
-    try:
-        assert _outline(data) is None
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 32 << 20
+    found, peak = _traced(data)
+    assert found is None and peak < 32 << 20
 
 
 @pytest.mark.parametrize("records", [20, 2000])
@@ -657,8 +655,8 @@ def test_root_members_read_from_the_tail_say_when_some_may_be_missing(
 ) -> None:
     """Past the switch to ijson's items, the root object's members after the collection
     are read from the document's last 8 KiB: members that began before those bytes were
-    dropped without a word (found by a review); unless the bytes hold the whole document,
-    the outline says where they were read from."""
+    dropped without a word (found by a review); unless the bytes before them end with the
+    collection's last record, the outline says some may be missing."""
     doc = {
         "items": [{"id": i} for i in range(records)],
         "errors": [{"id": 5, "error": "x" * 9000}],
