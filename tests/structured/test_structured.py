@@ -157,6 +157,20 @@ def test_failures_in_a_tree_s_nested_entries_are_weighed_against_all_its_entries
     assert '.dependencies["pkg-7"].dependencies["sub-7-0"]: {' in text
 
 
+def test_a_record_whose_items_repeat_a_sign_counts_once() -> None:
+    """One suite of ten with 30 failed tests: each failed item counted the sign again, so
+    "30 of the 10 records" read as the norm and the suite was not listed."""
+    records = [
+        {"name": f"suite-{i}", "tests": [{"id": j, "status": "ok"} for j in range(3)]}
+        for i in range(10)
+    ]
+    records[4]["tests"] = [{"id": j, "status": "failed"} for j in range(30)]
+    data = json.dumps(records).encode()
+    text = inspect_output(data, _read(data), len(data))
+    assert "the norm here" not in text
+    assert '.[4]: {"name":"suite-4"' in text and "<- status=failed" in text
+
+
 def test_a_csv_table_is_outlined_with_its_header_and_typed_columns(
     externalizer: ToolResultExternalizer,
 ) -> None:

@@ -91,7 +91,7 @@ class _Collection:
     def note_signs(
         self, why: list[str], path: str, text: Callable[[], str], number: int | None = None
     ) -> None:
-        key = tuple(why)
+        key = tuple(dict.fromkeys(why))  # (a record whose items repeat a sign counts once)
         entry = self.signs.get(key)
         if entry is None:
             if len(self.signs) >= 256:
