@@ -669,6 +669,13 @@ def test_root_members_read_from_the_tail_say_when_some_may_be_missing(
         found = _outline(data)
     assert found is not None and '"status": "partial"' in found.text
     assert "are read from the document's end: some before those shown" in found.text
+    # An array member after it that begins before the tail and ends as the collection
+    # does (``[0, 0]``): which array its bracket closes cannot be told (a review).
+    points = {"points": [[0, 0]] * 300, "test": [[0, 0]] * 2000, "n": 2}
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
+        found = _outline(json.dumps(points).encode())
+    assert found is not None and "are read from the document's end" in found.text
     # More array members after it than the tail's 64 brackets tried: some are lost too.
     many = {"items": [{"id": i} for i in range(20)], **{f"a{i}": [] for i in range(70)}}
     with monkeypatch.context() as patch:
@@ -681,3 +688,14 @@ def test_root_members_read_from_the_tail_say_when_some_may_be_missing(
         found = _outline(small)
     assert found is not None and '"status": "ok"' in found.text
     assert "document's end" not in found.text
+
+
+@pytest.mark.parametrize(("depth", "key"), [(150, 50), (190, 30), (100, 100)])
+def test_a_deep_document_of_long_keys_within_the_bounds_is_outlined(depth: int, key: int) -> None:
+    """The bound on the paths held counts what they hold, not depth times the deepest:
+    documents of 8-12 KB nested 100-190 deep lost their outline under that (a review)."""
+    value: object = {"items": [{"id": i, "name": f"n{i}"} for i in range(40)], "total": 40}
+    for level in range(depth):
+        value = {f"level_{level:03d}_" + "x" * (key - 10): value}
+    found = _outline(json.dumps(value).encode())
+    assert found is not None and found.records == 40

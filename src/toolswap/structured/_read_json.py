@@ -62,6 +62,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     record_events = 0
     skip_depth = 0
     path_of: list[str] = [""]
+    path_chars = 0
+    """The characters of the paths in ``path_of`` (bounded: ``_PATH_HELD``)."""
     # ijson's prefix of each envelope frame (None: a key ijson's prefixes cannot name).
     prefix_of: list[str | None] = [""]
 
@@ -140,7 +142,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             # records.
             if event in ("end_array", "end_map"):
                 stack.pop()
-                path_of.pop()
+                path_chars -= len(path_of.pop())
                 prefix_of.pop()
                 continue
             if event == "map_key":
@@ -186,13 +188,14 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             stack.append([child, None])
             key = frame[1]
             path_of.append(path_of[-1] if key is None else _key_path(path_of[-1], str(key)))
-            if len(stack) * len(path_of[-1]) > _PATH_HELD:
+            path_chars += len(path_of[-1])
+            if path_chars > _PATH_HELD:
                 raise _NotStructured("paths too long to hold")
             prefix_of.append(_prefix(prefix_of[-1], key))
         elif event == "end_map":
             node, path = container, path_of[-1]
             stack.pop()
-            path_of.pop()
+            path_chars -= len(path_of.pop())
             prefix_of.pop()
             parent = stack[-1]
             held = parent[0][-1] if isinstance(parent[0], list) else parent[0].get(parent[1])
@@ -213,7 +216,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             put(container, key, summary)
             stack.append([summary, None])
             path_of.append(path)
-            if len(stack) * len(path) > _PATH_HELD:
+            path_chars += len(path)
+            if path_chars > _PATH_HELD:
                 raise _NotStructured("paths too long to hold")
             prefix = _prefix(prefix_of[-1], key)
             prefix_of.append(None if prefix is None else _prefix(prefix, "item"))
@@ -225,10 +229,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         records = ijson.items(_Bytes(read, limit), prefix, use_float=True)
         pending: list[object] = []
         pending_first = index
-        last: object = _NOTHING
         try:
             for number, value in enumerate(records):
-                last = value
                 if number >= index:
                     if not pending:
                         pending_first = number
@@ -247,7 +249,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         if depth != 3 and limit >= size:
             acc.notes.append(f"(any members after {base} are not shown: query the artifact)")
         if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
-            tail, sure = _tail_members(read, size, last)
+            tail, sure = _tail_members(read, size)
             if tail is None:
                 acc.notes.append(
                     f"(the members of the document after {base} are not shown: query the artifact)"
@@ -590,23 +592,23 @@ def _prefix(parent: str | None, key: object) -> str | None:
 _TAIL_WINDOW = 8192
 
 
-def _tail_members(
-    read: Read, size: int, last: object = None
-) -> tuple[dict[str, object] | None, bool]:
+def _tail_members(read: Read, size: int) -> tuple[dict[str, object] | None, bool]:
     """The root object's members after the collection read last, from the last bytes: of
     the last 64 ``]`` in the window, the first after which the rest reads as the end of an
     object (a ``]`` inside a record is followed by more closing brackets and fails); and
-    whether they are surely all of them: that ``]`` follows the collection's ``last``
-    record (a member after the collection that is an array ends with a ``]`` that reads so
-    too, and one that began before the window leaves no trace of its start)."""
+    whether they are surely all of them: only when the window holds the whole document and
+    every ``]`` in it was tried (a member after the collection that is an array ends with a
+    ``]`` that reads so too, and which array a ``]`` closes cannot be told from the value
+    before it: ``[0, 0]`` ends many)."""
     window = min(size, _TAIL_WINDOW)
     data = read(window, size - window)
     found: dict[str, object] | None = None
-    at = -1
+    tried_all = False
     pos = len(data)
     for _ in range(64):
         pos = data.rfind(b"]", 0, pos)
         if pos < 0:
+            tried_all = True
             break
         try:
             value = json.loads(b'{"":0' + data[pos + 1 :])
@@ -614,29 +616,5 @@ def _tail_members(
             continue
         if isinstance(value, dict):
             value.pop("", None)
-            found, at = value, pos
-    return found, found is not None and _ends_with(data, at, last)
-
-
-_NOTHING = object()
-"""No record read (a collection with none past the switch)."""
-
-
-def _ends_with(data: bytes, end: int, value: object) -> bool:
-    """Whether ``data[:end]`` ends, but for whitespace, with the JSON text of ``value``
-    (tried from each of the last 64 places such a value could start)."""
-    if value is _NOTHING:
-        return False
-    starts = b"{" if isinstance(value, dict) else b"[" if isinstance(value, list) else b",["
-    pos = end
-    for _ in range(64):
-        pos = max(data.rfind(bytes([c]), 0, pos) for c in starts)
-        if pos < 0:
-            return False
-        begin = pos if starts in (b"{", b"[") else pos + 1
-        try:
-            if json.loads(data[begin:end]) == value:
-                return True
-        except ValueError:
-            pass
-    return False
+            found = value
+    return found, found is not None and tried_all and window >= size

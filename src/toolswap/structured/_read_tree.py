@@ -41,10 +41,9 @@ again as records (see ``collapse`` in ``_scan_tree``); tests turn it off to hold
 to the event pass's outline, which cannot read them again."""
 
 _PATH_HELD = 1 << 20
-"""Envelope levels whose paths hold more characters than this in all (counted as the
-depth times the deepest path: each level's path extends its parent's) are left to the
-event pass, which gives no outline for them (long keys nested deep: 500 levels of
-4,000-character keys took 968 MiB)."""
+"""Envelope levels whose paths hold more characters than this in all are left to the
+event pass, which gives no outline for them (long keys nested deep: each level holds its
+path, and 500 levels of 4,000-character keys took 968 MiB)."""
 
 _OBJECT, _ARRAY = b"{["
 _OPENERS = (_OBJECT, _ARRAY)
@@ -199,18 +198,20 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
         names(summary, path, items)
         return summary
 
-    def member(raw: Any, path: str, depth: int, *, kept: bool) -> object:
+    def member(raw: Any, path: str, depth: int, *, kept: bool, held: int) -> object:
         """An envelope member's value (``kept``: its object keeps it, so an object keyed
-        by names may become a collection at its end)."""
+        by names may become a collection at its end; ``held``: the characters of the paths
+        of the objects it is in)."""
         first = memoryview(raw)[0]
         if first == _OBJECT:
-            return obj(members_of(raw), path, depth + 1, kept=kept)
+            return obj(members_of(raw), path, depth + 1, kept=kept, held=held)
         if first == _ARRAY:
             return array(raw, path)
         return value_of(raw)
 
-    def obj(members: dict[str, Any], path: str, depth: int, *, kept: bool) -> object:
-        if depth > _DEPTH or depth * len(path) > _PATH_HELD:
+    def obj(members: dict[str, Any], path: str, depth: int, *, kept: bool, held: int = 0) -> object:
+        held += len(path)
+        if depth > _DEPTH or held > _PATH_HELD:
             raise _Fallback
         node: dict[str, object] = {}
         items = list(members.items())
@@ -220,7 +221,7 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
                 # collection, and the members still to come are read as records.
                 return collapse(path, items, node, ended=False)
             keep = len(node) < _ENVELOPE_MEMBERS
-            value = member(raw, _key_path(path, key), depth, kept=keep)
+            value = member(raw, _key_path(path, key), depth, kept=keep, held=held)
             if keep:
                 node[key] = value
         if kept and _names(node):
