@@ -655,8 +655,8 @@ def test_root_members_read_from_the_tail_say_when_some_may_be_missing(
 ) -> None:
     """Past the switch to ijson's items, the root object's members after the collection
     are read from the document's last 8 KiB: members that began before those bytes were
-    dropped without a word (found by a review); unless the bytes before them end with the
-    collection's last record, the outline says some may be missing."""
+    dropped without a word (found by a review); unless those bytes hold the whole document
+    (and every bracket in them was tried), the outline says some may be missing."""
     doc = {
         "items": [{"id": i} for i in range(records)],
         "errors": [{"id": 5, "error": "x" * 9000}],
