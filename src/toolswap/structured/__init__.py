@@ -32,8 +32,9 @@ def inspect_output(
         budget: the outline's size limit in UTF-8 bytes (default 8 KiB).
     """
     from .detect import sniff_on
+    from .outline import scan_bytes
 
-    fmt = sniff_on(head, read, size, limit=_first_line_limit(size))
+    fmt = sniff_on(head, read, size, limit=scan_bytes(size))
     if fmt is None:
         return ""
     from .outline import OUTLINE_BYTES, outline
@@ -46,10 +47,3 @@ def inspect_output(
         budget=OUTLINE_BYTES if budget is None else budget,
     )
     return found.text if found is not None else ""
-
-
-def _first_line_limit(size: int) -> int:
-    """How far a first line is looked for: the part of the output an outline parses."""
-    from .outline import scan_bytes
-
-    return scan_bytes(size)

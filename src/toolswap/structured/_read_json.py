@@ -181,16 +181,13 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                 continue
             frame[1] = value
         elif event == "start_map":
-            if len(stack) > _ENVELOPE_DEPTH:
-                raise _NotStructured(f"nested more than {_ENVELOPE_DEPTH} deep")
-            child = {}
-            put(container, frame[1], child)
-            stack.append([child, None])
             key = frame[1]
-            path_of.append(path_of[-1] if key is None else _key_path(path_of[-1], str(key)))
-            path_chars += len(path_of[-1])
-            if path_chars > _PATH_HELD:
-                raise _NotStructured("paths too long to hold")
+            path = path_of[-1] if key is None else _key_path(path_of[-1], str(key))
+            path_chars = _opened(len(stack), path_chars, path)
+            child = {}
+            put(container, key, child)
+            stack.append([child, None])
+            path_of.append(path)
             prefix_of.append(_prefix(prefix_of[-1], key))
         elif event == "end_map":
             node, path = container, path_of[-1]
@@ -207,18 +204,14 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                 else:
                     parent[0][parent[1]] = summary
         elif event == "start_array":
-            if len(stack) > _ENVELOPE_DEPTH:
-                raise _NotStructured(f"nested more than {_ENVELOPE_DEPTH} deep")
             key = frame[1]
             path = path_of[-1] if key is None else _key_path(path_of[-1], str(key))
+            path_chars = _opened(len(stack), path_chars, path)
             collection = (path or ".") + "[]"
             summary = _Summary(collection)
             put(container, key, summary)
             stack.append([summary, None])
             path_of.append(path)
-            path_chars += len(path)
-            if path_chars > _PATH_HELD:
-                raise _NotStructured("paths too long to hold")
             prefix = _prefix(prefix_of[-1], key)
             prefix_of.append(None if prefix is None else _prefix(prefix, "item"))
             index = 0
@@ -265,6 +258,21 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     if not root:
         raise _NotStructured("no JSON value")
     return root[0]
+
+
+def _opened(depth: int, held: int, path: str) -> int:
+    """The characters the envelope's open paths hold once a level at ``path`` opens below
+    ``depth`` others that hold ``held``.
+
+    Raises:
+        _NotStructured: past ``_ENVELOPE_DEPTH`` levels, or ``_PATH_HELD`` characters.
+    """
+    if depth > _ENVELOPE_DEPTH:
+        raise _NotStructured(f"nested more than {_ENVELOPE_DEPTH} deep")
+    held += len(path)
+    if held > _PATH_HELD:
+        raise _NotStructured("paths too long to hold")
+    return held
 
 
 _BIG_RECORD = 1 << 20

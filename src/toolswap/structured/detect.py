@@ -114,7 +114,7 @@ def sniff_on(
     of JSON Lines whose records are longer than the head (it was taken for one document,
     which then failed to parse): JSON Lines when that line ends the value it opens and the
     next line opens another. Up to ``limit`` bytes are searched for the first line's end
-    (a record longer than the part an outline parses gives none anyway).
+    (callers pass the part an outline parses first: ``outline.scan_bytes``).
 
     Args:
         head: the first bytes of the output (``read`` gives the same bytes).

@@ -153,10 +153,11 @@ def structured_format(art: VerifiedArtifact, instead: str) -> Format:
         ArtifactQueryError: it is not JSON, JSON Lines, CSV or TSV (``instead`` says what
             to do then).
     """
-    from .outline import OUTLINE_SCAN_BYTES  # (the reader of records imports it anyway)
+    from .outline import scan_bytes  # (the reader of records imports it anyway)
 
     head = art.pread(_SNIFF_BYTES, 0)
-    fmt = sniff_on(head, art.pread, art.size, limit=OUTLINE_SCAN_BYTES)
+    # As far as the outline in the pointer looked: the two name one format.
+    fmt = sniff_on(head, art.pread, art.size, limit=scan_bytes(art.size))
     if fmt is None:
         raise ArtifactQueryError(
             f"{art.reference.source_id} is not JSON, JSON Lines, CSV or TSV; {instead}"
