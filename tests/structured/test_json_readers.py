@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolswap.structured import _read_json, _read_tree
+from toolswap.structured._fast_path import _Accumulator
 from toolswap.structured._read_tree import _Fallback
 from toolswap.structured.outline import Outline, outline
 
@@ -345,6 +346,18 @@ def test_a_record_of_many_bytes_but_few_events_is_walked(
     assert "too large" not in found.text
 
 
+def test_a_record_of_many_bytes_with_an_integer_past_64_bits_is_walked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its events are counted by ijson before it is built; ijson stopped at the integer
+    (reading numbers as floats), so the record was counted as too large, not walked."""
+    doc = {"items": [{"id": 1}, {"id": 2**70, "text": "x" * (2 << 20)}, {"id": 3}]}
+    found = _by_tree(json.dumps(doc).encode(), monkeypatch)
+    assert found is not None
+    assert ".items[].text" in found.text
+    assert "too large" not in found.text
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -393,13 +406,15 @@ def test_bytes_that_are_not_utf8_in_a_record_never_built_keep_the_document_text(
 @pytest.mark.parametrize("big", [False, True], ids=["small record", "record over 1 MiB"])
 def test_a_number_yajl_refuses_is_read_as_json_reads_it(number: bytes, big: bool) -> None:
     """The event pass (yajl) ends at an integer past 64 bits or 1e400; the pass over raw
-    members reads it as json does, and a record over 1 MiB holding one is counted."""
+    members reads it as json does, and a record over 1 MiB holding one, whose events yajl
+    counts first, is counted again with numbers read exactly, and walked (it was counted as
+    too large)."""
     text = b', "text": "' + b"x" * ((1 << 20) + 10) + b'"' if big else b""
     data = b'{"items": [{"id": 1}, {"id": 2, "n": ' + number + text + b'}, {"id": 3}]}'
     found = _outline(data)
     assert found is not None and found.records == 3
-    assert ("too large" in found.text) is big
-    assert (".items[].n" in found.text) is not big
+    assert "too large" not in found.text
+    assert ".items[].n" in found.text
 
 
 def test_a_record_nested_600_deep_gives_no_outline_and_no_error() -> None:
@@ -649,45 +664,140 @@ def test_long_keys_nested_deep_give_no_outline_in_bounded_memory(first: str) -> 
     assert found is None and peak < 32 << 20
 
 
-@pytest.mark.parametrize("records", [20, 2000])
-def test_root_members_read_from_the_tail_say_when_some_may_be_missing(
-    records: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Past the switch to ijson's items, the root object's members after the collection
-    are read from the document's last 8 KiB: members that began before those bytes were
-    dropped without a word (found by a review); unless those bytes hold the whole document
-    (and every bracket in them was tried), the outline says some may be missing."""
-    doc = {
-        "items": [{"id": i} for i in range(records)],
+@pytest.mark.parametrize("where", ["first record", "past the switch", "member after"])
+def test_an_integer_past_64_bits_keeps_the_outline_of_a_large_document(where: str) -> None:
+    """ijson's C backend reading numbers as floats stops at an integer past 64 bits
+    (ICRAR/ijson#153): a large JSON object with one 20-digit id anywhere got no outline,
+    and one cut at the scan limit was counted only up to it. It is read again, exactly."""
+    items: list[dict[str, object]] = [{"id": i, "v": i / 7, "ok": True} for i in range(3000)]
+    doc: dict[str, object] = {"items": items, "n": 3000}
+    if where == "first record":
+        items[0]["id"] = 10**25
+    elif where == "past the switch":
+        items[1000]["id"] = -(2**63)
+        items[2600]["error"] = "timed out"
+    else:
+        doc["n"] = 2**64
+    data = json.dumps(doc).encode()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
+        found = _outline(data)
+        assert found is not None and found.records == 3000
+        assert ".items[].v  float" in found.text
+        if where == "past the switch":
+            assert ".items[2600]" in found.text
+        cut = outline("json", lambda count, at: data[at : at + count], len(data), scan_limit=80_000)
+    assert cut is not None and not cut.complete and cut.records > 1500
+
+
+def _members_after(data: bytes, **patches: int) -> tuple[list[str], Outline | None]:
+    """The root object's members in the envelope past the switch to ijson's items (the
+    members after the long collection are read from the document's end), and the outline."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
+        for name, value in patches.items():
+            patch.setattr(_read_json, name, value)
+        envelope = _read_json._scan_json(
+            lambda count, offset: data[offset : offset + count],
+            len(data),
+            _Accumulator(),
+            size=len(data),
+        )
+        assert isinstance(envelope, dict)
+        return list(envelope), _outline(data)
+
+
+_AFTER = {
+    "errors and status": {
+        "items": [{"id": i} for i in range(2000)],
         "errors": [{"id": 5, "error": "x" * 9000}],
         "status": "partial",
-    }
+    },
+    # An array member after it that begins before the last 8 KiB and ends as the collection
+    # does: which array the last ``]`` closes cannot be told from there (a review).
+    "[0, 0] members": {"points": [[0, 0]] * 300, "test": [[0, 0]] * 2000, "n": 2},
+    # More brackets in the members than the 64 the last bytes' reading tries.
+    "40 arrays": {"items": [{"id": i} for i in range(20)], **{f"a{i}": [[]] for i in range(40)}},
+    # Brackets inside strings of the last record and of the members.
+    "brackets in strings": {
+        "items": [{"id": i, "s": '],"k": 1}'} for i in range(400)],
+        "s": '"], "x": [1]}',
+        "": ["], }"],
+        "t": [],
+    },
+}
+
+
+@pytest.mark.parametrize("doc", _AFTER.values(), ids=_AFTER.keys())
+def test_root_members_after_a_long_collection_are_all_read(doc: dict[str, Any]) -> None:
+    """Past the switch to ijson's items, the root object's members after the collection
+    were read from the document's last 8 KiB: members that began before those bytes were
+    lost, or said to be maybe missing on every large document (three reviews). The
+    collection's ``]`` is now known to be in the bytes ijson read last: all are found."""
     data = json.dumps(doc).encode()
-    with monkeypatch.context() as patch:
-        patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
-        patch.setattr(_read_json, "_TAIL_WINDOW", 4096 if records == 20 else 8192)
-        found = _outline(data)
-    assert found is not None and '"status": "partial"' in found.text
-    assert "are read from the document's end: some before those shown" in found.text
-    # An array member after it that begins before the tail and ends as the collection
-    # does (``[0, 0]``): which array its bracket closes cannot be told (a review).
-    points = {"points": [[0, 0]] * 300, "test": [[0, 0]] * 2000, "n": 2}
-    with monkeypatch.context() as patch:
-        patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
-        found = _outline(json.dumps(points).encode())
-    assert found is not None and "are read from the document's end" in found.text
-    # More array members after it than the tail's 64 brackets tried: some are lost too.
-    many = {"items": [{"id": i} for i in range(20)], **{f"a{i}": [] for i in range(70)}}
-    with monkeypatch.context() as patch:
-        patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
-        found = _outline(json.dumps(many).encode())
-    assert found is not None and "are read from the document's end" in found.text
+    members, found = _members_after(data)
+    assert members == list(doc)
+    assert found is not None and "document's end" not in found.text
+    if "status" in doc:
+        assert '"status": "partial"' in found.text
+
+
+@pytest.mark.parametrize("doc", list(_AFTER.values())[:3], ids=list(_AFTER)[:3])
+def test_root_members_read_from_the_last_bytes_say_when_some_may_be_missing(
+    doc: dict[str, Any],
+) -> None:
+    """Where the collection's end is not known (members after it of more than
+    ``_TAIL_REGION`` bytes, or another ijson backend), the members are read from the last
+    8 KiB, and unless those bytes hold the whole document (and every bracket in them was
+    tried), the outline says some may be missing."""
+    data = json.dumps(doc).encode()
+    _members, found = _members_after(data, _TAIL_REGION=0)
+    assert found is not None and "are read from the document's end: some" in found.text
     small = json.dumps({"items": [{"id": i} for i in range(20)], "status": "ok"}).encode()
-    with monkeypatch.context() as patch:
+    members, found = _members_after(small, _TAIL_REGION=0)
+    assert members == ["items", "status"]
+    assert found is not None and "document's end" not in found.text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    records=st.integers(17, 3000),
+    width=st.integers(0, 120),
+    after=st.lists(
+        st.recursive(
+            st.none() | st.integers() | st.text(alphabet='[]{},:" ab0'),
+            lambda inner: (
+                st.lists(inner, max_size=4)
+                | st.dictionaries(st.text(alphabet="]}, a", max_size=3), inner, max_size=3)
+            ),
+            max_leaves=8,
+        ),
+        max_size=6,
+    ),
+    indent=st.sampled_from([None, 0, 2]),
+)
+def test_the_members_after_any_long_collection_are_found(
+    records: int, width: int, after: list[object], indent: int | None
+) -> None:
+    """Whatever the records, the members after them and the layout: every member is
+    found, exactly (the first ``]`` after the bytes ijson read last after which the rest
+    ends an object is the collection's: each one before it leaves a bracket open)."""
+    rows = [[i, "]" * (i % 3), {"s": "x" * width, "t": [[0, 0]] * (i % 2)}] for i in range(records)]
+    doc: dict[str, object] = {"head": 1, "rows": rows}
+    doc.update({f"m{i}]": value for i, value in enumerate(after)})
+    data = json.dumps(doc, indent=indent).encode()
+    with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
-        found = _outline(small)
-    assert found is not None and '"status": "ok"' in found.text
-    assert "document's end" not in found.text
+        patch.setattr(_read_json, "_TAIL_WINDOW", 64)  # (the last bytes alone do not do)
+        envelope = _read_json._scan_json(
+            lambda count, offset: data[offset : offset + count],
+            len(data),
+            _Accumulator(),
+            size=len(data),
+        )
+    assert isinstance(envelope, dict) and list(envelope) == list(doc)
+    for key in list(doc)[2:]:
+        assert envelope[key] == doc[key] or isinstance(doc[key], list)
 
 
 @pytest.mark.parametrize(("depth", "key"), [(150, 50), (190, 30), (100, 100)])

@@ -100,6 +100,31 @@ def test_a_record_is_the_value_the_same_jq_path_queries(
         assert json.loads(found.text) == json.loads(queried.text), address
 
 
+def test_a_document_with_an_integer_past_64_bits_is_read_exactly(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """ijson's C backend reading numbers as floats stops at an integer past 64 bits
+    (ICRAR/ijson#153): a valid document with one 20-digit id had no readable record. It is
+    read again with every number as written."""
+    items = _items(200, bad=7)
+    items[3]["id"] = 12345678901234567890123
+    items[150]["price"] = -(2**63)
+    items[151]["price"] = 1.5e300
+    document = json.dumps({"total": 200, "items": items})
+    ref = externalizer.externalize(document, "http_get").artifact
+    for address, value in (
+        ("items[3].id", 12345678901234567890123),
+        ("items[150]", items[150]),
+        ("items[151].price", 1.5e300),
+        ("items[199]", items[199]),
+    ):
+        found = read_record(externalizer.reader, ref, address)
+        assert json.loads(found.text) == value, address
+    lines = "".join(json.dumps(item) + "\n" for item in items)
+    ref = externalizer.externalize(lines, "http_get").artifact
+    assert json.loads(read_record(externalizer.reader, ref, "3").text) == items[3]
+
+
 def test_a_record_of_real_pip_inspect_output_is_the_one_query_returns(
     externalizer: ToolResultExternalizer,
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 from ._decode import loads
@@ -20,6 +21,7 @@ from ._fields import SAMPLE_RECORDS, _names
 from ._read_tree import _PATH_HELD, _Fallback, _scan_tree
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured, _TooFew
 from ._values import _TYPE_NAMES, _key_path
+from ._wide_ints import as_floats, float_events, overflowed
 
 __all__ = ["_scan_json"]
 
@@ -49,9 +51,23 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         whole = _read_whole(read, acc, size=size)
         if whole is not None:
             return whole
+    try:
+        return _scan_object(read, limit, acc, size=size, exact=False)
+    except Exception as exc:  # ijson's errors
+        if not overflowed(exc):
+            raise
+    acc.restart()  # an integer past 64 bits: read again, every number as it is
+    return _scan_object(read, limit, acc, size=size, exact=True)
+
+
+def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact: bool) -> object:
+    """``_scan_json`` of a document read by ijson's events (``exact``: numbers read without
+    ``use_float``, which stops at an integer past 64 bits)."""
     import ijson  # a C extension: only for outputs that look like JSON
 
-    events = ijson.basic_parse(_Bytes(read, limit), use_float=True)
+    events: Iterator[tuple[str, Any]] = ijson.basic_parse(_Bytes(read, limit), use_float=not exact)
+    if exact:
+        events = float_events(events)
     switch: tuple[str, str, str, int] | None = None
     root: list[object] = []
     # Envelope frames: [container, pending key]; a container is a dict or a _Summary.
@@ -219,11 +235,18 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
             put(container, frame[1], value)
     if switch is not None:
         pattern, base, prefix, depth = switch
-        records = ijson.items(_Bytes(read, limit), prefix, use_float=True)
+        source = _Bytes(read, limit)
+        records: Iterator[Any] = ijson.items(source, prefix, use_float=not exact)
+        if exact:
+            records = map(as_floats, records)
         pending: list[object] = []
         pending_first = index
+        last_chunk: int | None = None
+        """Where the bytes ijson had been handed when it gave the last record began (the
+        collection's ``]`` is at or after it)."""
         try:
             for number, value in enumerate(records):
+                last_chunk = source.chunk_start
                 if number >= index:
                     if not pending:
                         pending_first = number
@@ -231,8 +254,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
                     if len(pending) >= _BATCH:
                         acc.batch(pattern, base or ".", pending_first, pending)
                         pending = []
-        except Exception:  # ijson's errors: a document cut at the scan limit ends here
-            if limit >= size:
+        except Exception as exc:  # ijson's errors: a document cut at the scan limit ends here
+            if limit >= size or overflowed(exc):
                 raise
         finally:
             if pending:
@@ -242,7 +265,8 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         if depth != 3 and limit >= size:
             acc.notes.append(f"(any members after {base} are not shown: query the artifact)")
         if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
-            tail, sure = _tail_members(read, size)
+            after = last_chunk if ijson.backend_name == "yajl2_c" else None
+            tail, sure = _tail_members(read, size, after)
             if tail is None:
                 acc.notes.append(
                     f"(the members of the document after {base} are not shown: query the artifact)"
@@ -598,16 +622,37 @@ def _prefix(parent: str | None, key: object) -> str | None:
 
 
 _TAIL_WINDOW = 8192
+_TAIL_REGION = 1 << 20
+"""The most bytes read after where the collection's ``]`` is known to be at or after."""
+_TAIL_TRIES = 4096
+_CLOSE = re.compile(rb"\](?=[ \t\r\n]*[,}])")
+"""A ``]`` that may close the collection: members (``,``) or the document's end follow."""
 
 
-def _tail_members(read: Read, size: int) -> tuple[dict[str, object] | None, bool]:
-    """The root object's members after the collection read last, from the last bytes: of
-    the last 64 ``]`` in the window, the first after which the rest reads as the end of an
-    object (a ``]`` inside a record is followed by more closing brackets and fails); and
-    whether they are surely all of them: only when the window holds the whole document and
-    every ``]`` in it was tried (a member after the collection that is an array ends with a
-    ``]`` that reads so too, and which array a ``]`` closes cannot be told from the value
-    before it: ``[0, 0]`` ends many)."""
+def _tail_members(
+    read: Read, size: int, after: int | None
+) -> tuple[dict[str, object] | None, bool]:
+    """The root object's members after the collection read last, and whether they are
+    surely all of them.
+
+    ``after``: the collection's ``]`` is at or after this offset (where the bytes ijson
+    was reading when it gave the last record began). Every ``]`` before the collection's
+    own leaves a bracket unclosed after it (the collection's, at least), so the first
+    ``]`` from ``after`` on after which the rest reads as the end of an object is the
+    collection's: its members are all of them. Without ``after`` (or past
+    ``_TAIL_REGION``), the last 64 ``]`` of the document's last bytes are tried from the
+    end: the first after which the rest reads so is taken, surely right only when those
+    bytes hold the whole document and every ``]`` in them was tried (a member after the
+    collection that is an array ends with a ``]`` that reads so too, and which array a
+    ``]`` closes cannot be told from the value before it: ``[0, 0]`` ends many)."""
+    if after is not None and size - after <= _TAIL_REGION:
+        data = read(size - after, after)
+        for tries, close in enumerate(_CLOSE.finditer(data)):
+            if tries >= _TAIL_TRIES:
+                break
+            value = _members(data[close.end() :])
+            if value is not None:
+                return value, True
     window = min(size, _TAIL_WINDOW)
     data = read(window, size - window)
     found: dict[str, object] | None = None
@@ -618,11 +663,22 @@ def _tail_members(read: Read, size: int) -> tuple[dict[str, object] | None, bool
         if pos < 0:
             tried_all = True
             break
-        try:
-            value = json.loads(b'{"":0' + data[pos + 1 :])
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            value.pop("", None)
+        value = _members(data[pos + 1 :])
+        if value is not None:
             found = value
     return found, found is not None and tried_all and window >= size
+
+
+def _members(rest: bytes) -> dict[str, object] | None:
+    """The members ``rest`` ends an object with (``, "k": v}``), or None if it does not."""
+    outermost: list[list[tuple[str, object]]] = []
+
+    def pairs_of(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        outermost[:] = [pairs]  # (the outermost object is decoded last)
+        return dict(pairs)
+
+    try:
+        json.loads(b'{"":0' + rest, object_pairs_hook=pairs_of)
+    except ValueError:
+        return None
+    return dict(outermost[0][1:])  # (a member named "" of its own is kept)

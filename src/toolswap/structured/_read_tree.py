@@ -25,6 +25,7 @@ from ._fast_path import _Accumulator
 from ._fields import _names
 from ._source import _NotStructured
 from ._values import _key_path
+from ._wide_ints import overflowed
 
 __all__ = ["_Fallback", "_scan_tree"]
 
@@ -79,15 +80,19 @@ def _raw_events(raw: bytes, budget: int) -> int:
     it, up to just past ``budget``."""
     import ijson  # a C extension: only for a record of more than _BIG_RAW bytes
 
-    count = 0
-    try:
-        for _ in ijson.basic_parse(raw, use_float=True):
-            count += 1
-            if count > budget:
-                break
-    except ijson.JSONError:  # a number past 64 bits: it cannot be counted, so not walked
-        return budget + 1
-    return count
+    for exact in (False, True):
+        count = 0
+        try:
+            for _ in ijson.basic_parse(raw, use_float=not exact):
+                count += 1
+                if count > budget:
+                    break
+        except ijson.JSONError as exc:
+            if exact or not overflowed(exc):
+                return budget + 1  # (msgspec read it: not reached)
+            continue  # an integer past 64 bits: counted again, reading numbers exactly
+        return count
+    return budget + 1
 
 
 _UTF8_PIECE = 1 << 20

@@ -35,6 +35,8 @@ class _Bytes(io.RawIOBase):
         self._read = read
         self._limit = limit
         self.pos = 0
+        self.chunk_start = 0
+        """Where the bytes last handed to the parser began."""
 
     def readable(self) -> bool:
         return True
@@ -45,6 +47,7 @@ class _Bytes(io.RawIOBase):
             return 0
         data = self._read(want, self.pos)
         buffer[: len(data)] = data
+        self.chunk_start = self.pos
         self.pos += len(data)
         return len(data)
 
@@ -53,5 +56,6 @@ class _Bytes(io.RawIOBase):
         if want <= 0:
             return b""
         data = self._read(want, self.pos)
+        self.chunk_start = self.pos
         self.pos += len(data)
         return data

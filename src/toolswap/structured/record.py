@@ -18,8 +18,9 @@ import io
 import json
 import operator
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import partial
 from itertools import accumulate, count, islice
 from operator import itemgetter
@@ -30,6 +31,7 @@ from ..errors import ArtifactQueryError, ArtifactReadError
 from ..reader import ArtifactReader, VerifiedArtifact
 from ._source import _BLOCK, _Bytes
 from ._values import _cell, _key_path
+from ._wide_ints import overflowed
 from .address import RecordAddress, parse_address
 from .detect import Format
 from .query import DEFAULT_QUERY_BYTES, structured_format, structured_reference
@@ -90,12 +92,18 @@ def read_record(
         line: int | None = None
         try:
             if fmt == "json":
-                text, truncated = _from_events(_Bytes(art.pread, art.size), steps, max_bytes)
+                text, truncated = _from_events(
+                    lambda: _Bytes(art.pread, art.size), steps, max_bytes
+                )
             elif fmt == "jsonl":
                 assert isinstance(steps[0], int)
                 line, start, end = _jsonl_line(art, steps[0])
-                window = _Bytes(lambda n, at: art.pread(n, start + at), end - start)
-                text, truncated = _from_events(window, steps[1:], max_bytes, f".[{steps[0]}]")
+                text, truncated = _from_events(
+                    lambda: _Bytes(lambda n, at: art.pread(n, start + at), end - start),
+                    steps[1:],
+                    max_bytes,
+                    f".[{steps[0]}]",
+                )
             else:
                 assert isinstance(steps[0], int)
                 text, truncated = _table_row(art, fmt, steps, max_bytes)
@@ -157,21 +165,26 @@ def _skip(events: Iterator[_Event]) -> None:
 
 
 def _from_events(
-    data: io.RawIOBase,
+    data: Callable[[], io.RawIOBase],
     steps: tuple[str | int, ...],
     max_bytes: int,
     path: str = "",
 ) -> tuple[str, bool]:
-    """The value at ``steps`` in the JSON document ``data`` (itself at ``path``), as
-    indented JSON."""
+    """The value at ``steps`` in the JSON document ``data()`` opens (itself at ``path``),
+    as indented JSON. Numbers are read as floats; a document with an integer past 64 bits,
+    where ijson's C backend stops so, is read again with every number as written."""
     import ijson  # a C extension: only when a record is read
 
-    try:
-        return _walk(iter(ijson.basic_parse(data, use_float=True)), steps, max_bytes, path)
-    except ijson.JSONError as exc:
-        raise ValueError(str(exc)) from None
-    except StopIteration:
-        raise ValueError("the document ends early") from None
+    for exact in (False, True):
+        try:
+            events = iter(ijson.basic_parse(data(), use_float=not exact))
+            return _walk(events, steps, max_bytes, path)
+        except ijson.JSONError as exc:
+            if exact or not overflowed(exc):
+                raise ValueError(str(exc)) from None
+        except StopIteration:
+            raise ValueError("the document ends early") from None
+    raise AssertionError("not reached")
 
 
 def _walk(
@@ -241,6 +254,8 @@ def _pretty(first: _Event, events: Iterator[_Event], max_bytes: int) -> tuple[st
             elif event == "start_array":
                 piece += "["
                 stack.append([False, False])
+            elif type(value) is Decimal:  # (a number, read exactly: as written)
+                piece += str(value)
             else:
                 piece += json.dumps(value, ensure_ascii=False)
         out.append(piece)
