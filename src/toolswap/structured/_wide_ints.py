@@ -1,8 +1,9 @@
 """Integers past 64 bits in ijson's C backend: read with ``use_float=True`` (floats as
 ``float``, the fast way), it stops at such an integer with "integer overflow"
 (ICRAR/ijson#153), and at a number past a double's range (``1e400``), so a valid document
-with one 20-digit id had no outline and no record reads. Read again without it, the backend takes every integer and gives floats as
-``Decimal``; these helpers tell the error and turn those back into floats.
+with one 20-digit id had no outline and no record reads. Read again without it, the
+backend takes every number and gives floats as ``Decimal``; these helpers tell the error
+and turn those back into floats.
 """
 
 from __future__ import annotations
