@@ -6,9 +6,9 @@ members are names becomes a collection as soon as they say so, or at its end), w
 Python step per event; the members after a long collection are read exactly, not from the
 document's last bytes.
 
-One difference is deliberate: a number yajl refuses (an integer past 64 bits, ``1e400``)
-ends the event pass, while this pass reads it as ``json`` does (a record of more than 1 MiB
-holding one is counted, not walked: ijson counts its events).
+A number yajl refuses when it reads floats (an integer past 64 bits, ``1e400``) is read
+here as ``json`` reads it; the event pass, and ijson's count of a record of more than
+1 MiB, read the document again with numbers exact (see ``_wide_ints``).
 
 Only a complete document read in one piece takes this pass (the caller bounds its size and
 its element count); a document msgspec refuses (``NaN``, a BOM, more than one value, nesting
