@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolswap.structured import _read_json, _read_tree
+from toolswap.structured._envelope import _Summary
 from toolswap.structured._fast_path import _Accumulator
 from toolswap.structured._read_tree import _Fallback
 from toolswap.structured.outline import Outline, outline
@@ -344,6 +345,24 @@ def test_a_record_of_many_bytes_but_few_events_is_walked(
     assert found is not None
     assert ".items[].text" in found.text
     assert "too large" not in found.text
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["small record", "record over 1 MiB"])
+def test_an_integer_of_more_digits_than_python_reads_gives_no_outline_and_no_error(
+    big: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read again with numbers exact, ijson builds a Python int, which stops past 4,300
+    digits with a SystemError: it escaped the outline (a review). The event pass gives no
+    outline; a record of more than 1 MiB is counted as too large, as before."""
+    text = ', "text": "' + "x" * ((1 << 20) + 10) + '"' if big else ""
+    records = [json.dumps({"id": i}) for i in range(30)]
+    records[5] = '{"id": 5, "n": ' + "7" * 5000 + text + "}"
+    data = ('{"items": [' + ", ".join(records) + "]}").encode()
+    if big:
+        found = _outline(data)
+        assert found is not None and found.records == 30 and "too large" in found.text
+    monkeypatch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
+    assert _outline(data) is None
 
 
 def test_a_record_of_many_bytes_with_an_integer_past_64_bits_is_walked(
@@ -690,9 +709,9 @@ def test_an_integer_past_64_bits_keeps_the_outline_of_a_large_document(where: st
     assert cut is not None and not cut.complete and cut.records > 1500
 
 
-def _members_after(data: bytes, **patches: int) -> tuple[list[str], Outline | None]:
-    """The root object's members in the envelope past the switch to ijson's items (the
-    members after the long collection are read from the document's end), and the outline."""
+def _members_after(data: bytes, **patches: int) -> tuple[dict[str, Any], Outline | None]:
+    """The envelope past the switch to ijson's items (the root object's members after the
+    long collection are read from the document's end), and the outline."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
         for name, value in patches.items():
@@ -704,7 +723,7 @@ def _members_after(data: bytes, **patches: int) -> tuple[list[str], Outline | No
             size=len(data),
         )
         assert isinstance(envelope, dict)
-        return list(envelope), _outline(data)
+        return envelope, _outline(data)
 
 
 _AFTER = {
@@ -725,6 +744,13 @@ _AFTER = {
         "": ["], }"],
         "t": [],
     },
+    # An array member before it, in the bytes ijson read last: the rest after its ']'
+    # reads as the end of an object too, with the collection in it (a review).
+    "an array before it": {
+        "warnings": [],
+        "data": [{"id": i, "name": "n" * 600} for i in range(40)],
+        "status": "ok",
+    },
 }
 
 
@@ -735,11 +761,17 @@ def test_root_members_after_a_long_collection_are_all_read(doc: dict[str, Any]) 
     lost, or said to be maybe missing on every large document (three reviews). The
     collection's ``]`` is now known to be in the bytes ijson read last: all are found."""
     data = json.dumps(doc).encode()
-    members, found = _members_after(data)
-    assert members == list(doc)
+    envelope, found = _members_after(data)
+    assert list(envelope) == list(doc)
+    keys = list(doc)
+    long = next(k for k in keys if isinstance(doc[k], list) and len(doc[k]) > 16)
+    for key in keys[: keys.index(long) + 1]:  # (arrays read by the event pass: summaries)
+        assert isinstance(envelope[key], _Summary) is isinstance(doc[key], list)
+    for key in keys[keys.index(long) + 1 :]:  # (the members read from the end: values)
+        assert envelope[key] == doc[key]
     assert found is not None and "document's end" not in found.text
     if "status" in doc:
-        assert '"status": "partial"' in found.text
+        assert f'"status": "{doc["status"]}"' in found.text
 
 
 @pytest.mark.parametrize("doc", list(_AFTER.values())[:3], ids=list(_AFTER)[:3])
@@ -754,9 +786,31 @@ def test_root_members_read_from_the_last_bytes_say_when_some_may_be_missing(
     _members, found = _members_after(data, _TAIL_REGION=0)
     assert found is not None and "are read from the document's end: some" in found.text
     small = json.dumps({"items": [{"id": i} for i in range(20)], "status": "ok"}).encode()
-    members, found = _members_after(small, _TAIL_REGION=0)
-    assert members == ["items", "status"]
+    envelope, found = _members_after(small, _TAIL_REGION=0)
+    assert list(envelope) == ["items", "status"]
     assert found is not None and "document's end" not in found.text
+
+
+def test_a_last_record_of_many_brackets_is_not_parsed_once_for_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each ']' of the last record was tried by parsing the rest of the document: a record
+    of 5,000 ``"k": [0]`` before a member of 900 KB took 8.8 s (a review). Only the root's
+    own ']' are tried."""
+    last = {f"k{i}": [0] for i in range(5000)}
+    doc = {"items": [{"id": i} for i in range(20)] + [last], "blob": "," * 900_000}
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    tried: list[int] = []
+    members = _read_json._members
+
+    def counted(rest: bytes) -> dict[str, object] | None:
+        tried.append(len(rest))
+        return members(rest)
+
+    monkeypatch.setattr(_read_json, "_members", counted)
+    envelope, found = _members_after(data)
+    assert list(envelope) == ["items", "blob"] and len(tried) == 2  # (the outline's own read too)
+    assert found is not None and found.records == 21
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

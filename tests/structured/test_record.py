@@ -125,6 +125,17 @@ def test_a_document_with_an_integer_past_64_bits_is_read_exactly(
     assert json.loads(read_record(externalizer.reader, ref, "3").text) == items[3]
 
 
+def test_a_number_of_more_digits_than_python_reads_is_a_read_error(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """Past 4,300 digits, ijson's exact read stops with Python's SystemError, which
+    escaped ``read_record`` (a review): it is the typed read error, saying why."""
+    document = '{"n": ' + "7" * 5000 + ', "m": 1, "items": [' + "1, " * 100 + "2]}"
+    ref = externalizer.externalize(document, "http_get").artifact
+    with pytest.raises(ArtifactReadError, match="4300 digits"):
+        read_record(externalizer.reader, ref, "m")
+
+
 def test_a_record_of_real_pip_inspect_output_is_the_one_query_returns(
     externalizer: ToolResultExternalizer,
 ) -> None:

@@ -57,7 +57,21 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         if not overflowed(exc):
             raise
     acc.restart()  # an integer past 64 bits: read again, every number as it is
-    return _scan_object(read, limit, acc, size=size, exact=True)
+    try:
+        return _scan_object(read, limit, acc, size=size, exact=True)
+    except _NotStructured:
+        raise
+    except Exception as exc:
+        if isinstance(exc, _ijson_errors()):
+            raise  # (the document cut at the scan limit, or not JSON: as a first read's)
+        # Python's own limit on an integer's digits (4,300) ends the read: no outline.
+        raise _NotStructured(f"a number that cannot be read ({exc.__cause__ or exc})") from None
+
+
+def _ijson_errors() -> type[Exception]:
+    import ijson
+
+    return ijson.JSONError  # type: ignore[no-any-return]
 
 
 def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact: bool) -> object:
@@ -266,7 +280,7 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
             acc.notes.append(f"(any members after {base} are not shown: query the artifact)")
         if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
             after = last_chunk if ijson.backend_name == "yajl2_c" else None
-            tail, sure = _tail_members(read, size, after)
+            tail, sure = _tail_members(read, size, after, str(stack[1][1]))
             if tail is None:
                 acc.notes.append(
                     f"(the members of the document after {base} are not shown: query the artifact)"
@@ -624,34 +638,32 @@ def _prefix(parent: str | None, key: object) -> str | None:
 _TAIL_WINDOW = 8192
 _TAIL_REGION = 1 << 20
 """The most bytes read after where the collection's ``]`` is known to be at or after."""
-_TAIL_TRIES = 4096
-_CLOSE = re.compile(rb"\](?=[ \t\r\n]*[,}])")
-"""A ``]`` that may close the collection: members (``,``) or the document's end follow."""
+_TAIL_TRIES = 64
+_TOKENS = re.compile(rb'[][{}"]')
 
 
 def _tail_members(
-    read: Read, size: int, after: int | None
+    read: Read, size: int, after: int | None, key: str
 ) -> tuple[dict[str, object] | None, bool]:
-    """The root object's members after the collection read last, and whether they are
-    surely all of them.
+    """The root object's members after the collection read last (the member ``key``), and
+    whether they are surely all of them.
 
     ``after``: the collection's ``]`` is at or after this offset (where the bytes ijson
-    was reading when it gave the last record began). Every ``]`` before the collection's
-    own leaves a bracket unclosed after it (the collection's, at least), so the first
-    ``]`` from ``after`` on after which the rest reads as the end of an object is the
-    collection's: its members are all of them. Without ``after`` (or past
-    ``_TAIL_REGION``), the last 64 ``]`` of the document's last bytes are tried from the
-    end: the first after which the rest reads so is taken, surely right only when those
-    bytes hold the whole document and every ``]`` in them was tried (a member after the
-    collection that is an array ends with a ``]`` that reads so too, and which array a
-    ``]`` closes cannot be told from the value before it: ``[0, 0]`` ends many)."""
+    was reading when it gave the last record began). Its ``]`` is one of the root's own
+    (``_root_closes``), and of those, the first from ``after`` on after which the rest
+    reads as the end of an object without ``key`` in it (an array member before the
+    collection has it after it): its members are all of them. Without ``after`` (or past
+    ``_TAIL_REGION``, or ``_TAIL_TRIES``), the last 64 ``]`` of the document's last bytes
+    are tried from the end: the first after which the rest reads so is taken, surely
+    right only when those bytes hold the whole document and every ``]`` in them was tried
+    (a member after the collection that is an array ends with a ``]`` that reads so too,
+    and which array a ``]`` closes cannot be told from the value before it: ``[0, 0]``
+    ends many)."""
     if after is not None and size - after <= _TAIL_REGION:
         data = read(size - after, after)
-        for tries, close in enumerate(_CLOSE.finditer(data)):
-            if tries >= _TAIL_TRIES:
-                break
-            value = _members(data[close.end() :])
-            if value is not None:
+        for pos in _root_closes(data)[:_TAIL_TRIES]:
+            value = _members(data[pos + 1 :])
+            if value is not None and key not in value:
                 return value, True
     window = min(size, _TAIL_WINDOW)
     data = read(window, size - window)
@@ -667,6 +679,38 @@ def _tail_members(
         if value is not None:
             found = value
     return found, found is not None and tried_all and window >= size
+
+
+def _root_closes(data: bytes) -> list[int]:
+    """Where in ``data``, the last bytes of a JSON object document, a ``]`` closes an array
+    right in the root object (one bracket, the root's ``}``, stays open after it): read back
+    from the end, which is outside any string, toggling at each quote not escaped (an odd
+    run of backslashes before it), to the root's ``{`` or the start of ``data``. (A quote
+    whose backslashes begin before ``data`` may be misread: the ``]`` before it are then
+    only tried, and refused, by the caller's parse.)"""
+    found: list[int] = []
+    depth = 0
+    quoted = False
+    for token in reversed([match.start() for match in _TOKENS.finditer(data)]):
+        char = data[token]
+        if char == 0x22:  # '"'
+            run = token
+            while run and data[run - 1] == 0x5C:  # '\\'
+                run -= 1
+            if not (token - run) % 2:
+                quoted = not quoted
+        elif quoted:
+            continue
+        elif char in b"]}":
+            if depth == 1 and char == 0x5D:
+                found.append(token)
+            depth += 1
+        else:
+            depth -= 1
+            if depth < 1:
+                break  # the root's '{'
+    found.reverse()
+    return found
 
 
 def _members(rest: bytes) -> dict[str, object] | None:

@@ -87,9 +87,9 @@ def _raw_events(raw: bytes, budget: int) -> int:
                 count += 1
                 if count > budget:
                     break
-        except ijson.JSONError as exc:
+        except Exception as exc:  # ijson's errors; Python's limit on an int's digits
             if exact or not overflowed(exc):
-                return budget + 1  # (msgspec read it: not reached)
+                return budget + 1  # it cannot be counted, so not walked
             continue  # an integer past 64 bits: counted again, reading numbers exactly
         return count
     return budget + 1

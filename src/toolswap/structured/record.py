@@ -184,6 +184,10 @@ def _from_events(
                 raise ValueError(str(exc)) from None
         except StopIteration:
             raise ValueError("the document ends early") from None
+        except _Missing:
+            raise
+        except Exception as exc:  # (Python's limit on an integer's digits: 4,300)
+            raise ValueError(f"a number that cannot be read: {exc.__cause__ or exc}") from None
     raise AssertionError("not reached")
 
 
