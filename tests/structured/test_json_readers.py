@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import subprocess
+import sys
 import tracemalloc
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolswap.structured import _read_json, _read_tree
+from toolswap.structured import _read_json, _read_tree, _render
 from toolswap.structured._envelope import _Summary
 from toolswap.structured._fast_path import _Accumulator
 from toolswap.structured._read_tree import _Fallback
@@ -363,6 +365,40 @@ def test_an_integer_of_more_digits_than_python_reads_gives_no_outline_and_no_err
         assert found is not None and found.records == 30 and "too large" in found.text
     monkeypatch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
     assert _outline(data) is None
+
+
+_CRASH_CHECK = """
+import faulthandler, json, sys
+faulthandler.enable()
+from toolswap.structured.outline import outline
+items = [json.dumps({"id": i}) for i in range(300_000)]
+items[200_000] = '{"id": 0, "n": ' + "7" * 5000 + '}'
+data = ('{"items": [' + ", ".join(items) + ']}').encode()
+found = outline("json", lambda count, at: data[at : at + count], len(data))
+print("outline", None if found is None else found.records)
+"""
+
+
+def test_a_number_past_python_s_digits_is_never_read_exactly() -> None:
+    """Read exactly, ijson's C backend leaves ``int``'s error at 4,300 digits pending and
+    calls on into Python: this document crashed the process (a review). A document with
+    such a run of digits is not read again; it stays as the first read left it (here: not
+    JSON to yajl, so no outline). (In a child process: a crash fails the test alone.)"""
+    done = subprocess.run(
+        [sys.executable, "-c", _CRASH_CHECK], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "outline None"
+
+
+def test_a_cut_document_with_a_number_past_python_s_digits_keeps_its_part() -> None:
+    """The records before the number are outlined, as before the exact read (a review:
+    a first fix gave no outline at all)."""
+    items = [json.dumps({"id": i, "name": "n" * 60}) for i in range(100_000)]
+    items[100] = '{"id": 0, "n": ' + "7" * 5000 + "}"
+    data = ('{"items": [' + ", ".join(items) + "]}").encode()
+    found = outline("json", lambda count, at: data[at : at + count], len(data))
+    assert found is not None and not found.complete and found.records == 100
 
 
 def test_a_record_of_many_bytes_with_an_integer_past_64_bits_is_walked(
@@ -791,6 +827,71 @@ def test_root_members_read_from_the_last_bytes_say_when_some_may_be_missing(
     assert found is not None and "document's end" not in found.text
 
 
+def _records(count: int) -> str:
+    return json.dumps([{"id": i} for i in range(count)])
+
+
+_UNSURE = {
+    # The collection's name again after it: which ']' is its own cannot be told.
+    "its name again": '{"items": ' + _records(40) + ', "x": [1], "items": [2]}',
+    # More array members before it than are tried.
+    "20 arrays before": "{"
+    + "".join(f'"a{i}": [], ' for i in range(20))
+    + '"items": '
+    + _records(20)
+    + ', "s": 1}',
+    # A member nested deeper than json reads (RecursionError ended the outline).
+    "a deep member": '{"items": '
+    + _records(40)
+    + ', "deep": '
+    + "[" * 1100
+    + "]" * 1100
+    + ', "t": "'
+    + "y" * 10_000
+    + '"}',
+}
+
+
+@pytest.mark.parametrize("text", _UNSURE.values(), ids=_UNSURE.keys())
+def test_members_after_a_collection_whose_end_is_not_known_say_so(text: str) -> None:
+    """Where the exact read cannot tell the collection's ']', the members come from the
+    last bytes, with the note (or, past them, none): the collection stays a summary, and
+    no member is lost without a word (a review found each of these wrong)."""
+    envelope, found = _members_after(text.encode())
+    assert isinstance(envelope["items"], _Summary)
+    assert found is not None
+    # (The last bytes hold the whole of the first two documents: all members are read.)
+    if text is _UNSURE["its name again"]:
+        assert envelope["x"] == [1]
+    elif text is _UNSURE["20 arrays before"]:
+        assert envelope["s"] == 1
+    else:
+        assert "query the artifact)" in found.text, found.text
+
+
+def test_a_large_member_read_from_the_end_is_not_rendered_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Members read from the document's end are raw values; the envelope rendered each
+    whole before cutting it to 900 characters: a member of 90,000 objects took 2.2 s (a
+    review). Rendering stops once past the cut, with the same text."""
+    doc = {"items": [{"id": i} for i in range(40)], "m": [{"k": [1]} for _ in range(20_000)]}
+    data = json.dumps(doc).encode()
+    shown: list[object] = []
+    compact = _render._compact  # type: ignore[attr-defined]
+
+    def counted(value: object, limit: int = 400) -> str:
+        shown.append(value)
+        return compact(value, limit)
+
+    monkeypatch.setattr(_render, "_compact", counted)
+    _envelope, found = _members_after(data)
+    assert found is not None and len(shown) < 2_000
+    line = found.text.splitlines()[1]
+    assert line.startswith('{"items": [40 objects], "m": [{"k": [1]}, {"k": [1]}')
+    assert line.endswith("…") and len(line) == 900
+
+
 def test_a_last_record_of_many_brackets_is_not_parsed_once_for_each(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -798,7 +899,7 @@ def test_a_last_record_of_many_brackets_is_not_parsed_once_for_each(
     of 5,000 ``"k": [0]`` before a member of 900 KB took 8.8 s (a review). Only the root's
     own ']' are tried."""
     last = {f"k{i}": [0] for i in range(5000)}
-    doc = {"items": [{"id": i} for i in range(20)] + [last], "blob": "," * 900_000}
+    doc = {"items": [{"id": i} for i in range(20)] + [last], "blob": "," * 150_000}
     data = json.dumps(doc, separators=(",", ":")).encode()
     tried: list[int] = []
     members = _read_json._members

@@ -21,7 +21,7 @@ from ._fields import SAMPLE_RECORDS, _names
 from ._read_tree import _PATH_HELD, _Fallback, _scan_tree
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured, _TooFew
 from ._values import _TYPE_NAMES, _key_path
-from ._wide_ints import as_floats, float_events, overflowed
+from ._wide_ints import as_floats, exact_read_is_safe, float_events, overflowed
 
 __all__ = ["_scan_json"]
 
@@ -54,7 +54,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     try:
         return _scan_object(read, limit, acc, size=size, exact=False)
     except Exception as exc:  # ijson's errors
-        if not overflowed(exc):
+        if not overflowed(exc) or not exact_read_is_safe(read, min(limit, size)):
             raise
     acc.restart()  # an integer past 64 bits: read again, every number as it is
     try:
@@ -256,11 +256,12 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
         pending: list[object] = []
         pending_first = index
         last_chunk: int | None = None
+        yielded = 0
         """Where the bytes ijson had been handed when it gave the last record began (the
         collection's ``]`` is at or after it)."""
         try:
             for number, value in enumerate(records):
-                last_chunk = source.chunk_start
+                last_chunk, yielded = source.chunk_start, number + 1
                 if number >= index:
                     if not pending:
                         pending_first = number
@@ -280,14 +281,15 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
             acc.notes.append(f"(any members after {base} are not shown: query the artifact)")
         if depth == 3 and isinstance(stack[1][0], dict) and limit >= size:
             after = last_chunk if ijson.backend_name == "yajl2_c" else None
-            tail, sure = _tail_members(read, size, after, str(stack[1][1]))
+            tail, sure = _tail_members(read, size, after, str(stack[1][1]), yielded)
             if tail is None:
                 acc.notes.append(
                     f"(the members of the document after {base} are not shown: query the artifact)"
                 )
             else:
                 for key, item in tail.items():
-                    put(stack[1][0], key, item)
+                    if not isinstance(stack[1][0].get(key), _Summary):  # (never a collection)
+                        put(stack[1][0], key, item)
                 if not sure:
                     acc.notes.append(
                         f"(the members after {base} are read from the document's end: some"
@@ -636,35 +638,47 @@ def _prefix(parent: str | None, key: object) -> str | None:
 
 
 _TAIL_WINDOW = 8192
-_TAIL_REGION = 1 << 20
+_TAIL_REGION = 256 << 10
 """The most bytes read after where the collection's ``]`` is known to be at or after."""
-_TAIL_TRIES = 64
+_TAIL_TRIES = 16
 _TOKENS = re.compile(rb'[][{}"]')
 
 
 def _tail_members(
-    read: Read, size: int, after: int | None, key: str
+    read: Read, size: int, after: int | None, key: str, records: int
 ) -> tuple[dict[str, object] | None, bool]:
-    """The root object's members after the collection read last (the member ``key``), and
-    whether they are surely all of them.
+    """The root object's members after the collection read last (the member ``key``, of
+    ``records`` elements), and whether they are surely all of them.
 
     ``after``: the collection's ``]`` is at or after this offset (where the bytes ijson
     was reading when it gave the last record began). Its ``]`` is one of the root's own
-    (``_root_closes``), and of those, the first from ``after`` on after which the rest
-    reads as the end of an object without ``key`` in it (an array member before the
-    collection has it after it): its members are all of them. Without ``after`` (or past
-    ``_TAIL_REGION``, or ``_TAIL_TRIES``), the last 64 ``]`` of the document's last bytes
-    are tried from the end: the first after which the rest reads so is taken, surely
-    right only when those bytes hold the whole document and every ``]`` in them was tried
-    (a member after the collection that is an array ends with a ``]`` that reads so too,
-    and which array a ``]`` closes cannot be told from the value before it: ``[0, 0]``
-    ends many)."""
-    if after is not None and size - after <= _TAIL_REGION:
+    (``_root_closes``), tried from ``after`` on: the first after which the rest reads as
+    the end of an object, and holds no ``key``, is the collection's, and its members are
+    all of them. An array member before the collection (in those bytes too) has the
+    collection after it: that ``]`` is passed over. Where which is which cannot be told
+    (``key`` again after the collection; a key ijson read as ``?``, a lone surrogate, that
+    ``json`` reads otherwise; a member nested deeper than ``json`` reads), or past
+    ``_TAIL_REGION`` or ``_TAIL_TRIES``, or without ``after``, the last 64 ``]`` of the
+    document's last bytes are tried from the end: the first after which the rest reads so
+    is taken, surely right only when those bytes hold the whole document and every ``]``
+    in them was tried (a member after the collection that is an array ends with a ``]``
+    that reads so too, and which array a ``]`` closes cannot be told from the value before
+    it: ``[0, 0]`` ends many)."""
+    if after is not None and size - after <= _TAIL_REGION and "?" not in key:
         data = read(size - after, after)
         for pos in _root_closes(data)[:_TAIL_TRIES]:
-            value = _members(data[pos + 1 :])
-            if value is not None and key not in value:
+            try:
+                value = _members(data[pos + 1 :])
+            except RecursionError:
+                break
+            if value is None:
+                continue
+            if key not in value:
                 return value, True
+            held = value[key]
+            if not (isinstance(held, list) and len(held) == records):
+                break  # ``key`` again after the collection: which is its ']' is not known
+            # The collection itself is in the rest: an array member's ']' before it.
     window = min(size, _TAIL_WINDOW)
     data = read(window, size - window)
     found: dict[str, object] | None = None
@@ -675,7 +689,10 @@ def _tail_members(
         if pos < 0:
             tried_all = True
             break
-        value = _members(data[pos + 1 :])
+        try:
+            value = _members(data[pos + 1 :])
+        except RecursionError:
+            return None, False
         if value is not None:
             found = value
     return found, found is not None and tried_all and window >= size
@@ -714,7 +731,11 @@ def _root_closes(data: bytes) -> list[int]:
 
 
 def _members(rest: bytes) -> dict[str, object] | None:
-    """The members ``rest`` ends an object with (``, "k": v}``), or None if it does not."""
+    """The members ``rest`` ends an object with (``, "k": v}``), or None if it does not.
+
+    Raises:
+        RecursionError: a member nests deeper than ``json`` reads.
+    """
     outermost: list[list[tuple[str, object]]] = []
 
     def pairs_of(pairs: list[tuple[str, object]]) -> dict[str, object]:

@@ -17,6 +17,7 @@ past its depth) is left to the event pass, with nothing fed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ._decode import loads
@@ -25,7 +26,7 @@ from ._fast_path import _Accumulator
 from ._fields import _names
 from ._source import _NotStructured
 from ._values import _key_path
-from ._wide_ints import overflowed
+from ._wide_ints import exact_read_is_safe, overflowed
 
 __all__ = ["_Fallback", "_scan_tree"]
 
@@ -87,12 +88,16 @@ def _raw_events(raw: bytes, budget: int) -> int:
                 count += 1
                 if count > budget:
                     break
-        except Exception as exc:  # ijson's errors; Python's limit on an int's digits
-            if exact or not overflowed(exc):
+        except Exception as exc:  # ijson's errors
+            if exact or not overflowed(exc) or not exact_read_is_safe(_slice(raw), len(raw)):
                 return budget + 1  # it cannot be counted, so not walked
             continue  # an integer past 64 bits: counted again, reading numbers exactly
         return count
     return budget + 1
+
+
+def _slice(data: bytes) -> Callable[[int, int], bytes]:
+    return lambda count, offset: data[offset : offset + count]
 
 
 _UTF8_PIECE = 1 << 20

@@ -19,22 +19,33 @@ __all__ = ["_envelope", "_example", "_render"]
 
 
 def _envelope(value: object, acc: _Accumulator, limit: int = 900) -> str:
-    def render(node: object) -> str:
+    def render(node: object, room: int) -> str:
+        """``node``'s text, or (once past ``room`` characters) its start: a member read
+        from the document's end may be a large raw value, which took seconds whole."""
         if isinstance(node, _Summary):
             coll = acc.collections.get(node.pattern)
             if node.names:
                 return "{" + (_count_kinds(coll, entries=True) if coll else "") + "}"
             return f"[{_count_kinds(coll)}]" if coll else "[]"
-        if isinstance(node, dict):
-            inner = ", ".join(
-                f"{json.dumps(k, ensure_ascii=False)}: {render(v)}" for k, v in node.items()
-            )
-            return "{" + inner + "}"
-        if isinstance(node, list):
-            return "[" + ", ".join(render(v) for v in node) + "]"
+        if isinstance(node, dict | list):
+            pieces: list[str] = []
+            used = 1
+            for item in node.items() if isinstance(node, dict) else node:
+                if used > room:
+                    break  # (the text is cut before here anyway)
+                if isinstance(node, dict):
+                    key, item = item
+                    piece = f"{json.dumps(key, ensure_ascii=False)}: "
+                    piece += render(item, room - used - len(piece))
+                else:
+                    piece = render(item, room - used)
+                pieces.append(piece)
+                used += len(piece) + 2
+            inner = ", ".join(pieces)
+            return ("{" + inner + "}") if isinstance(node, dict) else ("[" + inner + "]")
         return _compact(node, 60)
 
-    text = render(value)
+    text = render(value, limit)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

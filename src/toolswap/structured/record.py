@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import operator
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from ..errors import ArtifactQueryError, ArtifactReadError
 from ..reader import ArtifactReader, VerifiedArtifact
 from ._source import _BLOCK, _Bytes
 from ._values import _cell, _key_path
-from ._wide_ints import overflowed
+from ._wide_ints import exact_read_is_safe, overflowed
 from .address import RecordAddress, parse_address
 from .detect import Format
 from .query import DEFAULT_QUERY_BYTES, structured_format, structured_reference
@@ -92,14 +93,13 @@ def read_record(
         line: int | None = None
         try:
             if fmt == "json":
-                text, truncated = _from_events(
-                    lambda: _Bytes(art.pread, art.size), steps, max_bytes
-                )
+                text, truncated = _from_events(art.pread, art.size, steps, max_bytes)
             elif fmt == "jsonl":
                 assert isinstance(steps[0], int)
                 line, start, end = _jsonl_line(art, steps[0])
                 text, truncated = _from_events(
-                    lambda: _Bytes(lambda n, at: art.pread(n, start + at), end - start),
+                    lambda n, at: art.pread(n, start + at),
+                    end - start,
                     steps[1:],
                     max_bytes,
                     f".[{steps[0]}]",
@@ -165,29 +165,31 @@ def _skip(events: Iterator[_Event]) -> None:
 
 
 def _from_events(
-    data: Callable[[], io.RawIOBase],
+    read: Callable[[int, int], bytes],
+    size: int,
     steps: tuple[str | int, ...],
     max_bytes: int,
     path: str = "",
 ) -> tuple[str, bool]:
-    """The value at ``steps`` in the JSON document ``data()`` opens (itself at ``path``),
-    as indented JSON. Numbers are read as floats; a document with an integer past 64 bits,
-    where ijson's C backend stops so, is read again with every number as written."""
+    """The value at ``steps`` in the ``size``-byte JSON document ``read(count, offset)``
+    reads (itself at ``path``), as indented JSON. Numbers are read as floats; a document
+    with an integer past 64 bits, where ijson's C backend stops so, is read again with
+    every number as written (unless that is not safe: see ``_wide_ints``)."""
     import ijson  # a C extension: only when a record is read
 
     for exact in (False, True):
         try:
-            events = iter(ijson.basic_parse(data(), use_float=not exact))
+            events = iter(ijson.basic_parse(_Bytes(read, size), use_float=not exact))
             return _walk(events, steps, max_bytes, path)
         except ijson.JSONError as exc:
             if exact or not overflowed(exc):
                 raise ValueError(str(exc)) from None
+            if not exact_read_is_safe(read, size):
+                raise ValueError(
+                    f"a number of more digits than Python reads ({sys.get_int_max_str_digits():,})"
+                ) from None
         except StopIteration:
             raise ValueError("the document ends early") from None
-        except _Missing:
-            raise
-        except Exception as exc:  # (Python's limit on an integer's digits: 4,300)
-            raise ValueError(f"a number that cannot be read: {exc.__cause__ or exc}") from None
     raise AssertionError("not reached")
 
 
