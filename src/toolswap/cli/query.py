@@ -74,7 +74,8 @@ def query(
                 "format": result.format,
                 "count": result.count,
                 "truncated": result.truncated,
-                "results": None if saved else result.text.splitlines(),
+                # (split at newlines only: splitlines also splits at U+2028 in a string)
+                "results": None if saved else result.text.split("\n")[:-1],
                 "saved_as": saved.artifact.source_id if saved else None,
             }
         )

@@ -35,17 +35,13 @@ def _records(fmt: str, data: bytes) -> Any:
         return json.loads(data)
     if fmt == "jsonl":
         return [json.loads(line) for line in data.split(b"\n") if line.strip()]
-    import csv
     import io
 
+    from ._tables import header_of, table_rows
     from ._values import _cell
 
-    rows = csv.reader(
-        io.StringIO(data.decode("utf-8", "replace"), newline=""),
-        delimiter="\t" if fmt == "tsv" else ",",
-        strict=False,
-    )
-    header = next(rows, [])
+    rows = table_rows(io.StringIO(data.decode("utf-8", "replace"), newline=""), fmt)
+    header = header_of(next(rows, []))
     return [
         {name: _cell(cell) for name, cell in zip(header, row, strict=False)} for row in rows if row
     ]

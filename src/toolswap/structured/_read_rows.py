@@ -16,6 +16,7 @@ from ._decode import loads_each
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
+from ._tables import header_of, table_rows
 from ._values import _cell, _compact
 
 __all__ = ["_scan_jsonl", "_scan_table"]
@@ -87,14 +88,15 @@ def _scan_jsonl(read: Read, limit: int, acc: _Accumulator, *, complete: bool) ->
     return bad
 
 
-def _scan_table(read: Read, limit: int, acc: _Accumulator, delimiter: str) -> list[str]:
-    """Feed each row (a dict of typed cells) to ``acc``; return the header."""
+def _scan_table(read: Read, limit: int, acc: _Accumulator, fmt: str) -> list[str]:
+    """Feed each row of the ``csv`` or ``tsv`` table (a dict of typed cells) to ``acc``;
+    return the header."""
     text = io.TextIOWrapper(
         io.BufferedReader(_Bytes(read, limit)), encoding="utf-8", errors="replace", newline=""
     )
-    rows = _checked(csv.reader(text, delimiter=delimiter, strict=False))
+    rows = _checked(table_rows(text, fmt))
     try:
-        header = next(rows)
+        header = header_of(next(rows))
     except StopIteration:
         raise _NotStructured("no header") from None
     width = len(header)

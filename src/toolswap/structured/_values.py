@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 
 __all__ = [
@@ -25,8 +26,11 @@ __all__ = [
 _RECORD_CHARS = 360
 _STRING_CHARS = 60
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_INT = re.compile(r"-?\d+\Z")
-_FLOAT = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?\Z")
+_INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
+_FLOAT = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z")
+"""A table cell read as a number: ASCII digits (``\\d`` took Arabic-Indic ``١٢٣`` for the
+number 123), and no leading zero (``00501``, a postal code, stays text, as ``0501`` is
+not JSON)."""
 
 
 _TYPE_NAMES: dict[type, str] = {
@@ -140,7 +144,9 @@ def _cell(text: str) -> object:
         except ValueError:  # more digits than ``int`` converts (4,300): the text it is
             return text
     if _FLOAT.match(text):
-        return float(text)
+        number = float(text)
+        # (``1e999`` is past a double's range: as infinity it was ``Infinity``, not JSON.)
+        return number if math.isfinite(number) else text
     if text in ("true", "false", "True", "False"):
         return text.lower() == "true"
     return text

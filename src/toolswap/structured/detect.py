@@ -13,6 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Literal
 
+from ._tables import header_of, table_rows
+
 __all__ = ["Format", "sniff", "sniff_on"]
 
 Format = Literal["json", "jsonl", "csv", "tsv"]
@@ -87,10 +89,10 @@ def _table_kind(data: bytes, *, complete: bool) -> Format | None:
         import csv  # not on the start-up path: only for output that looks like a table
 
         try:
-            rows = list(csv.reader(lines, delimiter=delimiter, strict=False))
+            rows = list(table_rows(lines, kind))
         except csv.Error:  # a stray carriage return inside a line: not a table we read
             continue
-        header = rows[0]
+        header = header_of(rows[0])
         if len(header) < 2 or len(set(header)) != len(header):
             continue
         if any(not cell.strip() or len(cell) > _MAX_HEADER_CELL for cell in header):

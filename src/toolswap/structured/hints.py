@@ -4,6 +4,7 @@ record it names and query it."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 __all__ = ["QUERY_HINTS", "structured_section"]
@@ -52,13 +53,21 @@ def structured_section(outline: str, hint: str, fields: dict[str, str]) -> str:
     return text + line + "\n"
 
 
+_RECORD_PATH = re.compile(
+    r'\.(?:[A-Za-z_][A-Za-z0-9_]*)?(?:\.[A-Za-z_][A-Za-z0-9_]*|\.?\["(?:[^"\\]|\\.)*"\]|\[[0-9]+\])*'
+    r"(?=: )"
+)
+"""A record's path at the start of its line, before the ``: `` that the record follows (a
+key may hold ``: `` itself: ``.["data: items"][0]``)."""
+
+
 def _example(outline: str) -> str:
     """A record path the outline names (a failure-looking one first), as a jq path."""
     lines = outline.splitlines()
     for marker in ("records that look like failures", "sample records:"):
         for i, line in enumerate(lines):
             if line.startswith(marker) and i + 1 < len(lines):
-                path = lines[i + 1].split(": ", 1)[0]
-                if path.startswith("."):
-                    return path
+                found = _RECORD_PATH.match(lines[i + 1])
+                if found is not None:
+                    return found.group()
     return "."

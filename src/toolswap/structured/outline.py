@@ -154,7 +154,7 @@ def _outline(
                 shown = ", ".join(str(n) for n in bad[:5])
                 extra.append((0, f"lines that are not JSON: {shown}"))
         else:
-            header = _scan_table(read, limit, acc, "\t" if fmt == "tsv" else ",")
+            header = _scan_table(read, limit, acc, fmt)
             records = acc.collections[".[]"].count if ".[]" in acc.collections else 0
             if records < 2:
                 raise _TooFew

@@ -28,6 +28,8 @@ from .detect import Format, sniff_on
 __all__ = [
     "DEFAULT_QUERY_BYTES",
     "DEFAULT_QUERY_TIMEOUT",
+    "MAX_QUERY_BYTES",
+    "MAX_QUERY_TIMEOUT",
     "Language",
     "QueryResult",
     "check_expression",
@@ -40,6 +42,13 @@ Language = Literal["jq", "jmespath"]
 
 DEFAULT_QUERY_BYTES = 16 << 20
 """Most result bytes a query collects; more are counted and reported, not kept."""
+MAX_QUERY_BYTES = 256 << 20
+"""The most ``max_bytes`` may be: the results are held in memory, in the child and here."""
+MAX_QUERY_TIMEOUT = 3600.0
+"""The longest ``timeout`` a query may be given, in seconds."""
+_MAX_EXPRESSION = 64 << 10
+"""The longest expression, in bytes (it is passed on the child's command line, where one
+argument of 128 KiB or more is refused)."""
 _SNIFF_BYTES = 64 << 10
 _CHILD_MEMORY_FLOOR = 2 << 30
 
@@ -69,6 +78,18 @@ def check_expression(expression: str, language: Language = "jq") -> None:
     """
     if not isinstance(expression, str) or not expression.strip():
         raise ArtifactQueryError("the query expression is empty: pass a jq path such as '.[0]'")
+    if "\x00" in expression:
+        raise ArtifactQueryError("the query expression holds a NUL character")
+    try:
+        size = len(expression.encode())
+    except UnicodeEncodeError:
+        raise ArtifactQueryError(
+            "the query expression is not UTF-8 text (it holds a lone surrogate)"
+        ) from None
+    if size > _MAX_EXPRESSION:
+        raise ArtifactQueryError(
+            f"the query expression is {size:,} bytes; at most {_MAX_EXPRESSION:,} are taken"
+        )
     if language == "jq":
         import jq
 
@@ -109,15 +130,36 @@ def query_artifact(
         ArtifactQueryTimeoutError: the query ran longer than ``timeout`` seconds.
     """
     check_expression(expression, language)
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
-        raise ArtifactQueryError(f"timeout must be a positive number of seconds, not {timeout!r}")
-    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
-        raise ArtifactQueryError(f"max_bytes must be a positive integer, not {max_bytes!r}")
+    if (
+        not isinstance(timeout, (int, float))
+        or isinstance(timeout, bool)
+        or not 0 < timeout <= MAX_QUERY_TIMEOUT
+    ):
+        raise ArtifactQueryError(
+            f"timeout must be a number of seconds above 0 and at most {MAX_QUERY_TIMEOUT:g}, "
+            f"not {timeout!r}"
+        )
+    if (
+        not isinstance(max_bytes, int)
+        or isinstance(max_bytes, bool)
+        or not 1 <= max_bytes <= MAX_QUERY_BYTES
+    ):
+        raise ArtifactQueryError(
+            f"max_bytes must be an integer from 1 to {MAX_QUERY_BYTES:,}, not {max_bytes!r}"
+        )
     ref = structured_reference(reader, source)
     with reader.open_verified(ref) as art:  # the digest matches the record
         fmt = structured_format(art, "search it with grep")
         text, count, truncated = _run(art.fd, fmt, language, expression, timeout, max_bytes, ref)
         art.check_unchanged()
+    if truncated and not text:
+        # Nothing to show and nothing to save (a caller saving the results whole would
+        # write an empty artifact and call it saved).
+        raise ArtifactQueryError(
+            f"{ref.source_id}: the first of the {count:,} results of {expression!r} is larger "
+            f"than {max_bytes:,} bytes alone; narrow the query (pick fields, or a part such as "
+            "'.items[0:100]')"
+        )
     return QueryResult(
         source_id=ref.source_id,
         expression=expression,
@@ -210,7 +252,9 @@ def _run(
         if done.returncode < 0 or "MemoryError" in errors:
             raise ArtifactQueryError(
                 f"{ref.source_id}: the query process failed (exit {done.returncode}, "
-                f"memory capped at {memory >> 20} MiB): {errors[-300:]}"
+                f"memory capped at {memory >> 20} MiB): {errors[-300:]}. A query reads the "
+                "whole artifact into memory: read single records with "
+                "read_artifact(record=...), or search it with grep"
             )
         raise ArtifactQueryError(f"{ref.source_id}: the query failed: {errors[-1000:]}")
     try:

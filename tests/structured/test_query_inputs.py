@@ -1,0 +1,161 @@
+"""Queries and record reads on inputs a review found wrong: bad arguments, a BOM, TSV
+quotes, table cells that only look like numbers, results too large to keep, and the
+record path a pointer names."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolswap import ArtifactQueryError, ToolResultExternalizer
+from toolswap.structured.hints import structured_section
+from toolswap.structured.query import query_artifact
+from toolswap.structured.record import read_record
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def _files(externalizer: ToolResultExternalizer) -> list[str]:
+    return sorted(p.name for p in externalizer.session.root.rglob("*") if p.is_file())
+
+
+# -- arguments -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "options", "says"),
+    [
+        (".a\x00", {}, "NUL"),
+        ('"\ud800"', {}, "lone surrogate"),
+        ("'\ud800'", {"language": "jmespath"}, "lone surrogate"),
+        ("." + " " * 140_000, {}, "at most 65,536"),
+        (".a", {"timeout": float("nan")}, "timeout"),
+        (".a", {"timeout": float("inf")}, "timeout"),
+        (".a", {"timeout": 1e300}, "timeout"),
+        (".a", {"max_bytes": 10**30}, "max_bytes"),
+        (".a", {"max_bytes": 2**40}, "max_bytes"),
+        (".a", {"max_bytes": True}, "max_bytes"),
+    ],
+)
+def test_a_bad_argument_is_a_typed_error_and_nothing_is_written(
+    externalizer: ToolResultExternalizer, expression: str, options: dict[str, Any], says: str
+) -> None:
+    """Each escaped as ValueError, UnicodeEncodeError, OSError (E2BIG), OverflowError or
+    SubprocessError, or held the whole result in memory (a review)."""
+    ref = externalizer.externalize(json.dumps({"a": list(range(100))}), "t").artifact
+    before = _files(externalizer)
+    with pytest.raises(ArtifactQueryError, match=says):
+        query_artifact(externalizer.reader, ref, expression, **options)
+    assert _files(externalizer) == before
+
+
+def test_a_first_result_larger_than_the_limit_is_an_error_not_an_empty_artifact(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """The results past ``max_bytes`` are counted, not kept; when even the first was too
+    large, the tools saved the empty text as a new artifact and called it saved (every
+    caller goes through ``query_artifact``, which now says so instead)."""
+    document = json.dumps({"big": ["x" * 100] * 2000, "small": 1})
+    ref = externalizer.externalize(document, "t").artifact
+    before = _files(externalizer)
+    with pytest.raises(ArtifactQueryError, match=r"first of the 1 results .* larger than"):
+        query_artifact(externalizer.reader, ref, ".big", max_bytes=1000)
+    assert _files(externalizer) == before
+    kept = query_artifact(externalizer.reader, ref, ".big[]", max_bytes=1000)
+    assert kept.truncated and kept.count == 2000 and kept.text.count("\n") == 9
+
+
+# -- a BOM, tables -------------------------------------------------------------------------
+
+
+def test_a_bom_is_read_past_by_record_reads_as_by_queries_and_the_outline(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """yajl refuses a BOM: the record read failed where the query answered, and the
+    pointer's own record line for JSON Lines named a read that failed (a review)."""
+    document = "\ufeff" + json.dumps({"a": [1, 2], "items": [{"id": i} for i in range(50)]})
+    ref = externalizer.externalize(document, "t").artifact
+    assert json.loads(read_record(externalizer.reader, ref, "a").text) == [1, 2]
+    lines = "\ufeff" + "".join(json.dumps({"id": i, "v": "x" * 50}) + "\n" for i in range(3000))
+    result = externalizer.externalize(lines, "t")
+    assert "--- structure: JSON Lines, 3,000 records" in result.context_text
+    assert json.loads(read_record(externalizer.reader, result.artifact, "0").text)["id"] == 0
+    table = "\ufeffid,name\n" + "".join(f"{i},n{i}\n" for i in range(3000))
+    result = externalizer.externalize(table, "t")
+    assert 'header: ["id","name"]' in result.context_text, result.context_text
+    assert query_artifact(externalizer.reader, result.artifact, ".[50].id").text == "50\n"
+    found = read_record(externalizer.reader, result.artifact, "50")
+    assert json.loads(found.text) == {"id": 50, "name": "n50"}
+
+
+def test_a_tsv_cell_that_opens_with_a_quote_is_a_character_of_it(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """TSV has no quoting: read with CSV's, one cell opening with an unmatched quote
+    swallowed the rest of 2,000 rows (3 counted by the outline, the query and the read)."""
+    rows = "".join(f"{i}\t{'' if i != 5 else chr(34)}n{i}\n" for i in range(2000))
+    result = externalizer.externalize("id\tname\n" + rows, "t")
+    assert "--- structure: TSV table, 2,000 rows" in result.context_text
+    assert query_artifact(externalizer.reader, result.artifact, "length").text == "2000\n"
+    assert query_artifact(externalizer.reader, result.artifact, ".[5].name").text == '"\\"n5"\n'
+    found = read_record(externalizer.reader, result.artifact, "1999")
+    assert json.loads(found.text) == {"id": 1999, "name": "n1999"}
+
+
+@pytest.mark.parametrize(
+    ("cell", "value"),
+    [("١٢٣", "١٢٣"), ("1e999", "1e999"), ("00501", "00501"), ("-0.5", -0.5), ("0", 0)],
+)
+def test_a_cell_is_a_number_only_as_json_writes_one(
+    externalizer: ToolResultExternalizer, cell: str, value: object
+) -> None:
+    """Arabic-Indic digits read as 123, ``1e999`` as infinity (``Infinity``, not JSON, in
+    a record read) and a postal code lost its leading zero (a review)."""
+    table = "id,v\n" + "".join(f"{i},{cell if i == 7 else i}\n" for i in range(300))
+    ref = externalizer.externalize(table, "t").artifact
+    found = read_record(externalizer.reader, ref, "7")
+    assert json.loads(found.text) == {"id": 7, "v": value}
+    assert json.loads(query_artifact(externalizer.reader, ref, ".[7].v").text) == value
+
+
+# -- the pointer and the CLI ---------------------------------------------------------------
+
+
+def test_the_record_a_pointer_names_may_have_a_key_holding_a_colon() -> None:
+    """The path was cut at its first ``": "``: ``.["data`` (a review)."""
+    outline = 'sample records:\n.["data: items"][0]: {"id":0}\n'
+    section = structured_section(outline, "mcp", {"source_id": "s"})
+    assert 'record=".[\\"data: items\\"][0]"' in section
+
+
+def test_the_cli_s_json_results_split_at_newlines_only(
+    tmp_path: Path, externalizer: ToolResultExternalizer
+) -> None:
+    """``splitlines`` also splits at U+2028 inside a string: the results were not JSON."""
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps({"items": [{"s": "a\u2028b"}] * 4000}), encoding="utf-8")
+    run = subprocess.run(
+        [sys.executable, "-m", "toolswap", "run", "--", "cat", str(doc)],
+        capture_output=True,
+        env=_env(),
+        check=True,
+        cwd=tmp_path,
+    )
+    source_id = run.stdout.decode().splitlines()[0].removeprefix("[Artifact: ").rstrip("]")
+    query = subprocess.run(
+        [sys.executable, "-m", "toolswap", "query", "--json", source_id, ".items[0].s"],
+        capture_output=True,
+        env=_env(),
+        cwd=tmp_path,
+        check=True,
+    )
+    results = json.loads(query.stdout)["results"]
+    assert [json.loads(r) for r in results] == ["a\u2028b"]
