@@ -159,3 +159,67 @@ def test_the_cli_s_json_results_split_at_newlines_only(
     )
     results = json.loads(query.stdout)["results"]
     assert [json.loads(r) for r in results] == ["a\u2028b"]
+
+
+# -- a second look (a review of the fixes above) -------------------------------------------
+
+
+def test_a_tsv_that_python_s_csv_quoted_is_read_with_its_quoting(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """Python's ``csv`` and pandas quote a TSV cell holding a tab, a quote or a newline;
+    read without quoting (the first fix), such a table lost its outline and its record
+    numbers shifted. Quoting is kept where it loses no rows."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter="\t", lineterminator="\n")
+    writer.writerow(["id", "note"])
+    notes = {7: 'say "hi"', 50: "a\tb", 90: "two\nlines"}
+    for i in range(3000):
+        writer.writerow([i, notes.get(i, f"n{i}")])
+    result = externalizer.externalize(out.getvalue(), "t")
+    assert "--- structure: TSV table, 3,000 rows" in result.context_text
+    ref = result.artifact
+    assert query_artifact(externalizer.reader, ref, "length").text == "3000\n"
+    for row, note in notes.items():
+        found = json.loads(read_record(externalizer.reader, ref, str(row)).text)
+        assert found == {"id": row, "note": note}
+        assert json.loads(query_artifact(externalizer.reader, ref, f".[{row}].note").text) == note
+    assert json.loads(read_record(externalizer.reader, ref, "2999").text)["id"] == 2999
+
+
+def test_a_zero_padded_exit_code_in_a_table_is_still_a_failure(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """A cell with a leading zero stays text (the first fix), but ``01`` as an exit code
+    is a non-zero exit, and ``00`` as an error is none (a review)."""
+    rows = [f"t{i},{'02' if i == 1500 else '00'},{'00'}" for i in range(3000)]
+    result = externalizer.externalize("name,rc,error\n" + "\n".join(rows) + "\n", "t")
+    failures = result.context_text.split("records that look like failures")[1]
+    assert ".[1500]" in failures and "rc=2" in failures
+    assert "error field" not in result.context_text
+
+
+def test_a_bom_before_a_quoted_header_cell_and_a_bom_line_before_json_lines(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """The BOM was dropped from the parsed header, after its quote had been read as a
+    character (``"id"``); and a first line holding only a BOM was counted as record 0 by
+    the record read alone (a review)."""
+    table = '\ufeff"id",name\n' + "".join(f"{i},n{i}\n" for i in range(3000))
+    ref = externalizer.externalize(table, "t").artifact
+    assert query_artifact(externalizer.reader, ref, ".[3].id").text == "3\n"
+    assert json.loads(read_record(externalizer.reader, ref, "3").text) == {"id": 3, "name": "n3"}
+    lines = "\ufeff\n" + "".join(json.dumps({"id": i, "v": "x" * 50}) + "\n" for i in range(3000))
+    ref = externalizer.externalize(lines, "t").artifact
+    for number in (0, 1, 2999):
+        found = read_record(externalizer.reader, ref, str(number))
+        assert json.loads(found.text)["id"] == number and found.line == number + 2
+
+
+def test_the_record_a_pointer_names_may_have_a_key_holding_a_line_separator() -> None:
+    outline = 'sample records:\n.["a\u2028b"][0]: {"id":0}\n'
+    section = structured_section(outline, "cli", {"source_id": "s"})
+    assert "--record '.[\"a\u2028b\"][0]'" in section

@@ -37,11 +37,13 @@ def _records(fmt: str, data: bytes) -> Any:
         return [json.loads(line) for line in data.split(b"\n") if line.strip()]
     import io
 
-    from ._tables import header_of, table_rows
+    from ._tables import QUOTING_HEAD, table_rows, tsv_quoted
     from ._values import _cell
 
-    rows = table_rows(io.StringIO(data.decode("utf-8", "replace"), newline=""), fmt)
-    header = header_of(next(rows, []))
+    quoted = fmt != "tsv" or tsv_quoted(data[:QUOTING_HEAD])
+    text = io.StringIO(data.decode("utf-8-sig", "replace"), newline="")
+    rows = table_rows(text, fmt, quoted=quoted)
+    header = next(rows, [])
     return [
         {name: _cell(cell) for name, cell in zip(header, row, strict=False)} for row in rows if row
     ]

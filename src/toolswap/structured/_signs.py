@@ -38,8 +38,22 @@ _SIGN_KEYS = frozenset(
 )
 
 
+_DIGITS = re.compile(r"-?[0-9]{1,20}")
+
+
+def _as_number(value: object) -> object:
+    """A value written as a whole number's digits (a table cell ``01``, an exit code as
+    text) as that number, so ``00`` is no error and ``01`` a non-zero exit; others as
+    they are."""
+    if type(value) is str and _DIGITS.fullmatch(value):
+        return int(value)
+    return value
+
+
 def _failure_signs(key: str, value: object, why: list[str]) -> None:
     name = key.lower()
+    if name in _ERROR_KEYS or name in _EXIT_KEYS:
+        value = _as_number(value)
     if name in _ERROR_KEYS:
         if value not in (None, False, 0, "", [], {}):
             why.append(f"{key} field")

@@ -29,8 +29,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
 _FLOAT = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z")
 """A table cell read as a number: ASCII digits (``\\d`` took Arabic-Indic ``١٢٣`` for the
-number 123), and no leading zero (``00501``, a postal code, stays text, as ``0501`` is
-not JSON)."""
+number 123), no leading zero (``00501``, a postal code, stays text, as ``0501`` is not
+JSON; failure signs still read ``01`` as an exit code of 1), and finite."""
 
 
 _TYPE_NAMES: dict[type, str] = {

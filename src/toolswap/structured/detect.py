@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Literal
 
-from ._tables import header_of, table_rows
+from ._tables import table_rows, tsv_quoted
 
 __all__ = ["Format", "sniff", "sniff_on"]
 
@@ -89,10 +89,11 @@ def _table_kind(data: bytes, *, complete: bool) -> Format | None:
         import csv  # not on the start-up path: only for output that looks like a table
 
         try:
-            rows = list(table_rows(lines, kind))
+            quoted = kind != "tsv" or tsv_quoted(data)
+            rows = list(table_rows(lines, kind, quoted=quoted))
         except csv.Error:  # a stray carriage return inside a line: not a table we read
             continue
-        header = header_of(rows[0])
+        header = rows[0]
         if len(header) < 2 or len(set(header)) != len(header):
             continue
         if any(not cell.strip() or len(cell) > _MAX_HEADER_CELL for cell in header):

@@ -63,7 +63,7 @@ key may hold ``: `` itself: ``.["data: items"][0]``)."""
 
 def _example(outline: str) -> str:
     """A record path the outline names (a failure-looking one first), as a jq path."""
-    lines = outline.splitlines()
+    lines = outline.split("\n")  # (not splitlines: a key may hold U+2028)
     for marker in ("records that look like failures", "sample records:"):
         for i, line in enumerate(lines):
             if line.startswith(marker) and i + 1 < len(lines):

@@ -31,7 +31,7 @@ from ..artifact import ArtifactReference
 from ..errors import ArtifactQueryError, ArtifactReadError
 from ..reader import ArtifactReader, VerifiedArtifact
 from ._source import _BLOCK, _Bytes
-from ._tables import header_of, table_rows
+from ._tables import QUOTING_HEAD, table_rows, tsv_quoted
 from ._values import _cell, _key_path
 from ._wide_ints import exact_read_is_safe, overflowed
 from .address import RecordAddress, parse_address
@@ -101,7 +101,6 @@ def read_record(
             elif fmt == "jsonl":
                 assert isinstance(steps[0], int)
                 line, start, end = _jsonl_line(art, steps[0])
-                start = start or _bom(art)
                 text, truncated = _from_events(
                     lambda n, at: art.pread(n, start + at),
                     end - start,
@@ -295,9 +294,8 @@ def _jsonl_line(art: VerifiedArtifact, number: int) -> tuple[int, int, int]:
     """(1-based line number, first byte, end byte) of record ``number`` (0-based)."""
     records = 0  # records in the complete lines before ``start``
     line_no = 1  # the number of the line that starts at ``start``
-    start = 0
+    start = pos = _bom(art)  # (a BOM is no part of the first line, which may be blank then)
     blank = True  # the line from ``start`` is blank so far
-    pos = 0
     while pos < art.size:
         block = art.pread(_BLOCK, pos)
         if not block:
@@ -343,13 +341,14 @@ def _table_row(
 ) -> tuple[str, bool]:
     text = io.TextIOWrapper(
         io.BufferedReader(_Bytes(art.pread, art.size)),
-        encoding="utf-8",
+        encoding="utf-8-sig",
         errors="replace",
         newline="",
     )
+    quoted = fmt != "tsv" or tsv_quoted(art.pread(QUOTING_HEAD, 0))
     try:
-        rows = table_rows(text, fmt)
-        header = header_of(next(rows, []))
+        rows = table_rows(text, fmt, quoted=quoted)
+        header = next(rows, [])
         number = steps[0]
         assert isinstance(number, int)
         # (index, row) of the last row read, at most the addressed one (all in C).
