@@ -72,6 +72,7 @@ async def test_text_wrapped_in_structured_content_is_one_artifact_and_one_pointe
 ) -> None:
     with anyio.fail_after(HANG_GUARD):
         async with connect(proxy_argv(), errlog) as session:
+            await session.list_tools()  # (as a host does; see the unlisted test)
             result = await session.call_tool("wrapped_text", {"lines": 20000})
 
     source_id = _source_id(_text(result))
@@ -91,6 +92,7 @@ async def test_json_text_repeated_as_a_structured_subtree_is_saved_once_and_page
     records = inventory(3000)["records"]
     with anyio.fail_after(HANG_GUARD):
         async with connect(proxy_argv(), errlog) as session:
+            await session.list_tools()  # (as a host does; see the unlisted test)
             result = await session.call_tool("entities", {"count": 3000})
             source_id = _source_id(_text(result))
             found = await session.call_tool(
@@ -105,6 +107,52 @@ async def test_json_text_repeated_as_a_structured_subtree_is_saved_once_and_page
     assert json.loads(saved.path.read_bytes()) == records
     assert saved.line_count > 3000
     assert '"status": "lost"' in _text(found)
+
+
+_SCRIPTED_UPSTREAM = """
+import json, os, sys
+schema = json.loads(os.environ["UP_SCHEMA"])
+text = "".join(f"line {i}: ok\\n" for i in range(5000))
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:
+        continue
+    method = message["method"]
+    if method == "initialize":
+        result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "up", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "read_text", "inputSchema": {"type": "object"},
+                             "outputSchema": schema}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": text}],
+                  "structuredContent": {"content": text}}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("list_first", [True, False], ids=["listed", "called before listing"])
+async def test_a_tool_called_before_it_is_listed_gets_structured_content_its_schema_takes(
+    errlog: IO[str], tmp_path: Path, list_first: bool
+) -> None:
+    """server-filesystem's read_text_file declares ``content: string``. A host that called
+    it before listing the tools got the reference placed inside (the proxy knew no schema
+    yet), and the SDK, listing the tools to check it, refused the result (a review). Until
+    a tool is listed, a large structured result is replaced at its root."""
+    upstream = tmp_path / "upstream.py"
+    upstream.write_text(_SCRIPTED_UPSTREAM, encoding="utf-8")
+    schema = {"type": "object", "properties": {"content": {"type": "string"}}}
+    env = {**child_env(), "UP_SCHEMA": json.dumps(schema)}
+    argv = proxy_argv("--threshold", "20kb", upstream=[sys.executable, str(upstream)])
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(argv, errlog, env=env) as session:
+            if list_first:
+                await session.list_tools()
+            result = await session.call_tool("read_text", {})  # (the SDK checks the schema)
+    assert set(result.structured_content or {}) == {"toolswap"}
+    assert _size(result) <= POINTER_MAX + 2048
 
 
 async def test_text_and_unrelated_structured_content_give_one_pointer_and_an_outlined_note(
@@ -136,6 +184,7 @@ async def test_media_repeated_in_structured_content_never_reaches_the_context_as
     encoded = base64.b64encode(image).decode()
     with anyio.fail_after(HANG_GUARD):
         async with connect(proxy_argv(), errlog) as session:
+            await session.list_tools()  # (as a host does; see the unlisted test)
             result = await session.call_tool("media", {"width": 256, "height": 256})
 
     shown = result.model_dump_json(by_alias=True)

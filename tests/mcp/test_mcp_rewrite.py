@@ -116,3 +116,76 @@ def test_structured_content_saved_beside_text_brings_its_outline(tmp_path: Path)
     assert "--- structure: JSON object" in note
     assert "3,000 objects" in note and ".records[1234]" in note
     assert "query_artifact(" in note
+
+
+def test_a_schema_whose_ref_cannot_be_resolved_is_not_kept_and_never_raises(
+    tmp_path: Path,
+) -> None:
+    """jsonschema's referencing error escaped the check: the proxy's task group died and
+    ``tools/list`` was never answered (a review). Such a schema is taken as one the
+    result does not conform to."""
+    from toolswap.mcp.rewrite import admits_reference
+
+    assert not admits_reference({"$ref": "https://example.com/schemas/result.json"})
+    schema = {"type": "object", "properties": {"content": {"$ref": "https://example.com/x"}}}
+    assert admits_reference(schema)  # (the reference object has no content to check)
+    rewriter, _ext = _rewriter(tmp_path)
+    text = "line\n" * 10_000
+    shrunk = rewriter.tool_result(
+        "read",
+        {"content": [{"type": "text", "text": text}], "structuredContent": {"content": text}},
+        RULE,
+        schema,
+    )
+    assert shrunk is not None and set(shrunk["structuredContent"]) == {"toolswap"}
+
+
+def test_text_that_equals_the_structure_only_in_python_is_not_taken_for_it(
+    tmp_path: Path,
+) -> None:
+    """``True == 1`` in Python: a text of ``"active": 1`` was taken for structured content
+    holding ``true``, and replaced by a reference to the text's artifact, whose values
+    differ (a review). The structure is saved as it is."""
+    rewriter, ext = _rewriter(tmp_path)
+    rows = [{"id": i, "active": True} for i in range(3000)]
+    text = json.dumps({"rows": [{"id": i, "active": 1} for i in range(3000)]}, indent=2)
+    shrunk = rewriter.tool_result(
+        "t",
+        {"content": [{"type": "text", "text": text}], "structuredContent": {"rows": rows}},
+        RULE,
+    )
+    assert shrunk is not None
+    source_id = shrunk["structuredContent"]["toolswap"]["source_id"]
+    saved = ext.get_artifact(source_id)
+    assert json.loads(saved.path.read_bytes()) == {"rows": rows}
+    assert json.loads(saved.path.read_bytes())["rows"][0]["active"] is True
+
+
+def test_a_structure_its_schema_keeps_whole_says_so_and_is_saved_without_its_media(
+    tmp_path: Path,
+) -> None:
+    """When no reference conforms, the structure is kept as it came; the note said it was
+    saved and nothing of why it was still large, and the saved copy held the base64 of an
+    image saved already (a review)."""
+    import base64
+
+    rewriter, ext = _rewriter(tmp_path)
+    data = base64.b64encode(bytes(range(256)) * 300).decode()
+    structured = {"image": {"data": data, "mimeType": "image/png"}, "rows": list(range(9000))}
+    schema = {
+        "type": "object",
+        "properties": {"image": {"type": "object"}},
+        "additionalProperties": {"type": "array"},
+    }
+    shrunk = rewriter.tool_result(
+        "t",
+        {"content": [{"type": "text", "text": "done"}], "structuredContent": structured},
+        RULE,
+        schema,
+    )
+    assert shrunk is not None
+    texts = [block["text"] for block in shrunk["content"] if block.get("type") == "text"]
+    assert any("admits no reference" in text for text in texts)
+    for artifact in ext.list_artifacts():
+        if artifact.media_type == "application/json":
+            assert data[:200] not in artifact.path.read_text(encoding="utf-8")

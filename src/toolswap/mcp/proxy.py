@@ -65,7 +65,7 @@ from .local import (
     SERVER_INFO_META_KEY,
     tool_definitions,
 )
-from .rewrite import ResultRewriter, admits_reference
+from .rewrite import UNLISTED_SCHEMA, ResultRewriter, admits_reference
 from .serve import LocalCalls
 from .transport import (
     StdFd,
@@ -91,6 +91,9 @@ _PARSE_IN_THREAD = 1 << 20
 _INTERNAL_ERROR = -32603
 _TASK_RESULT = "tasks/result"
 _TASKS_KEPT = 4096
+_TOOLS_KNOWN = 65_536
+"""The most tool names remembered as listed (bounded memory; past it, a tool is held to
+``UNLISTED_SCHEMA``)."""
 """Task IDs remembered with their tool; an older task's result is still rewritten, under
 the name ``tasks/result``."""
 
@@ -151,6 +154,9 @@ class McpProxy:
         self._calls = LocalCalls(externalizer)
         self._local_tools = tool_definitions()
         self._schemas: dict[str, dict[str, Any]] = {}
+        self._listed: set[str] = set()
+        """Tools the upstream has listed through the proxy (the others' schemas are not
+        known: see ``UNLISTED_SCHEMA``)."""
         """The upstream ``outputSchema`` of each tool listed with it kept."""
         self._pending: dict[str, _Pending] = {}
         self._rules: dict[str, ToolThreshold] = {}
@@ -412,12 +418,11 @@ class McpProxy:
             rule = self.rule_for(pending.tool)
             if _fits(rule, line):
                 return line
+            schema = (
+                self._schemas.get(pending.tool) if pending.tool in self._listed else UNLISTED_SCHEMA
+            )
             shrunk = await anyio.to_thread.run_sync(
-                self.rewriter.tool_result,
-                pending.tool,
-                result,
-                rule,
-                self._schemas.get(pending.tool),
+                self.rewriter.tool_result, pending.tool, result, rule, schema
             )
             return await self._replace_result(message, shrunk, line)
         if method == "resources/read":
@@ -445,6 +450,8 @@ class McpProxy:
         kept: list[Any] = []
         for tool in tools:
             name = tool.get("name") if isinstance(tool, dict) else None
+            if isinstance(name, str) and len(self._listed) < _TOOLS_KNOWN:
+                self._listed.add(name)
             if isinstance(name, str) and name in TOOL_NAMES:
                 if name not in self._warned_shadowed:
                     self._warned_shadowed.add(name)

@@ -30,7 +30,7 @@ from ..artifact import ArtifactReference
 from ..externalizer import ToolResultExternalizer
 from ..settings import ToolThreshold
 
-__all__ = ["ResultRewriter"]
+__all__ = ["UNLISTED_SCHEMA", "ResultRewriter", "admits_reference"]
 
 _BASE64_MIN = 1024
 """A string under a ``data``/``blob`` key beside a ``mimeType`` is saved as binary from here."""
@@ -96,6 +96,7 @@ class ResultRewriter:
         structured_saved: _Saved | None = None
         new_structured: object = None
         has_structured = "structuredContent" in result and result["structuredContent"] is not None
+        structured: object = None
         if has_structured:
             structured = result["structuredContent"]
             large = rule.exceeded_by(_compact(structured))
@@ -151,14 +152,18 @@ class ResultRewriter:
             and has_structured
             and not _conforms(new_structured, schema)
         ):
-            whole = result["structuredContent"]
             if structured_saved is None:
-                pretty = json.dumps(whole, ensure_ascii=False, indent=2)
+                # (its media saved already: the structure without them, not twice)
+                pretty = json.dumps(structured, ensure_ascii=False, indent=2)
                 structured_saved = self._save(pretty, tool, "application/json")
                 blocks.append({"type": "text", "text": _structured_note(structured_saved.artifact)})
             new_structured = {"toolswap": _reference(structured_saved.artifact)}
             if not _conforms(new_structured, schema):
-                new_structured = whole  # valid as it came: the schema wins over size
+                # The schema wins over size: the structure as it came (or without its
+                # media, if that conforms), and the context is told why it is large.
+                whole = result["structuredContent"]
+                new_structured = structured if _conforms(structured, schema) else whole
+                blocks.append({"type": "text", "text": _INLINE_NOTE})
 
         if not changed:
             return None
@@ -332,7 +337,7 @@ def _find(structured: object, text: str) -> JsonPath | None:
     def walk(value: object, path: JsonPath) -> JsonPath | None:
         if isinstance(value, str):
             return path if value == text else None
-        if parsed is not _NO_JSON and type(value) is type(parsed) and value == parsed:
+        if parsed is not _NO_JSON and value == parsed and _same_json(value, parsed):
             return path
         if len(path) >= _MAX_DEPTH:
             return None
@@ -348,6 +353,24 @@ def _find(structured: object, text: str) -> JsonPath | None:
         return None
 
     return walk(structured, ())
+
+
+def _same_json(left: object, right: object) -> bool:
+    """Whether two equal values (``==``) are the same JSON: ``True == 1`` and ``1 == 1.0``
+    in Python, so a text of ``1`` was taken for a structure holding ``true`` and replaced
+    by a reference to an artifact that holds other values (a review)."""
+    pairs = [(left, right)]  # (a loop, not recursion: a structure may nest deep)
+    while pairs:
+        one, other = pairs.pop()
+        if type(one) is not type(other):
+            return False
+        if isinstance(one, dict):
+            assert isinstance(other, dict)
+            pairs.extend((item, other[key]) for key, item in one.items())
+        elif isinstance(one, list):
+            assert isinstance(other, list)
+            pairs.extend(zip(one, other, strict=True))
+    return True
 
 
 def _at(value: object, path: JsonPath) -> object:
@@ -419,6 +442,14 @@ def outline_section(pointer: str) -> str:
     return pointer[start : stop if stop >= 0 else len(pointer)].rstrip("\n")
 
 
+UNLISTED_SCHEMA: dict[str, Any] = {"type": "object", "required": ["toolswap"]}
+"""The schema a result is held to when its tool has not been listed through the proxy yet
+(a host may call a tool before ``tools/list``, or ask for a task's result the proxy does
+not know): only a reference object at the root conforms, and it conforms to every schema
+the proxy keeps (``admits_reference``). A reference placed inside failed the schema the
+host then listed."""
+
+
 def admits_reference(schema: object) -> bool:
     """Whether a structured result replaced by ``{"toolswap": reference}`` conforms to
     ``schema`` (a tool's ``outputSchema``)."""
@@ -446,11 +477,17 @@ def _conforms(value: object, schema: dict[str, Any]) -> bool:
 
     try:
         jsonschema.validate(value, schema)
-    except jsonschema.ValidationError:
-        return False
-    except jsonschema.SchemaError:
+    except Exception:
+        # Invalid, a bad schema, or one whose $ref cannot be resolved (which crashed the
+        # proxy): not known to conform.
         return False
     return True
+
+
+_INLINE_NOTE = (
+    "[The tool's output schema admits no reference in place of its structured result, so "
+    "structuredContent keeps it whole, as large as it came]"
+)
 
 
 def _structured_note(artifact: ArtifactReference) -> str:
