@@ -797,3 +797,16 @@ def test_real_npm_ls_output_collapses_its_dependency_maps(
     assert f"list every one: {every})" in text
     found = externalizer.query(sid, every + " | length")
     assert found.text.strip() == str(entries(deps))
+
+
+def test_a_field_null_in_all_records_but_one_is_not_always_that_one() -> None:
+    """``err`` was null in 2,999 records and ``"failed"`` in one: the field read
+    ``always "failed"``, and the record was not listed (``err`` was no failure sign; a
+    review)."""
+    records: list[dict[str, object]] = [{"id": i, "err": None} for i in range(3000)]
+    records[1700]["err"] = "failed"
+    data = json.dumps({"records": records}).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None
+    assert "always" not in found.text and '"failed" ×1' in found.text
+    assert ".records[1700]" in found.text.split("look like failures")[1]

@@ -258,12 +258,15 @@ def _render(
         if path.endswith("[]") and acc.sampled:
             amount += " in those"
         line = f"  {path}  {_types(field)}  {amount}"
-        if field.values is not None and 1 < len(field.values) <= 12:
-            top = sorted(field.values.items(), key=lambda kv: -kv[1][0])
+        values = field.values
+        if values is not None and len(values) == 1:
+            ((only, entry),) = values.items()
+            if entry[0] >= field.count + field.tallied:  # (not with nulls beside it)
+                line += f"  always {_compact(only, 40)}"
+                values = None
+        if values is not None and 1 <= len(values) <= 12:
+            top = sorted(values.items(), key=lambda kv: -kv[1][0])
             line += "  values: " + ", ".join(f"{_compact(v, 40)} ×{e[0]:,}" for v, e in top)
-        elif field.values is not None and len(field.values) == 1:
-            (only,) = field.values
-            line += f"  always {_compact(only, 40)}"
         field_rows.append((rank, line))
         for value, count, rpath, rtext in _rare_values(field, field.count + field.tallied):
             if rpath in seen_failure_paths:

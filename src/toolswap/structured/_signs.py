@@ -16,7 +16,17 @@ _MAX_FAILURES = 8
 
 
 _ERROR_KEYS = frozenset(
-    {"error", "errors", "exception", "exceptions", "failure", "failures", "problems", "fatal"}
+    {
+        "error",
+        "errors",
+        "err",
+        "exception",
+        "exceptions",
+        "failure",
+        "failures",
+        "problems",
+        "fatal",
+    }
 )
 _STATUS_KEYS = frozenset(
     {"status", "state", "result", "outcome", "conclusion", "level", "severity", "loglevel"}
