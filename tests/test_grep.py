@@ -314,3 +314,32 @@ def test_a_match_made_from_its_slots_is_the_one_its_constructor_makes() -> None:
         expected = GrepMatch(line_no, text, line_start=start, text_start=start)
         assert made == expected and hash(made) == hash(expected)
         assert made.to_dict() == expected.to_dict()
+
+
+def test_many_matches_are_collected_with_the_cyclic_collector_paused(
+    externalizer: ToolResultExternalizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each match is a lasting object: the collector ran every 700 of them and rescanned
+    the whole process every so often (a search of 178,000 matches took a quarter longer in
+    a process holding many objects). It is paused while grep's output is read, and runs
+    again after, however the search ends."""
+    import gc
+
+    text = "".join(f"batch {i} in {i % 97} ms\n" for i in range(20_000))
+    ref = externalizer.externalize(text, "logs").artifact
+    seen: list[bool] = []
+    feed = grep_module._Collector.feed
+
+    def watched(self: grep_module._Collector, chunk: bytes) -> bool:
+        seen.append(gc.isenabled())
+        return feed(self, chunk)
+
+    monkeypatch.setattr(grep_module._Collector, "feed", watched)
+    result = externalizer.grep(ref.source_id, "batch [0-9]*7 in", max_matches=100_000)
+    assert len(result.matches) == 2_000 and seen and not any(seen)
+    assert gc.isenabled()
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(ArtifactReadError, match="cancelled"):
+        externalizer.reader.grep(ref, "batch", cancel=cancel)
+    assert gc.isenabled()
