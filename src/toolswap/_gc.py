@@ -20,7 +20,9 @@ __all__ = ["collector_paused"]
 def collector_paused() -> Iterator[None]:
     """Pause the cyclic collector for a bulk load (reference counting still frees what is
     dropped); it resumes afterwards if it was running, however the load ends. Another
-    thread's cycles made meanwhile wait for the next collection, nothing more."""
+    thread's cycles made meanwhile wait for the next collection, nothing more. (A thread
+    that disables the collector itself while a pause is on finds it running after it:
+    the pause cannot tell that from its own.)"""
     if not gc.isenabled():
         yield
         return

@@ -801,12 +801,18 @@ def test_real_npm_ls_output_collapses_its_dependency_maps(
 
 def test_a_field_null_in_all_records_but_one_is_not_always_that_one() -> None:
     """``err`` was null in 2,999 records and ``"failed"`` in one: the field read
-    ``always "failed"``, and the record was not listed (``err`` was no failure sign; a
-    review)."""
+    ``always "failed"`` (a review). (``err`` is no failure sign: it mostly holds stderr,
+    warnings in four records of ten listed 1,200 false failures when it was one.)"""
     records: list[dict[str, object]] = [{"id": i, "err": None} for i in range(3000)]
     records[1700]["err"] = "failed"
     data = json.dumps({"records": records}).encode()
     found = outline("json", _read(data), len(data))
     assert found is not None
     assert "always" not in found.text and '"failed" ×1' in found.text
-    assert ".records[1700]" in found.text.split("look like failures")[1]
+    lines = "".join(
+        json.dumps({"file": f"f{i}.c", "rc": 0, "err": "warning: unused x" if i % 5 < 2 else ""})
+        + "\n"
+        for i in range(3000)
+    ).encode()
+    found = outline("jsonl", _read(lines), len(lines))
+    assert found is not None and "look like failures" not in found.text

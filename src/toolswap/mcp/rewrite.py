@@ -486,7 +486,7 @@ def _conforms(value: object, schema: dict[str, Any]) -> bool:
 
 _INLINE_NOTE = (
     "[The tool's output schema admits no reference in place of its structured result, so "
-    "structuredContent keeps it whole, as large as it came]"
+    "structuredContent still holds it inline, large]"
 )
 
 

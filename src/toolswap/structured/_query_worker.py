@@ -37,12 +37,11 @@ def _records(fmt: str, data: bytes) -> Any:
         return [json.loads(line) for line in data.split(b"\n") if line.strip()]
     import io
 
-    from ._tables import QUOTING_HEAD, table_rows, tsv_quoted
+    from ._tables import table_rows
     from ._values import _cell
 
-    quoted = fmt != "tsv" or tsv_quoted(data[:QUOTING_HEAD])
     text = io.StringIO(data.decode("utf-8-sig", "replace"), newline="")
-    rows = table_rows(text, fmt, quoted=quoted)
+    rows = table_rows(text, fmt)
     header = next(rows, [])
     return [
         {name: _cell(cell) for name, cell in zip(header, row, strict=False)} for row in rows if row

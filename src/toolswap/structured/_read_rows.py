@@ -16,7 +16,7 @@ from ._decode import loads_each
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
-from ._tables import QUOTING_HEAD, table_rows, tsv_quoted
+from ._tables import table_rows
 from ._values import _cell, _compact
 
 __all__ = ["_scan_jsonl", "_scan_table"]
@@ -94,8 +94,7 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, fmt: str) -> list[str
     text = io.TextIOWrapper(
         io.BufferedReader(_Bytes(read, limit)), encoding="utf-8-sig", errors="replace", newline=""
     )
-    quoted = fmt != "tsv" or tsv_quoted(read(min(limit, QUOTING_HEAD), 0))
-    rows = _checked(table_rows(text, fmt, quoted=quoted))
+    rows = _checked(table_rows(text, fmt))
     try:
         header = next(rows)
     except StopIteration:

@@ -19,7 +19,6 @@ _ERROR_KEYS = frozenset(
     {
         "error",
         "errors",
-        "err",
         "exception",
         "exceptions",
         "failure",

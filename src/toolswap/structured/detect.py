@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Literal
 
-from ._tables import table_rows, tsv_quoted
+from ._tables import table_rows
 
 __all__ = ["Format", "sniff", "sniff_on"]
 
@@ -89,8 +89,7 @@ def _table_kind(data: bytes, *, complete: bool) -> Format | None:
         import csv  # not on the start-up path: only for output that looks like a table
 
         try:
-            quoted = kind != "tsv" or tsv_quoted(data)
-            rows = list(table_rows(lines, kind, quoted=quoted))
+            rows = list(table_rows(lines, kind))
         except csv.Error:  # a stray carriage return inside a line: not a table we read
             continue
         header = rows[0]

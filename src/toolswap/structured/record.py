@@ -31,7 +31,7 @@ from ..artifact import ArtifactReference
 from ..errors import ArtifactQueryError, ArtifactReadError
 from ..reader import ArtifactReader, VerifiedArtifact
 from ._source import _BLOCK, _Bytes
-from ._tables import QUOTING_HEAD, table_rows, tsv_quoted
+from ._tables import table_rows
 from ._values import _cell, _key_path
 from ._wide_ints import exact_read_is_safe, overflowed
 from .address import RecordAddress, parse_address
@@ -345,9 +345,8 @@ def _table_row(
         errors="replace",
         newline="",
     )
-    quoted = fmt != "tsv" or tsv_quoted(art.pread(QUOTING_HEAD, 0))
     try:
-        rows = table_rows(text, fmt, quoted=quoted)
+        rows = table_rows(text, fmt)
         header = next(rows, [])
         number = steps[0]
         assert isinstance(number, int)
