@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolswap.structured import _read_json, _read_tree, _render
+from toolswap.structured import _read_json, _read_tree, _render, _tail_members
 from toolswap.structured._envelope import _Summary
 from toolswap.structured._fast_path import _Accumulator
 from toolswap.structured._read_tree import _Fallback
@@ -751,7 +751,7 @@ def _members_after(data: bytes, **patches: int) -> tuple[dict[str, Any], Outline
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
         for name, value in patches.items():
-            patch.setattr(_read_json, name, value)
+            patch.setattr(_tail_members, name, value)
         envelope = _read_json._scan_json(
             lambda count, offset: data[offset : offset + count],
             len(data),
@@ -902,13 +902,13 @@ def test_a_last_record_of_many_brackets_is_not_parsed_once_for_each(
     doc = {"items": [{"id": i} for i in range(20)] + [last], "blob": "," * 150_000}
     data = json.dumps(doc, separators=(",", ":")).encode()
     tried: list[int] = []
-    members = _read_json._members
+    members = _tail_members._members
 
     def counted(rest: bytes) -> dict[str, object] | None:
         tried.append(len(rest))
         return members(rest)
 
-    monkeypatch.setattr(_read_json, "_members", counted)
+    monkeypatch.setattr(_tail_members, "_members", counted)
     envelope, found = _members_after(data)
     assert list(envelope) == ["items", "blob"] and len(tried) == 2  # (the outline's own read too)
     assert found is not None and found.records == 21
@@ -943,7 +943,7 @@ def test_the_members_after_any_long_collection_are_found(
     data = json.dumps(doc, indent=indent).encode()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
-        patch.setattr(_read_json, "_TAIL_WINDOW", 64)  # (the last bytes alone do not do)
+        patch.setattr(_tail_members, "_TAIL_WINDOW", 64)  # (the last bytes alone do not do)
         envelope = _read_json._scan_json(
             lambda count, offset: data[offset : offset + count],
             len(data),
