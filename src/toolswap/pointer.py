@@ -16,7 +16,7 @@ from .capture import CaptureStats
 from .errors import InvalidArgumentError
 from .salience import FAILURE_SCORE, SalientLine, clean_for_display
 from .settings import POINTER_MAX_BYTES, SUMMARY_MAX_CHARS
-from .structured.hints import structured_section
+from .structured.hints import lists_failures, structured_section
 
 __all__ = [
     "COMPACT_TEMPLATE",
@@ -173,7 +173,11 @@ def _cut(stats: CaptureStats, head_budget: int, tail_budget: int) -> _Cut:
 
 _MORE_RESERVE = 80
 STRUCTURED_RAW_BYTES = 512
-"""Head, tail and failure lines each shown beside an outline, at most (bytes)."""
+"""Head, tail and failure lines each shown beside an outline, at most (bytes); failure
+lines beside an outline that lists no failure may take what is left of
+``STRUCTURED_POINTER_BYTES``."""
+STRUCTURED_POINTER_BYTES = 8 * 1024
+"""A structured output's pointer, at most (bytes, the outline included)."""
 SALIENT_HEADER = (
     "--- lines in the omitted part that look like failures, the most telling "
     "(N: line, N- context) ---"
@@ -390,8 +394,12 @@ def make_pointer(
         return finish(body, "This is the whole output.")
 
     # A structured output's outline comes first and stands for most of the raw text: head,
-    # tail and failure lines shrink to a glimpse of the bytes themselves.
+    # tail and failure lines shrink to a glimpse of the bytes themselves. Failure lines get
+    # what the outline leaves of a structured pointer's bytes when it lists no failure: it
+    # may have read a log for a table, or the failure may be in a field that names none.
     outline = structured_section(stats.outline, hint, fields)
+    failures_listed = bool(outline) and lists_failures(stats.outline)
+    raw_salient = salient_bytes
     if outline:
         head_bytes = min(head_bytes, STRUCTURED_RAW_BYTES)
         tail_bytes = min(tail_bytes, STRUCTURED_RAW_BYTES)
@@ -416,8 +424,13 @@ def make_pointer(
             unlisted=stats.unlisted,
         )
 
+    if outline and not failures_listed:
+        room = min(room, max(STRUCTURED_POINTER_BYTES - frame, 0))
     markers = len(render(_cut(stats, 0, 0), "").encode()) + 64  # the section markers
     space = max(room - markers, 0)
+    if outline and not failures_listed:
+        left = space - head_bytes - tail_bytes
+        salient_bytes = max(salient_bytes, min(raw_salient, left))
     if quiet:
         head_budget, tail_budget = _quiet_budgets(stats, space, head_bytes, tail_bytes, policy)
         cut = _cut(stats, head_budget, tail_budget)

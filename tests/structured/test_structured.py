@@ -816,3 +816,59 @@ def test_a_field_null_in_all_records_but_one_is_not_always_that_one() -> None:
     ).encode()
     found = outline("jsonl", _read(lines), len(lines))
     assert found is not None and "look like failures" not in found.text
+
+
+def _zap_log(errors: list[int]) -> str:
+    lines = []
+    for i in range(8000):
+        level = "ERROR" if i in errors else "INFO"
+        message = (
+            f"worker-{i % 7} failed to write chunk {i}: disk quota exceeded"
+            if i in errors
+            else f'"GET /api/v1/items" 200 in {i % 90} ms'
+        )
+        stamp = f"2026-01-01T00:{i // 600 % 60:02d}:{i % 60:02d}.000Z"
+        lines.append(f"{stamp}\t{level}\tserver/main.go:{40 + i % 9}\t{message}\t{{}}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_tab_separated_log_is_no_table_and_its_failure_lines_are_all_shown(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """A zap-style log (time, level, caller, message, JSON, by tabs) was read as a table
+    named by its first line; the outline found no failure and the pointer showed one of
+    its 8 failure lines (a review). A header of timestamps is no header."""
+    errors = [700, 1500, 2300, 3100, 3900, 4700, 5500, 6300]
+    text = _zap_log(errors)
+    assert sniff(text[:32768].encode()) is None
+    pointer = externalizer.externalize(text, "bash").context_text
+    assert "--- structure" not in pointer
+    assert "failed to write chunk 700: disk quota exceeded" in pointer
+    assert "(+7 similar)" in pointer  # (the text pointer's own way with alike lines)
+
+
+def test_failure_lines_keep_their_room_beside_an_outline_that_lists_none(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """A table whose failures are in a free-text column (no field that names a failure):
+    the outline lists none, and the failure lines the text scan found were cut to 512
+    bytes beside it."""
+    # (Every message differs: the column has too many values to tally, so none is rare.)
+    failures = {
+        500: "FATAL: disk full writing the segment",
+        1500: "panic: assignment to entry in nil map",
+        2500: "connection refused by the metadata service",
+        3500: "Traceback (most recent call last): KeyError 'shard'",
+        4500: "checksum mismatch: expected 9f2c, got 0000",
+        5500: "permission denied opening /var/lib/store/lock",
+        6500: "fatal error: out of memory allocating 64 MiB",
+        7500: "Segmentation fault (core dumped) in the compactor",
+    }
+    rows = [f"{i}\tstorage\t" + failures.get(i, f"segment {i} written") for i in range(8000)]
+    text = "id\tcomponent\tmessage\n" + "\n".join(rows) + "\n"
+    pointer = externalizer.externalize(text, "bash").context_text
+    assert "--- structure: TSV table, 8,000 rows" in pointer
+    assert "records that look like failures" not in pointer
+    shown = [i for i, line in failures.items() if line in pointer]
+    assert len(shown) >= 6, pointer
+    assert len(pointer.encode()) <= POINTER_BUDGET

@@ -10,6 +10,7 @@ turns out not to be valid stays text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Literal
 
@@ -23,6 +24,13 @@ _BOM = b"\xef\xbb\xbf"
 _WS = b" \t\r\n"
 _MIN_TABLE_ROWS = 3
 _MAX_HEADER_CELL = 80
+_DATA_CELL = re.compile(
+    r"\s*(?:[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?\s*\Z|[0-9]{4}-[0-9]{2}-[0-9]{2}|[{\[])"
+)
+"""A first line's cell that is data, not a name: a number, a date or time stamp, JSON. A
+line of a log (``2026-01-01T00:00:00Z<TAB>INFO<TAB>...``) is no table's header: read as
+one, a tab-separated log became a table named by its first line, and its failure lines
+gave way to an outline that found none (a review)."""
 _TABLES: tuple[tuple[str, Format], ...] = (("\t", "tsv"), (",", "csv"))
 
 
@@ -95,7 +103,10 @@ def _table_kind(data: bytes, *, complete: bool) -> Format | None:
         header = rows[0]
         if len(header) < 2 or len(set(header)) != len(header):
             continue
-        if any(not cell.strip() or len(cell) > _MAX_HEADER_CELL for cell in header):
+        if any(
+            not cell.strip() or len(cell) > _MAX_HEADER_CELL or _DATA_CELL.match(cell)
+            for cell in header
+        ):
             continue
         # A quoted cell may hold a newline: such a row spans lines, so only the rows that
         # parse whole are compared (most rows of a real table do).

@@ -7,7 +7,10 @@ import json
 import re
 import shlex
 
-__all__ = ["QUERY_HINTS", "structured_section"]
+__all__ = ["QUERY_HINTS", "lists_failures", "structured_section"]
+
+_FAILURES = "records that look like failures"
+"""How the outline heads the records it lists as failures (``_render``)."""
 
 QUERY_HINTS: dict[str, str] = {
     "cli": (
@@ -61,10 +64,16 @@ _RECORD_PATH = re.compile(
 key may hold ``: `` itself: ``.["data: items"][0]``)."""
 
 
+def lists_failures(outline: str) -> bool:
+    """Whether the outline lists records that look like failures (when it lists none, the
+    failure lines the text scan found keep their room in the pointer)."""
+    return any(line.startswith(_FAILURES) for line in outline.split("\n"))
+
+
 def _example(outline: str) -> str:
     """A record path the outline names (a failure-looking one first), as a jq path."""
     lines = outline.split("\n")  # (not splitlines: a key may hold U+2028)
-    for marker in ("records that look like failures", "sample records:"):
+    for marker in (_FAILURES, "sample records:"):
         for i, line in enumerate(lines):
             if line.startswith(marker) and i + 1 < len(lines):
                 found = _RECORD_PATH.match(lines[i + 1])
