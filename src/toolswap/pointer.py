@@ -424,7 +424,7 @@ def make_pointer(
             unlisted=stats.unlisted,
         )
 
-    if outline and not failures_listed:
+    if outline:
         room = min(room, max(STRUCTURED_POINTER_BYTES - frame, 0))
     markers = len(render(_cut(stats, 0, 0), "").encode()) + 64  # the section markers
     space = max(room - markers, 0)

@@ -872,3 +872,69 @@ def test_failure_lines_keep_their_room_beside_an_outline_that_lists_none(
     shown = [i for i, line in failures.items() if line in pointer]
     assert len(shown) >= 6, pointer
     assert len(pointer.encode()) <= POINTER_BUDGET
+
+
+@pytest.mark.parametrize(
+    "header", ["region,2023,2024", "metric,2024-01-01,2024-01-02", "pkg,1.2.3,2.0.0"]
+)
+def test_years_dates_and_versions_still_name_columns(header: str) -> None:
+    """A first rule refused every header cell that was a number or began with a date, and
+    such tables stayed text (a review): only clock times, epoch numbers and JSON mark a
+    log's line."""
+    rows = "".join(f"r{i},{i},{i * 2}\n" for i in range(3000))
+    assert sniff((header + "\n" + rows).encode()[:32768]) == "csv"
+
+
+@pytest.mark.parametrize(
+    "stamp", ["00:01:40.000", "Jan  1 00:01:40", "2026/01/01 00:01:40", "1767225700.123"]
+)
+def test_a_log_stamped_any_way_is_no_table(stamp: str) -> None:
+    lines = "".join(
+        f"{stamp}\tINFO\tserver/main.go:{i % 9}\trequest {i} done\n" for i in range(300)
+    )
+    assert sniff(lines.encode()) is None
+
+
+def test_rare_records_alone_leave_the_failure_lines_their_room(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """The outline heads rare records and failures alike; one rare row made the pointer
+    think failures were listed, and the failure lines fell back to 512 bytes: 3 of 8 shown
+    (a review). Rare records alone have a heading of their own."""
+    failures = {
+        500: "FATAL: disk full writing the segment",
+        1500: "panic: assignment to entry in nil map",
+        2500: "connection refused by the metadata service",
+        3500: "Traceback (most recent call last): KeyError 'shard'",
+        4500: "checksum mismatch: expected 9f2c, got 0000",
+        5500: "permission denied opening /var/lib/store/lock",
+        6500: "fatal error: out of memory allocating 64 MiB",
+        7500: "Segmentation fault (core dumped) in the compactor",
+    }
+    rows = [
+        f"{i}\t{'network' if i == 4000 else 'storage'}\t" + failures.get(i, f"segment {i} written")
+        for i in range(8000)
+    ]
+    pointer = externalizer.externalize(
+        "id\tcomponent\tmessage\n" + "\n".join(rows) + "\n", "bash"
+    ).context_text
+    assert "records that are rare (1):" in pointer and ".[4000]" in pointer
+    assert "look like failures or are rare" not in pointer
+    assert sum(line in pointer for line in failures.values()) >= 6, pointer
+    assert len(pointer.encode()) <= POINTER_BUDGET
+
+
+def test_a_structured_pointer_that_lists_failures_keeps_to_8_kib(tmp_path: Path) -> None:
+    """Only the pointer beside an outline that listed no failure was held to 8 KiB; with a
+    session path of 127 characters one that listed failures took 8,929 bytes (a review)."""
+    root = tmp_path / ("acme-monorepo-services-platform-" * 3)
+    ext = ToolResultExternalizer(root / "s1")
+    names = [f"column_{i:02d}" for i in range(62)]
+    rows = [
+        ",".join(["error" if i % 97 == 5 and c == 0 else f"v{i}_{c}" for c in range(62)])
+        for i in range(3000)
+    ]
+    text = "status," + ",".join(names[1:]) + "\n" + "\n".join(rows) + "\n"
+    pointer = ext.externalize(text, "bash").context_text
+    assert "look like failures" in pointer
+    assert len(pointer.encode()) <= POINTER_BUDGET

@@ -14,6 +14,7 @@ from ._fast_path import _Accumulator
 from ._fields import _MAX_FIELDS, SAMPLE_RECORDS, _Collection, _Field
 from ._signs import _MAX_FAILURES
 from ._values import _compact, _tolerant_path, _utf8_text
+from .hints import RARE_HEADING
 
 __all__ = ["_envelope", "_example", "_render"]
 
@@ -296,7 +297,10 @@ def _render(
     anomalies = failures + rare_rows
     if anomalies:
         total = failure_total + len(rare_rows)
-        rows.append((0, f"records that look like failures or are rare ({total:,}):"))
+        # (Only rare ones: no failure is listed, and the pointer gives the failure lines
+        # the text scan found their room: see ``hints.lists_failures``.)
+        heading = "records that look like failures or are rare" if failures else RARE_HEADING
+        rows.append((0, f"{heading} ({total:,}):"))
         rows.extend(anomalies)
     if samples:
         rows.append((1, "sample records:"))

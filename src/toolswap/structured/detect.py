@@ -25,12 +25,15 @@ _WS = b" \t\r\n"
 _MIN_TABLE_ROWS = 3
 _MAX_HEADER_CELL = 80
 _DATA_CELL = re.compile(
-    r"\s*(?:[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?\s*\Z|[0-9]{4}-[0-9]{2}-[0-9]{2}|[{\[])"
+    r"\s*(?:[{\[]|[-+]?[0-9]{9,}(?:\.[0-9]+)?\s*\Z)|.*[0-9]:[0-5][0-9]:[0-5][0-9]"
 )
-"""A first line's cell that is data, not a name: a number, a date or time stamp, JSON. A
+"""A first line's cell that is a log's, not a column's name: a clock time (``00:01:40``,
+in ISO, syslog or any other stamp), an epoch-like number of nine digits or more, JSON. A
 line of a log (``2026-01-01T00:00:00Z<TAB>INFO<TAB>...``) is no table's header: read as
 one, a tab-separated log became a table named by its first line, and its failure lines
-gave way to an outline that found none (a review)."""
+gave way to an outline that found none (a review). Years, dates and versions name columns
+(``region,2023,2024``, ``metric,2024-01-01``; a first rule refusing every number and
+date left such tables as text, a second review)."""
 _TABLES: tuple[tuple[str, Format], ...] = (("\t", "tsv"), (",", "csv"))
 
 

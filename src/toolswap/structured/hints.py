@@ -7,10 +7,12 @@ import json
 import re
 import shlex
 
-__all__ = ["QUERY_HINTS", "lists_failures", "structured_section"]
+__all__ = ["QUERY_HINTS", "RARE_HEADING", "lists_failures", "structured_section"]
 
 _FAILURES = "records that look like failures"
-"""How the outline heads the records it lists as failures (``_render``)."""
+"""How the outline heads the records it lists when a failure is among them (``_render``)."""
+RARE_HEADING = "records that are rare"
+"""How the outline heads the records it lists when all are only rare (``_render``)."""
 
 QUERY_HINTS: dict[str, str] = {
     "cli": (
@@ -73,7 +75,7 @@ def lists_failures(outline: str) -> bool:
 def _example(outline: str) -> str:
     """A record path the outline names (a failure-looking one first), as a jq path."""
     lines = outline.split("\n")  # (not splitlines: a key may hold U+2028)
-    for marker in (_FAILURES, "sample records:"):
+    for marker in (_FAILURES, RARE_HEADING, "sample records:"):
         for i, line in enumerate(lines):
             if line.startswith(marker) and i + 1 < len(lines):
                 found = _RECORD_PATH.match(lines[i + 1])
