@@ -847,30 +847,40 @@ def test_a_tab_separated_log_is_no_table_and_its_failure_lines_are_all_shown(
     assert "(+7 similar)" in pointer  # (the text pointer's own way with alike lines)
 
 
+_FAILURES = {
+    500: "FATAL: disk full writing the segment",
+    1500: "panic: assignment to entry in nil map",
+    2500: "connection refused by the metadata service",
+    3500: "Traceback (most recent call last): KeyError 'shard'",
+    4500: "checksum mismatch: expected 9f2c, got 0000",
+    5500: "permission denied opening /var/lib/store/lock",
+    6500: "fatal error: out of memory allocating 64 MiB",
+    7500: "Segmentation fault (core dumped) in the compactor",
+}
+"""Failures of 8 kinds in a table's free-text column (no field names a failure)."""
+
+
+def _free_text_failures(rare: int | None = None) -> str:
+    """A TSV of 8,000 rows, ``_FAILURES`` in its message column; every message differs,
+    so the column has too many values to tally and none is rare (``rare``: one row whose
+    component is another, which is)."""
+    rows = [
+        f"{i}\t{'network' if i == rare else 'storage'}\t" + _FAILURES.get(i, f"segment {i} written")
+        for i in range(8000)
+    ]
+    return "id\tcomponent\tmessage\n" + "\n".join(rows) + "\n"
+
+
 def test_failure_lines_keep_their_room_beside_an_outline_that_lists_none(
     externalizer: ToolResultExternalizer,
 ) -> None:
     """A table whose failures are in a free-text column (no field that names a failure):
     the outline lists none, and the failure lines the text scan found were cut to 512
     bytes beside it."""
-    # (Every message differs: the column has too many values to tally, so none is rare.)
-    failures = {
-        500: "FATAL: disk full writing the segment",
-        1500: "panic: assignment to entry in nil map",
-        2500: "connection refused by the metadata service",
-        3500: "Traceback (most recent call last): KeyError 'shard'",
-        4500: "checksum mismatch: expected 9f2c, got 0000",
-        5500: "permission denied opening /var/lib/store/lock",
-        6500: "fatal error: out of memory allocating 64 MiB",
-        7500: "Segmentation fault (core dumped) in the compactor",
-    }
-    rows = [f"{i}\tstorage\t" + failures.get(i, f"segment {i} written") for i in range(8000)]
-    text = "id\tcomponent\tmessage\n" + "\n".join(rows) + "\n"
-    pointer = externalizer.externalize(text, "bash").context_text
+    pointer = externalizer.externalize(_free_text_failures(), "bash").context_text
     assert "--- structure: TSV table, 8,000 rows" in pointer
     assert "records that look like failures" not in pointer
-    shown = [i for i, line in failures.items() if line in pointer]
-    assert len(shown) >= 6, pointer
+    assert sum(line in pointer for line in _FAILURES.values()) >= 6, pointer
     assert len(pointer.encode()) <= POINTER_BUDGET
 
 
@@ -901,26 +911,10 @@ def test_rare_records_alone_leave_the_failure_lines_their_room(
     """The outline heads rare records and failures alike; one rare row made the pointer
     think failures were listed, and the failure lines fell back to 512 bytes: 3 of 8 shown
     (a review). Rare records alone have a heading of their own."""
-    failures = {
-        500: "FATAL: disk full writing the segment",
-        1500: "panic: assignment to entry in nil map",
-        2500: "connection refused by the metadata service",
-        3500: "Traceback (most recent call last): KeyError 'shard'",
-        4500: "checksum mismatch: expected 9f2c, got 0000",
-        5500: "permission denied opening /var/lib/store/lock",
-        6500: "fatal error: out of memory allocating 64 MiB",
-        7500: "Segmentation fault (core dumped) in the compactor",
-    }
-    rows = [
-        f"{i}\t{'network' if i == 4000 else 'storage'}\t" + failures.get(i, f"segment {i} written")
-        for i in range(8000)
-    ]
-    pointer = externalizer.externalize(
-        "id\tcomponent\tmessage\n" + "\n".join(rows) + "\n", "bash"
-    ).context_text
+    pointer = externalizer.externalize(_free_text_failures(rare=4000), "bash").context_text
     assert "records that are rare (1):" in pointer and ".[4000]" in pointer
     assert "look like failures or are rare" not in pointer
-    assert sum(line in pointer for line in failures.values()) >= 6, pointer
+    assert sum(line in pointer for line in _FAILURES.values()) >= 6, pointer
     assert len(pointer.encode()) <= POINTER_BUDGET
 
 

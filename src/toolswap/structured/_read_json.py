@@ -57,22 +57,10 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
     except Exception as exc:  # ijson's errors
         if not overflowed(exc) or not exact_read_is_safe(read, min(limit, size)):
             raise
-    acc.restart()  # an integer past 64 bits: read again, every number as it is
-    try:
-        return _scan_object(read, limit, acc, size=size, exact=True)
-    except _NotStructured:
-        raise
-    except Exception as exc:
-        if isinstance(exc, _ijson_errors()):
-            raise  # (the document cut at the scan limit, or not JSON: as a first read's)
-        # Python's own limit on an integer's digits (4,300) ends the read: no outline.
-        raise _NotStructured(f"a number that cannot be read ({exc.__cause__ or exc})") from None
-
-
-def _ijson_errors() -> type[Exception]:
-    import ijson
-
-    return ijson.JSONError  # type: ignore[no-any-return]
+    # An integer past 64 bits: read again, every number as it is (``exact_read_is_safe``
+    # has ruled out a run of digits past Python's limit, where that read crashed).
+    acc.restart()
+    return _scan_object(read, limit, acc, size=size, exact=True)
 
 
 def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact: bool) -> object:
