@@ -414,7 +414,10 @@ HELD_OUT_FRESH_CASES: tuple[RealCase, ...] = (
         _xz_truncated,
         "tar -cJf assets.tar.xz assets && "
         "head -c $(($(stat -c %s assets.tar.xz) / 2)) assets.tar.xz > cut.tar.xz\n"
-        "noise 500\nmkdir -p x && tar -xvJf cut.tar.xz -C x 2>&1\nnoise 500",
+        # (stdout and stderr apart, then one after the other: with 2>&1, tar's listing and
+        # xz's message, written in pieces, interleaved mid-line under load)
+        "noise 500\nmkdir -p x && tar -xvJf cut.tar.xz -C x > list.txt 2> err.txt\n"
+        "cat list.txt err.txt\nnoise 500",
         ("xz: (stdin): Unexpected end of input",),
     ),
     _case(
