@@ -126,6 +126,78 @@ def test_a_cell_is_a_number_only_as_json_writes_one(
     assert json.loads(query_artifact(externalizer.reader, ref, ".[7].v").text) == value
 
 
+def _hashes(rows: int) -> list[str]:
+    """Short commit hashes of a real shape: about 1 in 30 spells a JSON number."""
+    import hashlib
+
+    return [hashlib.sha1(str(i).encode()).hexdigest()[:8] for i in range(rows)]
+
+
+def test_a_column_of_text_keeps_the_cells_that_look_like_numbers_as_text(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """Read cell by cell, a column of short hashes held ``38995e87`` as ``3.8995e+91`` and
+    ``1234567`` as a number: the outline typed it ``str|int|float``, and a query for a
+    hash or a record read gave a number (a review of the noted defects)."""
+    hashes = _hashes(3000)
+    looks = [i for i, h in enumerate(hashes) if _spells_number(h)]
+    assert any("e" in hashes[i] for i in looks), "the fixture must hold such hashes"
+    table = "hash\ttime\n" + "".join(f"{h}\t{1700000000 + i}\n" for i, h in enumerate(hashes))
+    result = externalizer.externalize(table, "t")
+    assert "{hash: str, time: int}" in result.context_text, result.context_text
+    at = next(i for i in looks if "e" in hashes[i])
+    found = json.loads(read_record(externalizer.reader, result.artifact, str(at)).text)
+    assert found == {"hash": hashes[at], "time": 1700000000 + at}
+    answer = query_artifact(
+        externalizer.reader, result.artifact, f'[.[] | select(.hash == "{hashes[at]}")] | length'
+    )
+    assert answer.text == "1\n"
+    kinds = query_artifact(externalizer.reader, result.artifact, "[.[].hash | type] | unique")
+    assert json.loads(kinds.text) == ["string"]
+
+
+def _spells_number(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def test_a_column_of_numbers_with_a_few_placeholders_stays_numbers(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """The other side of the rule: ``N/A`` in 1 row of 20 leaves the column numbers (and
+    itself text), and a column that is empty but for numbers is numbers."""
+    rows = "".join(
+        f"{i},{'N/A' if i % 20 == 3 else i * 1.5},{'' if i % 2 else i}\n" for i in range(600)
+    )
+    result = externalizer.externalize("id,price,sparse\n" + rows, "t")
+    ref = result.artifact
+    assert json.loads(read_record(externalizer.reader, ref, "4").text) == {
+        "id": 4,
+        "price": 6.0,
+        "sparse": 4,
+    }
+    assert json.loads(read_record(externalizer.reader, ref, "3").text)["price"] == "N/A"
+    assert query_artifact(externalizer.reader, ref, "[.[].sparse | numbers] | length").text == (
+        "300\n"
+    )
+
+
+def test_only_the_first_rows_decide_a_column_of_text(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """Which columns hold text is decided from the first 1,000 rows, the same for the
+    outline, a record read and a query (a record read of row 2,500 reads no further than
+    it; a query sees every row): numbers past them stay numbers in a column of numbers."""
+    rows = "".join(f"{i},{i if i < 1000 or i % 2 else 'x' + str(i)}\n" for i in range(3000))
+    ref = externalizer.externalize("id,v\n" + rows, "t").artifact
+    assert json.loads(read_record(externalizer.reader, ref, "2501").text)["v"] == 2501
+    assert json.loads(query_artifact(externalizer.reader, ref, ".[2501].v").text) == 2501
+    assert json.loads(query_artifact(externalizer.reader, ref, ".[2500].v").text) == "x2500"
+
+
 # -- the pointer and the CLI ---------------------------------------------------------------
 
 

@@ -36,16 +36,18 @@ def _records(fmt: str, data: bytes) -> Any:
     if fmt == "jsonl":
         return [json.loads(line) for line in data.split(b"\n") if line.strip()]
     import io
+    from itertools import chain, islice
 
-    from ._tables import table_rows
-    from ._values import _cell
+    from ._tables import TYPING_ROWS, table_rows, text_columns, typed_row
 
     text = io.StringIO(data.decode("utf-8-sig", "replace"), newline="")
     rows = table_rows(text, fmt)
     header = next(rows, [])
-    return [
-        {name: _cell(cell) for name, cell in zip(header, row, strict=False)} for row in rows if row
-    ]
+    filled = filter(None, rows)
+    # The first rows decide which columns hold text, as for the outline and record reads.
+    first = list(islice(filled, TYPING_ROWS))
+    text_cols = text_columns(header, first)
+    return [typed_row(header, row, text_cols) for row in chain(first, filled)]
 
 
 def _results(fmt: str, language: str, expression: str, data: bytes) -> Iterator[object]:

@@ -10,14 +10,14 @@ import csv
 import io
 import json
 from collections.abc import Iterator
-from itertools import islice, repeat
+from itertools import chain, islice, repeat
 
 from ._decode import loads_each
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
-from ._tables import table_rows
-from ._values import _cell, _compact
+from ._tables import TYPING_ROWS, table_rows, text_columns, typed_cells, typed_row
+from ._values import _compact
 
 __all__ = ["_scan_jsonl", "_scan_table"]
 
@@ -100,6 +100,14 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, fmt: str) -> list[str
     except StopIteration:
         raise _NotStructured("no header") from None
     width = len(header)
+    # The first rows decide which columns hold text (read again below, from memory).
+    first = list(islice(rows, TYPING_ROWS))
+    text_cols = text_columns(header, filter(None, first))
+    rows = chain(first, rows)
+
+    def typed(cells: dict[str, str]) -> str:
+        return _compact(typed_cells(cells, text_cols))
+
     ragged = 0
     pending: list[dict[str, str]] = []
     pending_first = 0
@@ -110,7 +118,7 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, fmt: str) -> list[str
         for row in batch:
             if not row:  # not a record (query and read --record skip it too)
                 if pending:  # a batch's rows are consecutive
-                    acc.batch(".[]", ".", pending_first, pending, _typed)
+                    acc.batch(".[]", ".", pending_first, pending, typed)
                     pending = []
                 continue
             index += 1
@@ -119,17 +127,16 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, fmt: str) -> list[str
                 if ragged > max(3, index // 100):
                     raise _NotStructured("rows do not match the header")
             if index < SAMPLE_RECORDS:
-                record = {name: _cell(cell) for name, cell in zip(header, row, strict=False)}
-                acc.record(".[]", f".[{index}]", record)
+                acc.record(".[]", f".[{index}]", typed_row(header, row, text_cols))
                 continue
             # Past the sample a row stays text: only the cells of the columns that can
             # carry a failure sign (read typed) or have few values are looked at, and a
-            # row shown is typed then (``_typed``).
+            # row shown is typed then (``typed``).
             if not pending:
                 pending_first = index
             pending.append(dict(zip(header, row, strict=False)))
             if len(pending) >= _BATCH:
-                acc.batch(".[]", ".", pending_first, pending, _typed)
+                acc.batch(".[]", ".", pending_first, pending, typed)
                 pending = []
 
     row_by_row(list(islice(rows, SAMPLE_RECORDS)))
@@ -143,14 +150,14 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, fmt: str) -> list[str
             row_by_row(batch)
             continue
         if pending:  # the rows before these go first
-            acc.batch(".[]", ".", pending_first, pending, _typed)
+            acc.batch(".[]", ".", pending_first, pending, typed)
             pending = []
         # A batch of whole rows, each a dict of its cells' text, made in C.
         records = list(map(dict, map(zip, repeat(header), batch)))
-        acc.batch(".[]", ".", index + 1, records, _typed, alike=True)
+        acc.batch(".[]", ".", index + 1, records, typed, alike=True)
         index += len(batch)
     if pending:
-        acc.batch(".[]", ".", pending_first, pending, _typed)
+        acc.batch(".[]", ".", pending_first, pending, typed)
     return header
 
 
@@ -161,7 +168,3 @@ def _checked(rows: Iterator[list[str]]) -> Iterator[list[str]]:
         yield from rows
     except csv.Error as exc:
         raise _NotStructured(str(exc)) from None
-
-
-def _typed(cells: dict[str, str]) -> str:
-    return _compact({name: _cell(cell) for name, cell in cells.items()})

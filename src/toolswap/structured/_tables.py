@@ -9,13 +9,25 @@ which way to read was wrong past them (two reviews). A TSV written with CSV's qu
 (Python's ``csv``, pandas) keeps its quotes, and a quoted cell holding a tab or a newline
 splits: such a table reads as ragged, and the outline leaves it as text. A UTF-8 BOM is
 read past by the callers (``utf-8-sig``) before the header is split.
+
+A cell is read as the JSON value it spells (``_values._cell``), except in a text column:
+one whose non-empty cells among the first ``TYPING_ROWS`` rows are mostly not numbers
+or booleans. Read cell by cell, a column of short commit hashes held the numbers
+``1234567`` and ``3.8995e+91`` (``38995e87``) among its strings, and a query for one hash
+missed it. A column of numbers with a few placeholders (``N/A``, ``-``) stays numbers,
+its placeholders text, as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-__all__ = ["table_rows"]
+from ._values import _cell
+
+__all__ = ["TYPING_ROWS", "table_rows", "text_columns", "typed_cells", "typed_row"]
+
+TYPING_ROWS = 1000
+"""The first rows (not blank) that decide which columns hold text (``text_columns``)."""
 
 
 def table_rows(lines: Iterable[str], fmt: str) -> Iterator[list[str]]:
@@ -26,3 +38,33 @@ def table_rows(lines: Iterable[str], fmt: str) -> Iterator[list[str]]:
     if fmt == "tsv":
         return csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE, strict=False)
     return csv.reader(lines, delimiter=",", strict=False)
+
+
+def text_columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> frozenset[str]:
+    """The names of ``header``'s columns that hold text: most of their non-empty cells in
+    ``rows`` (the table's first ``TYPING_ROWS`` rows that are not blank) are not numbers
+    or booleans. A name the header repeats is its last column's, as a row's dict
+    keeps it."""
+    filled: dict[str, int] = {}
+    texts: dict[str, int] = {}
+    for row in rows:
+        for name, cell in dict(zip(header, row, strict=False)).items():
+            if cell == "":
+                continue
+            filled[name] = filled.get(name, 0) + 1
+            if type(_cell(cell)) is str:
+                texts[name] = texts.get(name, 0) + 1
+    return frozenset(name for name, count in texts.items() if count * 2 > filled[name])
+
+
+def typed_cells(cells: Mapping[str, str], text: frozenset[str]) -> dict[str, object]:
+    """A row's ``cells`` (by column name) as JSON values: an empty cell is null, a cell of
+    a ``text`` column its text, any other the value it spells."""
+    return {
+        name: cell if name in text and cell != "" else _cell(cell) for name, cell in cells.items()
+    }
+
+
+def typed_row(header: Sequence[str], row: Sequence[str], text: frozenset[str]) -> dict[str, object]:
+    """``typed_cells`` of a row as the table's reader gives it (its cells in order)."""
+    return typed_cells(dict(zip(header, row, strict=False)), text)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import partial
-from itertools import accumulate, count, islice
+from itertools import accumulate, chain, count, islice
 from operator import itemgetter
 from typing import Any
 
@@ -31,8 +31,8 @@ from ..artifact import ArtifactReference
 from ..errors import ArtifactQueryError, ArtifactReadError
 from ..reader import ArtifactReader, VerifiedArtifact
 from ._source import _BLOCK, _Bytes
-from ._tables import table_rows
-from ._values import _cell, _key_path
+from ._tables import TYPING_ROWS, table_rows, text_columns, typed_row
+from ._values import _key_path
 from ._wide_ints import exact_read_is_safe, overflowed
 from .address import RecordAddress, parse_address
 from .detect import Format
@@ -350,8 +350,11 @@ def _table_row(
         header = next(rows, [])
         number = steps[0]
         assert isinstance(number, int)
+        filled = filter(None, rows)
+        # The first rows decide which columns hold text, as for the outline and queries.
+        first = list(islice(filled, TYPING_ROWS))
         # (index, row) of the last row read, at most the addressed one (all in C).
-        last = deque(islice(zip(count(), filter(None, rows)), number + 1), maxlen=1)
+        last = deque(islice(zip(count(), chain(first, filled)), number + 1), maxlen=1)
     except csv.Error as exc:
         raise ValueError(str(exc)) from None
     if not last or last[0][0] != number:
@@ -360,7 +363,7 @@ def _table_row(
             f"it has {had:,} rows after the header; row {number} is past the end"
             + (f" (0-{had - 1})" if had else "")
         )
-    value: Any = {name: _cell(cell) for name, cell in zip(header, last[0][1], strict=False)}
+    value: Any = typed_row(header, last[0][1], text_columns(header, first))
     path = f".[{number}]"
     for step in steps[1:]:
         if isinstance(step, str) and isinstance(value, dict) and step in value:
