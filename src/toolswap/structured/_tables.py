@@ -21,13 +21,16 @@ its placeholders text, as before.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import zip_longest
 
-from ._values import _cell
+from ._values import _cell, _scalar_cells
 
 __all__ = ["TYPING_ROWS", "table_rows", "text_columns", "typed_cells", "typed_row"]
 
-TYPING_ROWS = 1000
-"""The first rows (not blank) that decide which columns hold text (``text_columns``)."""
+TYPING_ROWS = 200
+"""The first rows (not blank) that decide which columns hold text (``text_columns``): as
+many as the outline walks whole, and at about 0.25 ms for 1,000 cells cheap enough for
+every table's capture."""
 
 
 def table_rows(lines: Iterable[str], fmt: str) -> Iterator[list[str]]:
@@ -43,18 +46,15 @@ def table_rows(lines: Iterable[str], fmt: str) -> Iterator[list[str]]:
 def text_columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> frozenset[str]:
     """The names of ``header``'s columns that hold text: most of their non-empty cells in
     ``rows`` (the table's first ``TYPING_ROWS`` rows that are not blank) are not numbers
-    or booleans. A name the header repeats is its last column's, as a row's dict
-    keeps it."""
-    filled: dict[str, int] = {}
-    texts: dict[str, int] = {}
-    for row in rows:
-        for name, cell in dict(zip(header, row, strict=False)).items():
-            if cell == "":
-                continue
-            filled[name] = filled.get(name, 0) + 1
-            if type(_cell(cell)) is str:
-                texts[name] = texts.get(name, 0) + 1
-    return frozenset(name for name, count in texts.items() if count * 2 > filled[name])
+    or booleans. A name the header repeats is its last column's, as a row's dict keeps
+    it. (Column by column, in C: the outline pays for it in every table's capture.)"""
+    columns = dict(zip(header, zip_longest(*rows, fillvalue=""), strict=False))
+    text = []
+    for name, cells in columns.items():
+        filled = list(filter(None, cells))
+        if (len(filled) - _scalar_cells(filled)) * 2 > len(filled):
+            text.append(name)
+    return frozenset(text)
 
 
 def typed_cells(cells: Mapping[str, str], text: frozenset[str]) -> dict[str, object]:

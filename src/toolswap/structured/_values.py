@@ -17,6 +17,7 @@ __all__ = [
     "_cell",
     "_compact",
     "_key_path",
+    "_scalar_cells",
     "_tolerant_path",
     "_type_name",
     "_utf8_text",
@@ -147,9 +148,18 @@ def _cell(text: str) -> object:
         number = float(text)
         # (``1e999`` is past a double's range: as infinity it was ``Infinity``, not JSON.)
         return number if math.isfinite(number) else text
-    if text in ("true", "false", "True", "False"):
+    if text in _WORDS:
         return text.lower() == "true"
     return text
+
+
+_WORDS = frozenset(("true", "false", "True", "False"))
+
+
+def _scalar_cells(cells: list[str]) -> int:
+    """How many of ``cells`` ``_cell`` reads as a number or a boolean, counted in C (near
+    enough: a number past a double's range or ``int``'s digit limit counts too)."""
+    return sum(map(bool, map(_FLOAT.match, cells))) + sum(map(_WORDS.__contains__, cells))
 
 
 _SEGMENT = re.compile(r'\.?\[(?:"(?:[^"\\]|\\.)*")?\]|\.[A-Za-z_][A-Za-z0-9_]*|\.')
