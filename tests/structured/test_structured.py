@@ -932,3 +932,29 @@ def test_a_structured_pointer_that_lists_failures_keeps_to_8_kib(tmp_path: Path)
     pointer = ext.externalize(text, "bash").context_text
     assert "look like failures" in pointer
     assert len(pointer.encode()) <= POINTER_BUDGET
+
+
+@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="needs sqlite3")
+def test_a_table_whose_first_row_is_data_is_no_table(
+    externalizer: ToolResultExternalizer, tmp_path: Path
+) -> None:
+    """``sqlite3 -csv`` prints no header unless asked (``-header``): its first row was
+    read as the columns' names, so every count and read lost it and the columns were
+    named ``"1"``, ``"pkg-1"``, ``"0.5"``. A first row that holds numbers where the
+    columns below hold numbers (and not only years) is data, and the output stays text;
+    with ``-header`` it is a table of every row."""
+    db = tmp_path / "t.db"
+    rows = ",".join(f"({i},'pkg-{i}',{i / 2},'2024-01-{i % 28 + 1:02d}')" for i in range(1, 3001))
+    subprocess.run(
+        ["sqlite3", str(db), f"create table t(id, name, score, day); insert into t values {rows};"],
+        check=True,
+    )
+    for flags, table in (([], False), (["-header"], True)):
+        out = subprocess.run(
+            ["sqlite3", "-csv", *flags, str(db), "select * from t"],
+            check=True,
+            capture_output=True,
+        ).stdout
+        assert (sniff(out[:32768]) == "csv") is table
+        pointer = externalizer.externalize(out, "sqlite3").context_text
+        assert ("--- structure: CSV table, 3,000 rows" in pointer) is table, pointer[:600]
