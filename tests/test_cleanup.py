@@ -327,6 +327,23 @@ def test_raw_claims_entry_point_refuses_a_session_with_a_durable_journal(
         externalizer.apply_cleanup(plan, [], now=_future(2))
 
 
+def test_raw_claims_are_refused_while_the_manifest_anchors_a_journal_that_is_gone(
+    externalizer: ToolResultExternalizer, tmp_path: Path
+) -> None:
+    """A journal moved aside (as ``journal verify`` may advise) or deleted left no file
+    the raw-claims entry looked for, and ``plan_cleanup([])`` deleted the artifact its
+    lease protected, while the manifest still anchored it (a review)."""
+    art = externalizer.externalize(_big("a"), "t").artifact
+    journal = ArtifactRetentionJournal(externalizer.session_dir)
+    journal.publish_reference(
+        _claim(externalizer, art.source_id), lambda: None, transaction_id="tx-1"
+    )
+    os.rename(externalizer.session.journal_path, tmp_path / "aside.jsonl")
+    with pytest.raises(CleanupError, match="anchors a lease journal"):
+        externalizer.plan_cleanup([], policy=LIVE, now=_future(2))
+    assert (externalizer.tool_results_dir / art.filename).exists()
+
+
 def test_apply_refuses_to_run_without_the_current_claims(
     externalizer: ToolResultExternalizer,
 ) -> None:

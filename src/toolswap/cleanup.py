@@ -42,8 +42,9 @@ from ._cleanup_model import (
     utc_now,
 )
 from ._cleanup_plan import plan as _plan
-from .errors import CleanupError
-from .layout import OWNER_DB_NAME
+from .errors import ChainLogError, CleanupError
+from .layout import OWNER_DB_NAME, RETENTION_CHOICE_NAME
+from .manifest import Manifest
 from .session import Session
 
 __all__ = [
@@ -66,9 +67,12 @@ __all__ = [
 def _refuse_raw_claims(session: Session) -> None:
     """Caller-supplied claims are trusted only while no durable retention state exists.
 
-    A journal (even an empty file) or the default memory owner's database means the
-    session's real references live there; a missing journal next to an owner database is
-    a journal that was lost, never "no references".
+    A journal (even an empty file), the default memory owner's database, a recorded
+    retention choice (``retention.json``: leases kept in PostgreSQL leave no file here) or
+    a journal head the manifest anchors means the session's real references live in a
+    journal; a journal missing while any of the others remains was lost, never "no
+    references" (a review: a lost journal file, and a PostgreSQL session, let raw claims
+    delete a leased artifact).
     """
     why = session.backend.local_retention_refused()
     if why is not None:
@@ -79,12 +83,23 @@ def _refuse_raw_claims(session: Session) -> None:
     for path, what in (
         (session.journal_path, "a durable retention journal"),
         (session.root / OWNER_DB_NAME, "a memory owner database"),
+        (session.root / RETENTION_CHOICE_NAME, "a recorded retention choice"),
     ):
         if os.path.lexists(path):
             raise CleanupError(
                 f"this session has {what} ({path.name}); use plan_cleanup_from_journal / "
                 "apply_cleanup_from_journal so cleanup sees the journal's claims"
             )
+    try:
+        stores = Manifest.of(session).journal_stores()
+    except ChainLogError as exc:
+        raise CleanupError(f"cannot read the manifest: {exc}; nothing was changed") from exc
+    if stores:
+        raise CleanupError(
+            f"the manifest anchors a lease journal ({', '.join(stores)}) that is not here; "
+            "its leases still protect artifacts: restore it, or plan and apply from it "
+            "(plan_cleanup_from_journal / apply_cleanup_from_journal)"
+        )
 
 
 def plan_cleanup(

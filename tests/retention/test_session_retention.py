@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner, Result
@@ -290,3 +291,22 @@ def test_an_open_in_the_wrong_schema_is_not_recorded_as_the_session_s(env: Env) 
     with open_retention(env.session_dir, database_url=env.dsn, schema=env.schema) as right:
         assert read_retention_choice(env.session_dir) == right.choice
         assert list(right.journal.recover().claims) == [env.source_ids[0]]
+
+
+@pytest.mark.parametrize("env", ["postgres-journal"], indirect=True)
+def test_raw_claims_cannot_collect_a_session_whose_leases_live_in_postgresql(env: Env) -> None:
+    """No journal file and no owner database are here: the raw-claims entry took the
+    session for one without leases, and ``plan_cleanup([])`` / ``apply_cleanup`` deleted
+    the artifact a committed lease in the database protects (a review)."""
+    from toolswap import ArtifactCleanupPolicy, CleanupError
+
+    _publish(env, "a", database_url=env.dsn, schema=env.schema)
+    later = datetime.now(UTC) + timedelta(days=30)
+    policy = ArtifactCleanupPolicy(orphan_ttl_seconds=0, dry_run=False)
+    with pytest.raises(CleanupError, match=r"retention\.json"):
+        env.ext.plan_cleanup([], policy=policy, now=later)
+    with open_retention(env.session_dir, database_url=env.dsn) as retention:
+        plan = env.ext.plan_cleanup_from_journal(retention.journal, policy=policy, now=later)
+    with pytest.raises(CleanupError, match=r"retention\.json"):
+        env.ext.apply_cleanup(plan, [], now=later)
+    assert env.ext.read_artifact(env.source_ids[0], 0, 1) == "alpha line"
