@@ -313,6 +313,27 @@ def test_saved_plan_round_trips_through_json_without_paths(
     assert str(externalizer.session_dir) not in json.dumps(report.to_dict())
 
 
+def test_a_saved_plan_cannot_put_another_files_source_id_into_the_manifest(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """Apply copied an entry's source ID from the plan into the ``collected`` record: one
+    naming another file passed the plan's checks, was written, and the manifest's own
+    decoder then refused it, so every later read, capture and cleanup of the session
+    failed (a review). The file is kept and the manifest stays readable."""
+    kept = externalizer.externalize(_big("a"), "t").artifact
+    other = externalizer.externalize(_big("b"), "t").artifact
+    data = externalizer.plan_cleanup([], policy=LIVE, now=_future(2)).to_dict()
+    for entry in data["entries"]:  # type: ignore[union-attr]
+        if entry["name"] == other.filename:  # type: ignore[index]
+            entry["source_id"] = kept.source_id  # type: ignore[index]
+    report = externalizer.apply_cleanup(ArtifactCleanupPlan.from_dict(data), [], now=_future(2))
+    assert _status(report, other.filename).status is S.RETAINED_UNKNOWN
+    assert (externalizer.tool_results_dir / other.filename).exists()
+    fresh = ToolResultExternalizer(externalizer.session_dir)
+    assert fresh.manifest.collected(kept.filename) is not None
+    assert fresh.externalize(_big("c"), "t").artifact.filename == "tool_result_003.txt"
+
+
 def test_raw_claims_entry_point_refuses_a_session_with_a_durable_journal(
     externalizer: ToolResultExternalizer,
 ) -> None:
@@ -535,3 +556,18 @@ def test_apply_with_a_dry_run_policy_in_force_deletes_nothing(
 
     assert report.dry_run
     assert externalizer.read_artifact(art, 0, 1) == "orphan"
+
+
+def test_a_temporary_name_with_digits_toolswap_never_writes_is_not_collected(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """``\\d`` matched Arabic-Indic digits: ``.tmp-1٢٣-...partial`` was taken for a crashed
+    capture's file of pid 123 and deleted, where any name toolswap never writes is kept
+    (a review)."""
+    externalizer.externalize(_big("a"), "t")
+    name = ".tmp-1\u0662\u0663-0123456789abcdef.partial"
+    (externalizer.tool_results_dir / name).write_bytes(b"not ours")
+    plan = externalizer.plan_cleanup([], policy=LIVE, now=_future(2))
+    assert _status(plan, name).status is S.RETAINED_UNKNOWN
+    externalizer.apply_cleanup(plan, [], now=_future(2))
+    assert (externalizer.tool_results_dir / name).exists()

@@ -26,7 +26,7 @@ __all__ = [
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # Compiled on first use (by re's cache): a capture whose output stays inline matches none.
 # Canonical numbering only: at least three digits, no extra leading zeros beyond the padding.
-_FILENAME = r"tool_result_(\d{3,18})\.txt"
+_FILENAME = r"tool_result_([0-9]{3,18})\.txt"
 
 
 def validate_session_id(session: str) -> str:
@@ -60,7 +60,7 @@ def parse_artifact_filename(filename: str) -> int | None:
 TMP_PREFIX = ".tmp-"
 TMP_SUFFIX = ".partial"
 # The writer's pid (Linux allows at most 2**22; 10 digits bound any system) and 16 hex.
-_TMP = re.escape(TMP_PREFIX) + r"([1-9]\d{0,9})-[0-9a-f]{16}" + re.escape(TMP_SUFFIX)
+_TMP = re.escape(TMP_PREFIX) + r"([1-9][0-9]{0,9})-[0-9a-f]{16}" + re.escape(TMP_SUFFIX)
 _PID_MAX = 2**31 - 1
 
 

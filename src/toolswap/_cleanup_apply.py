@@ -30,6 +30,7 @@ from ._cleanup_model import (
     capture_alive,
     claimed_since,
     content_changed,
+    foreign_source_id,
     index_claims,
     owned_name,
     recheck_at_apply,
@@ -161,7 +162,9 @@ def _apply_one(entry: CleanupEntry, context: ApplyContext) -> CleanupEntry:
         # whose bytes went to a store): it now goes with its record, never on its own.
         return replace(entry, status=S.RACE_DETECTED, reason="recorded since planning; kept")
     name = entry.name
-    kept = claimed_since(entry, context.index, owned_name(name))
+    kept = claimed_since(entry, context.index, owned_name(name)) or foreign_source_id(
+        entry, context.manifest
+    )
     if kept is not None:
         return kept
     if parse_temporary_filename(name) is not None and capture_alive(name):

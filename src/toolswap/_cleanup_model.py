@@ -48,6 +48,7 @@ __all__ = [
     "capture_alive",
     "claimed_since",
     "claims_of",
+    "foreign_source_id",
     "index_claims",
     "owned_name",
     "utc_now",
@@ -469,6 +470,25 @@ def claimed_since(entry: CleanupEntry, index: ClaimIndex, ours: bool) -> Cleanup
             reason="a claim was added after planning; it is kept",
         )
     return None
+
+
+def foreign_source_id(entry: CleanupEntry, manifest: Manifest) -> CleanupEntry | None:
+    """The entry kept, when the source ID the plan gives it is not its manifest record's.
+
+    A saved plan is only a file: apply copied its source ID into the ``collected`` record,
+    and one naming another file or session made a record the manifest's own decoder
+    refuses, which broke every later read of the session (a review).
+    """
+    if entry.source_id is None:
+        return None
+    record = manifest.record_for(entry.name) or manifest.collected(entry.name)
+    if record is not None and record.source_id == entry.source_id:
+        return None  # (collected already: a plan applied again finds the file gone)
+    return replace(
+        entry,
+        status=S.RETAINED_UNKNOWN,
+        reason="the plan gives it a source ID that is not its manifest record's; it is kept",
+    )
 
 
 def recheck_at_apply(

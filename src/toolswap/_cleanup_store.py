@@ -25,6 +25,7 @@ from ._cleanup_model import (
     S,
     claimed_since,
     content_changed,
+    foreign_source_id,
     recheck_at_apply,
     verdict,
 )
@@ -85,7 +86,9 @@ def apply_object(entry: CleanupEntry, context: ApplyContext) -> CleanupEntry:
     a store), if every check still holds."""
     backend = context.session.backend
     name, now = entry.name, context.now
-    kept = claimed_since(entry, context.index, parse_artifact_filename(name) is not None)
+    kept = claimed_since(
+        entry, context.index, parse_artifact_filename(name) is not None
+    ) or foreign_source_id(entry, context.manifest)
     if kept is not None:
         return kept
     if entry.version is None or entry.size is None:

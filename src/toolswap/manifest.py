@@ -278,9 +278,17 @@ class Manifest:
             ManifestConflict: ``expect`` refused the record; nothing was written.
             ChainLogError: the record could not be written (nothing was recorded).
         """
-        from .records import encode
+        from .records import decode, encode
 
         body = encode(record)
+        # A record this manifest would refuse to read (a source ID naming another file)
+        # is never written: once on the chain, it stopped every later read of the session.
+        try:
+            decode(body, self._log.session)
+        except ChainLogError as exc:
+            raise ChainLogError(
+                f"refusing to write a record the manifest cannot read: {exc}"
+            ) from None
         backend = self._backend
         with self._lock(), self._log.lock:
             stalled = 0

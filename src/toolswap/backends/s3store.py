@@ -55,7 +55,7 @@ __all__ = ["S3ArtifactStore"]
 
 MIN_PART_SIZE = 5 << 20
 """S3's smallest part of a multipart upload (but the last)."""
-_RECORD_RE = re.compile(r"(\d{12})\.jsonl")
+_RECORD_RE = re.compile(r"([0-9]{12})\.jsonl")
 _FETCHERS = 8
 """Record objects fetched at once when a replica catches up on many."""
 _CONTROL = Config(
