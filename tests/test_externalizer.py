@@ -711,6 +711,27 @@ def test_an_unknown_or_invalid_fact_is_refused_before_anything_is_written(
     assert not manifest.exists() or manifest.stat().st_size == 0
 
 
+@pytest.mark.parametrize(
+    ("tool", "facts"),
+    [
+        ("bash\udce9", {}),
+        ("bash", {"argv": ["cat", "caf\udce9.txt"]}),
+        ("bash", {"argv": ["echo", "\ud800"]}),
+        ("bash", {"summary": "made by caf\udce9"}),
+    ],
+)
+def test_text_strict_utf8_cannot_hold_is_refused_before_anything_is_written(
+    tmp_path: Path, tool: str, facts: dict[str, object]
+) -> None:
+    """The record is strict UTF-8: a surrogate (a byte os.fsdecode escaped, or a lone
+    one) in the tool name, an argument or the summary failed to encode after the
+    artifact's name was linked, and left it without a record (a review)."""
+    ext = ToolResultExternalizer(tmp_path / "s")
+    with pytest.raises(InvalidArgumentError, match="not UTF-8 text"):
+        ext.externalize(b"x\n" * 50_000, tool, **facts)  # type: ignore[arg-type]
+    assert not any(ext.tool_results_dir.iterdir())
+
+
 def test_argv_may_be_any_iterable_of_strings_but_not_one_string(tmp_path: Path) -> None:
     ext = ToolResultExternalizer(tmp_path / "s")
     made = ext.externalize(b"x\n" * 10, "bash", argv=(a for a in ["ls", "-l"]))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["encode_output", "utf8_chars"]
+__all__ = ["encode_output", "escaped_bytes", "lone_surrogate", "utf8_chars"]
 
 # Lone surrogates other than the U+DC80..U+DCFF that ``surrogateescape`` maps back to bytes.
 _LONE_SURROGATE = "[\ud800-\udc7f\udd00-\udfff]"  # compiled on first use (re's cache)
@@ -21,6 +21,21 @@ def encode_output(text: str) -> bytes:
     except UnicodeEncodeError:
         # Not encodable as UTF-8 at all: keep the text, mark each bad spot with U+FFFD.
         return re.sub(_LONE_SURROGATE, "\ufffd", text).encode("utf-8", "surrogateescape")
+
+
+def lone_surrogate(text: str) -> bool:
+    """``text`` holds a surrogate code point, which strict UTF-8 (every record toolswap
+    writes) cannot encode: a lone one, or a byte ``os.fsdecode`` escaped."""
+    return re.search("[\ud800-\udfff]", text) is not None
+
+
+def escaped_bytes(text: str) -> str:
+    """``text`` (an argument as ``os.fsdecode`` gives it) with each byte that is not UTF-8
+    written as ``\\xNN``: a file name in Latin-1 is recorded as ``caf\\xe9.txt``."""
+    if not lone_surrogate(text):
+        return text
+    escaped = re.sub(_LONE_SURROGATE, "\ufffd", text).encode("utf-8", "surrogateescape")
+    return escaped.decode("utf-8", "backslashreplace")
 
 
 def utf8_chars(data: bytes) -> int:

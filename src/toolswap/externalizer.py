@@ -20,7 +20,7 @@ from ._externalizer_reads import PageFaults
 from ._keywords import refuse_unknown
 from ._output import Output, chunks, prepend
 from ._results import InlineToolResult
-from ._utf8 import utf8_chars
+from ._utf8 import lone_surrogate, utf8_chars
 from .durable import open_dir_nofollow
 from .errors import (
     ArtifactAccessError,
@@ -246,6 +246,8 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             )
         if any(ch in tool_name for ch in "\r\n\x00"):
             raise InvalidArgumentError("tool_name must be a single line")
+        if lone_surrogate(tool_name):
+            raise InvalidArgumentError("tool_name is not UTF-8 text (it holds a surrogate)")
 
     def _capture(
         self, chunks: Iterable[bytes], tool_name: str, facts: CallFacts
@@ -382,6 +384,12 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             self._unlink_unrecorded(filename)
             reason = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
             raise self._unsaved(capture, tool_name, exit_code, reason) from exc
+        except BaseException:
+            # A surprise (a record that cannot be encoded, an interrupt) leaves no name
+            # without its record either (a review: a UnicodeEncodeError left one, and
+            # verify failed from then on).
+            self._unlink_unrecorded(filename)
+            raise
         return record
 
     def _unlink_unrecorded(self, filename: str) -> None:
@@ -489,6 +497,13 @@ def _checked_facts(facts: CallFacts) -> CallFacts:
             raise InvalidArgumentError("argv must be a sequence of strings") from None
         if not all(isinstance(a, str) for a in argv):
             raise InvalidArgumentError("argv must be a sequence of strings")
+        if any(map(lone_surrogate, argv)):
+            # (Recorded as strict UTF-8: an argument os.fsdecode gave is passed through
+            # _utf8.escaped_bytes first, as ``toolswap run`` does.)
+            raise InvalidArgumentError(
+                "argv is not UTF-8 text (an argument holds a surrogate; pass "
+                "toolswap._utf8.escaped_bytes(arg) for one os.fsdecode gave)"
+            )
         checked = {**checked, "argv": argv}
     summary = facts.get("summary")
     if summary is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ._utf8 import lone_surrogate
 from .artifact import ArtifactReference
 from .capture import CaptureStats
 from .errors import InvalidArgumentError
@@ -90,6 +91,8 @@ def validate_summary(summary: str | None) -> str | None:
         )
     if any(ch in summary for ch in "\r\n\x00"):
         raise InvalidArgumentError("summary must be a single line (no newline or NUL characters)")
+    if lone_surrogate(summary):
+        raise InvalidArgumentError("summary is not UTF-8 text (it holds a surrogate)")
     return summary
 
 

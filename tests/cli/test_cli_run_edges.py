@@ -278,3 +278,63 @@ def test_a_deleted_manifest_is_refused_before_the_command_runs(tmp_path: Path) -
     assert not marker.exists()  # before, it ran and started a forked chain
     (line,) = proc.stderr.decode().splitlines()
     assert "restore it from a backup" in line
+
+
+def test_a_command_with_an_argument_that_is_not_utf8_is_captured_and_recorded(
+    tmp_path: Path,
+) -> None:
+    """A Latin-1 file name in argv: the record's strict UTF-8 encoding failed after the
+    artifact's name was linked, the run died with a traceback and no pointer, and the
+    name it left without a record made ``verify`` fail from then on (a review). The
+    argument is recorded with its byte written as ``\\xe9``."""
+    session = tmp_path / "s1"
+    name = os.fsencode(tmp_path) + b"/caf\xe9.txt"
+    with open(name, "wb") as f:
+        f.write(b"".join(b"%d\n" % i for i in range(40000)))
+    done = subprocess.run(
+        [*TOOLSWAP, "run", "--json", "--session-dir", str(session), "--", "cat", name],
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    artifact = json.loads(done.stdout)["artifact"]
+    assert artifact["argv"] == ["cat", os.fsdecode(tmp_path) + "/caf\\xe9.txt"]
+    ext = ToolResultExternalizer(session)
+    assert ext.read_artifact(artifact["source_id"], 39999, 1) == "39999"
+    verified = subprocess.run(
+        [*TOOLSWAP, "verify", "--session-dir", str(session)], capture_output=True, check=False
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_an_interrupt_between_linking_and_recording_leaves_no_unrecorded_name(
+    tmp_path: Path,
+) -> None:
+    """Only typed errors unlinked the name a failed record left; anything else (an
+    interrupt, an encoding error) left a name without its record (a review)."""
+    session = tmp_path / "s1"
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    for name in ("capture.linked.reached", "capture.linked.go"):
+        os.mkfifo(sync / name)
+    script = (
+        "import sys\nfrom toolswap import ToolResultExternalizer\n"
+        "ToolResultExternalizer(sys.argv[1]).externalize('x\\n' * 50000, 't')\n"
+    )
+    env = dict(os.environ, TOOLSWAP_SYNC_DIR=str(sync), TOOLSWAP_SYNC_POINT="capture.linked")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(session)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    with open(sync / "capture.linked.reached", "rb") as f:  # linked, not yet recorded
+        f.read()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert b"KeyboardInterrupt" in err
+    assert not (session / "tool-results" / "tool_result_001.txt").exists()
+    verified = subprocess.run(
+        [*TOOLSWAP, "verify", "--session-dir", str(session)], capture_output=True, check=False
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
+from .._utf8 import escaped_bytes, lone_surrogate
 from ..errors import ArtifactWriteError
 from ._common import echo, echo_json, handle_errors, open_externalizer
 from ._signals import forward_signals, pipe_chunks
@@ -56,6 +57,8 @@ def check_tool(value: str) -> str:
     """``--tool``: a single non-blank line of at most 200 characters (ValueError if not)."""
     if not value.strip() or len(value) > 200 or any(c in value for c in "\r\n\x00"):
         raise ValueError("the tool name must be a single non-blank line of at most 200 characters")
+    if lone_surrogate(value):
+        raise ValueError("the tool name is not UTF-8 text")
     return value
 
 
@@ -324,7 +327,8 @@ def run_command(
                 pipe_chunks(proc.stdout, received),
                 tool,
                 summary=summary,
-                argv=list(command),
+                # (A byte that is not UTF-8, as in a Latin-1 file name, recorded as \xNN.)
+                argv=[escaped_bytes(arg) for arg in command],
                 exit_code=proc.wait,
                 interrupted=lambda: received.interrupted,
             )
