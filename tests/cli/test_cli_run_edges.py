@@ -8,12 +8,14 @@ stands in for it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -338,3 +340,78 @@ def test_an_interrupt_between_linking_and_recording_leaves_no_unrecorded_name(
         [*TOOLSWAP, "verify", "--session-dir", str(session)], capture_output=True, check=False
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_command_that_prompts_on_the_terminal_is_not_stopped(tmp_path: Path) -> None:
+    """Standard input not a tty, but a controlling terminal (a harness running in one):
+    the command got a process group of its own, a background one, and its read of
+    /dev/tty (as sudo, ssh and git prompt) stopped it by SIGTTIN, and toolswap with it,
+    forever (a review). It now stays in toolswap's foreground group and reads the line."""
+    import pty
+    import select
+
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session whose controlling terminal is the pty
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        command = "read x < /dev/tty; echo got=$x"
+        args = [*TOOLSWAP, "run", "--session-dir", str(tmp_path / "s1"), "--", "sh", "-c", command]
+        os.execv(sys.executable, args)
+    os.write(master, b"hello\n")
+    out = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 30)
+            if not ready:
+                break  # hung: the assertion below says so
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child is gone and closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        if os.waitpid(pid, os.WNOHANG) == (0, 0):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(master)
+    assert b"got=hello" in out, out
+
+
+def test_an_escaped_process_holding_the_output_does_not_keep_toolswap_after_a_signal(
+    tmp_path: Path,
+) -> None:
+    """A grandchild in a session of its own (setsid) is outside the command's group: it
+    kept the output open after the command died of the forwarded SIGTERM, and toolswap
+    read on until it exited, ignoring more signals (a review). Now reading stops a
+    moment after the command exits, and what arrived is saved, marked interrupted."""
+    session = tmp_path / "s1"
+    pidfile = tmp_path / "escaped.pid"
+    script = (
+        f"setsid sh -c 'echo $$ > {shlex.quote(str(pidfile))}; exec sleep 120' & seq 1 50000; wait"
+    )
+    proc = subprocess.Popen(
+        [*TOOLSWAP, "run", "--json", "--session-dir", str(session), "--", "sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert proc.poll() is None
+            time.sleep(0.01)
+        escaped = int(pidfile.read_text())
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)  # (the escaped sleep lasts 120 s)
+        assert proc.returncode == -signal.SIGTERM
+        assert _running(escaped)  # it was still holding the output when toolswap left
+        result = json.loads(out)
+        assert result["artifact"]["interrupted"] == "SIGTERM"
+    finally:
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

@@ -1,14 +1,18 @@
 """Signals during ``toolswap run``: the command is stopped, its output is kept (private).
 
 The command runs in its own process group, so everything it starts (``sh -c 'a & wait'``)
-is reached: SIGINT, SIGTERM and SIGHUP are passed on to the whole group. On a terminal
-(standard input a tty) it stays in the terminal's foreground group instead, so it can still
-read the terminal and Ctrl-C reaches all of it directly; SIGTERM and SIGHUP are then passed
-to the command. toolswap keeps
-reading until the command's output ends, saves what arrived (the artifact is marked
-interrupted only if the signal came before the output ended), prints it, and then exits the
-way the first signal demands, so a shell or supervisor sees "killed by SIGINT/SIGTERM". A
-second signal kills the group with SIGKILL.
+is reached: SIGINT, SIGTERM and SIGHUP are passed on to the whole group. When toolswap is
+in the foreground group of a controlling terminal, the command stays in that group instead
+(its own group would be a background one, stopped by SIGTTIN as soon as it reads the
+terminal, as sudo, ssh and git prompts do, whether or not standard input is the terminal):
+it can read the terminal and Ctrl-C reaches all of it directly; SIGTERM and SIGHUP are then
+passed to the command. toolswap keeps reading until the command's output ends, saves what
+arrived (the artifact is marked interrupted only if the signal came before the output
+ended), prints it, and then exits the way the first signal demands, so a shell or
+supervisor sees "killed by SIGINT/SIGTERM". Once the command has exited after a signal, its
+output gets ``_DRAIN_SECONDS`` more to end: what still holds it then escaped the group
+(``setsid``), and reading stops. A second signal kills the group with SIGKILL and stops
+reading at once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
@@ -34,8 +39,11 @@ class ReceivedSignal:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
-        self.own_group = not _on_terminal()
+        self.own_group = not _terminal_foreground()
         """Whether the command gets its own process group (see the module docstring)."""
+        self.abandoned = False
+        """A second signal came: stop reading the output now."""
+        self._exited_at: float | None = None
         self.output_ended = False
         self.cut_output = False
         """Whether the signal came while the command's output was still arriving."""
@@ -67,6 +75,19 @@ class ReceivedSignal:
         elif signum != signal.SIGINT:
             _send(self.proc, signum)
 
+    def stop_reading(self) -> bool:
+        """Whether to stop reading the command's output although it has not ended: a
+        second signal came, or the command exited after a signal ``_DRAIN_SECONDS`` ago
+        and something outside its group still holds the output open."""
+        if self.abandoned:
+            return True
+        if self.signum is None or self.proc is None or self.proc.poll() is None:
+            return False
+        now = time.monotonic()
+        if self._exited_at is None:
+            self._exited_at = now
+        return now - self._exited_at > _DRAIN_SECONDS
+
     def exit_like_the_signal(self) -> None:
         """Die by the received signal (default action), as a well-behaved tool does."""
         if self.signum is None:
@@ -91,6 +112,7 @@ def forward_signals() -> Iterator[ReceivedSignal]:
                     _send_group(received.proc, signal.SIGKILL)
                 else:
                     _send(received.proc, signal.SIGKILL)
+            received.abandoned = True
             return
         received.signum = signum
         received.cut_output = not received.output_ended
@@ -104,11 +126,20 @@ def forward_signals() -> Iterator[ReceivedSignal]:
             signal.signal(sig, old)
 
 
-def _on_terminal() -> bool:
+def _terminal_foreground() -> bool:
+    """Whether this process is in the foreground group of its controlling terminal (the
+    terminal's, not standard input's: a harness in a terminal gives its tools a pipe or
+    /dev/null as input, and they still prompt on /dev/tty)."""
     try:
-        return os.isatty(0)
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:  # ENXIO: no controlling terminal
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
     except OSError:
         return False
+    finally:
+        os.close(fd)
 
 
 def _send_group(proc: subprocess.Popen[bytes], signum: int) -> None:
@@ -127,6 +158,7 @@ def _send(proc: subprocess.Popen[bytes], signum: int) -> None:
 
 _CHUNK = 1 << 20
 _WAKE_SECONDS = 0.5
+_DRAIN_SECONDS = 2.0
 
 
 def pipe_chunks(pipe: IO[bytes], received: ReceivedSignal | None = None) -> Iterator[bytes]:
@@ -144,6 +176,8 @@ def pipe_chunks(pipe: IO[bytes], received: ReceivedSignal | None = None) -> Iter
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     try:
         while True:
+            if received is not None and received.signum is not None and received.stop_reading():
+                return  # (what arrived is kept, marked interrupted)
             try:
                 if not poller.poll(_WAKE_SECONDS * 1000):
                     continue
