@@ -238,6 +238,40 @@ def test_a_command_that_cannot_start_exits_127_with_one_line(tmp_path: Path) -> 
     )
 
 
+def test_a_command_found_that_cannot_run_exits_126_as_a_shell_says(tmp_path: Path) -> None:
+    """A file that is not executable, or a directory: 126, as sh and env give (toolswap
+    gave 127, "not found", a review)."""
+    plain = tmp_path / "plain.txt"
+    plain.write_text("not a program\n")
+    for target in (plain, tmp_path):
+        proc = _toolswap("run", "--session-dir", str(tmp_path / "s"), "--", str(target))
+        assert proc.returncode == 126, (target, proc.stderr)
+        assert proc.stderr.startswith(f"toolswap: cannot run {str(target)!r}: ")
+
+
+def test_options_after_the_commands_name_are_the_commands(tmp_path: Path) -> None:
+    """Without ``--``, click read on past the command's name: ``toolswap run grep --json y
+    f`` ran ``grep y f`` and printed toolswap's JSON (a review)."""
+    data = tmp_path / "f.txt"
+    data.write_text("a --json b\nother\n")
+    proc = _toolswap("run", "--session-dir", str(tmp_path / "s"), "grep", "-e", "--json", str(data))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "a --json b\n"
+
+
+def test_a_closed_standard_output_keeps_the_commands_exit_status(tmp_path: Path) -> None:
+    """Started with stdout closed (``>&-``): ``sys.stdout`` is None, and an AttributeError
+    traceback replaced the command's status (a review)."""
+    command = [sys.executable, "-c", _MAIN, "run", "--session-dir", str(tmp_path / "s")]
+    command += ["--", "sh", "-c", "exit 6"]
+    proc = subprocess.run(
+        ["sh", "-c", '"$@" >&-', "sh", *command], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 6, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "standard output is closed" in proc.stderr
+
+
 def test_main_called_with_arguments_ends_with_system_exit_as_click_does(tmp_path: Path) -> None:
     script = (
         "import sys\nfrom toolswap.cli import main\n"

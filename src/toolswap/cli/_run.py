@@ -319,7 +319,9 @@ def run_command(
             )
         except OSError as exc:
             echo(f"toolswap: cannot run {command[0]!r}: {exc.strerror}", err=True)
-            sys.exit(127)
+            # As a shell says it: 127 for a command not found, 126 for one found that
+            # cannot be run (not executable, a directory, a bad interpreter line).
+            sys.exit(127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126)
         received.attach(proc)
         assert proc.stdout is not None
         try:
@@ -339,6 +341,8 @@ def run_command(
             proc.stdout.close()
         code = proc.wait()
         try:
+            if sys.stdout is None:  # started with standard output closed (>&-)
+                raise OSError(errno.EBADF, "standard output is closed")
             if result is None:
                 # The command ran: its status and what we can show of its output still count.
                 emit_unsaved(unsaved, code, as_json)
@@ -347,7 +351,8 @@ def run_command(
         except OSError as exc:  # stdout on a full device, or a reader that went away
             with contextlib.suppress(OSError):
                 echo(f"toolswap: cannot print the result: {exc.strerror}", err=True)
-            _silence(sys.stdout)
+            if sys.stdout is not None:
+                _silence(sys.stdout)
     received.exit_like_the_signal()
     sys.exit(code if code >= 0 else 128 - code)
 

@@ -36,7 +36,9 @@ def _run_options(func: Command) -> Command:
     return session_options(func)
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
+# Options end at the command's name: ``toolswap run grep --json x f`` runs grep with --json
+# (click took it for toolswap's own, a review).
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @_run_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
