@@ -571,3 +571,50 @@ def test_a_temporary_name_with_digits_toolswap_never_writes_is_not_collected(
     assert _status(plan, name).status is S.RETAINED_UNKNOWN
     externalizer.apply_cleanup(plan, [], now=_future(2))
     assert (externalizer.tool_results_dir / name).exists()
+
+
+def test_public_entry_points_refuse_arguments_of_the_wrong_kind_with_a_typed_error(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """Each of these raised OverflowError, AttributeError or TypeError (a review); now a
+    typed error, and nothing on disk changes."""
+    from datetime import datetime, timezone
+
+    from toolswap import ArtifactRetentionError, ClockError
+    from toolswap.cleanup import apply_cleanup_from_journal, plan_cleanup_from_journal
+
+    art = externalizer.externalize(_big("a"), "t").artifact
+    journal = ArtifactRetentionJournal(externalizer.session_dir)
+    plan = externalizer.plan_cleanup([], policy=LIVE, now=_future(2))
+    before = sorted(p.name for p in externalizer.session_dir.rglob("*"))
+    calls: list[tuple[type[Exception], object]] = [
+        (CleanupError, lambda: ArtifactCleanupPolicy(orphan_ttl_seconds=float("inf"))),
+        (CleanupError, lambda: ArtifactCleanupPolicy(orphan_ttl_seconds=1e300)),
+        (CleanupError, lambda: externalizer.plan_cleanup(None)),  # type: ignore[arg-type]
+        (CleanupError, lambda: externalizer.plan_cleanup(["x"])),  # type: ignore[list-item]
+        (CleanupError, lambda: plan_cleanup_from_journal(None)),  # type: ignore[arg-type]
+        (CleanupError, lambda: plan_cleanup_from_journal(journal, policy={"dry_run": 0})),  # type: ignore[arg-type]
+        (CleanupError, lambda: apply_cleanup_from_journal(None, journal)),  # type: ignore[arg-type]
+        (CleanupError, lambda: apply_cleanup_from_journal({"entries": []}, journal)),  # type: ignore[arg-type]
+        (CleanupError, lambda: apply_cleanup(externalizer.session, plan, [], policy=3)),  # type: ignore[arg-type]
+        (
+            CleanupError,
+            lambda: CleanupEntry.from_dict(
+                {"name": art.filename, "status": "planned_delete", "reason": [1]}
+            ),
+        ),
+        (CleanupError, lambda: ArtifactCleanupPlan.from_dict([1])),  # type: ignore[arg-type]
+        (
+            ArtifactRetentionError,
+            lambda: _claim(externalizer, art.source_id, retain_until="0001-01-01T00:00:00+01:00"),
+        ),
+        (
+            ClockError,
+            lambda: journal.recover(now=datetime.min.replace(tzinfo=timezone(DAY / 24))),
+        ),
+        (ClockError, lambda: journal.recover(now=datetime.max.replace(tzinfo=timezone(-DAY / 24)))),
+    ]
+    for error, call in calls:
+        with pytest.raises(error):
+            call()  # type: ignore[operator]
+    assert sorted(p.name for p in externalizer.session_dir.rglob("*")) == before

@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Protocol, cast
 
 from ._json_form import JsonRecord, fields_form
+from ._utf8 import lone_surrogate
 from .artifact import (
     parse_artifact_filename,
     parse_artifact_source_id,
@@ -32,6 +33,7 @@ from .session import Session
 from .settings import require_aware
 
 __all__ = [
+    "MAX_ORPHAN_TTL_SECONDS",
     "ApplyContext",
     "ArtifactCleanupPlan",
     "ArtifactCleanupPolicy",
@@ -104,6 +106,10 @@ class JournalLike(Protocol):
     def lock(self) -> AbstractContextManager[None]: ...
 
 
+MAX_ORPHAN_TTL_SECONDS = 100 * 365 * 24 * 60 * 60
+"""The longest orphan TTL a policy takes (100 years: "never", for every practical clock)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ArtifactCleanupPolicy(JsonRecord):
     """How much cleanup may delete. Dry run is the default."""
@@ -120,8 +126,16 @@ class ArtifactCleanupPolicy(JsonRecord):
 
     def __post_init__(self) -> None:
         ttl = self.orphan_ttl_seconds
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl >= 0:
-            raise CleanupError("orphan_ttl_seconds must be a non-negative number")
+        if (
+            isinstance(ttl, bool)
+            or not isinstance(ttl, (int, float))
+            or not 0 <= ttl <= MAX_ORPHAN_TTL_SECONDS
+        ):
+            # (An infinite or astronomic TTL overflowed the clock arithmetic of planning.)
+            raise CleanupError(
+                "orphan_ttl_seconds must be a number of seconds from 0 to "
+                f"{MAX_ORPHAN_TTL_SECONDS:,} (100 years)"
+            )
         for name in ("max_deletions", "max_bytes"):
             value = getattr(self, name)
             if value is not None and (
@@ -167,6 +181,12 @@ class CleanupEntry(JsonRecord):
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> CleanupEntry:
         """Parse an entry from a saved plan (untrusted input: every field is checked)."""
+        if not isinstance(data, Mapping):
+            raise CleanupError("invalid plan entry: not an object")
+        reason = data.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > 4096 or lone_surrogate(reason):
+            # (A lone surrogate stopped apply midway, at the manifest's UTF-8 encoding.)
+            raise CleanupError("invalid plan entry reason: text of at most 4,096 characters")
         try:
             name = data["name"]
             status = ArtifactCleanupStatus(str(data["status"]))
@@ -194,7 +214,7 @@ class CleanupEntry(JsonRecord):
         return cls(
             name=name,
             status=status,
-            reason=str(data.get("reason", "")),
+            reason=reason,
             source_id=source_id,
             sha256=sha,
             size=ints["size"],
@@ -238,7 +258,7 @@ class ArtifactCleanupPlan:
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> ArtifactCleanupPlan:
         """Rebuild a saved plan, validating every field (a plan file is untrusted)."""
-        if data.get("kind") != "toolswap.cleanup_plan":
+        if not isinstance(data, Mapping) or data.get("kind") != "toolswap.cleanup_plan":
             raise CleanupError("not a toolswap cleanup plan")
         raw_entries = data.get("entries")
         raw_policy = data.get("policy")
@@ -349,12 +369,25 @@ def index_claims(session: Session, claims: Iterable[CleanupClaim], now: datetime
 def claims_of(
     view_or_claims: ClaimView | Iterable[CleanupClaim] | Mapping[str, CleanupClaim],
 ) -> list[CleanupClaim]:
-    if isinstance(view_or_claims, Mapping):
-        return list(view_or_claims.values())
     claims_attr = getattr(view_or_claims, "claims", None)
-    if isinstance(claims_attr, Mapping):
-        return list(claims_attr.values())
-    return list(cast("Iterable[CleanupClaim]", view_or_claims))
+    if isinstance(view_or_claims, Mapping):
+        claims = list(view_or_claims.values())
+    elif isinstance(claims_attr, Mapping):
+        claims = list(claims_attr.values())
+    else:
+        try:
+            claims = list(cast("Iterable[CleanupClaim]", view_or_claims))
+        except TypeError:
+            raise CleanupError(
+                "claims must be a claim view, a mapping or an iterable of claims "
+                f"(ArtifactRetentionClaim), not {type(view_or_claims).__name__}"
+            ) from None
+    for claim in claims:
+        if not isinstance(getattr(claim, "source_id", None), str):
+            raise CleanupError(
+                f"a claim must be an ArtifactRetentionClaim, not {type(claim).__name__}"
+            )
+    return claims
 
 
 @dataclass(frozen=True, slots=True)

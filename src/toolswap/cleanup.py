@@ -102,6 +102,27 @@ def _refuse_raw_claims(session: Session) -> None:
         )
 
 
+_NOT_GIVEN = object()
+
+
+def _check_arguments(
+    policy: object = None, plan: object = _NOT_GIVEN, journal: object = _NOT_GIVEN
+) -> None:
+    """Refuse arguments of the wrong kind with a typed error, before anything is read."""
+    if policy is not None and not isinstance(policy, ArtifactCleanupPolicy):
+        raise CleanupError(f"policy must be an ArtifactCleanupPolicy, not {type(policy).__name__}")
+    if plan is not _NOT_GIVEN and not isinstance(plan, ArtifactCleanupPlan):
+        raise CleanupError(
+            f"plan must be an ArtifactCleanupPlan (ArtifactCleanupPlan.from_dict reads a saved "
+            f"one), not {type(plan).__name__}"
+        )
+    if journal is not _NOT_GIVEN and not callable(getattr(journal, "recover", None)):
+        raise CleanupError(
+            "journal must be a lease journal (ArtifactRetentionJournal, or "
+            f"open_retention(...).journal), not {type(journal).__name__}"
+        )
+
+
 def plan_cleanup(
     session: Session,
     claims: Iterable[CleanupClaim] | Mapping[str, CleanupClaim],
@@ -111,6 +132,9 @@ def plan_cleanup(
     progress: Callable[[int, int], None] | None = None,
 ) -> ArtifactCleanupPlan:
     """Plan from claims the caller passes (sessions without a durable journal only)."""
+    if claims is None:
+        raise CleanupError("plan_cleanup needs the current claims; pass an empty list if none")
+    _check_arguments(policy)
     _refuse_raw_claims(session)
     return _plan(
         session, claims_of(claims), policy or ArtifactCleanupPolicy(), utc_now(now), progress
@@ -125,6 +149,7 @@ def plan_cleanup_from_journal(
     progress: Callable[[int, int], None] | None = None,
 ) -> ArtifactCleanupPlan:
     """Plan from the journal's recovered claims (PREPARED leases protect too). Read-only."""
+    _check_arguments(policy, journal=journal)
     when = utc_now(now)
     view = journal.recover(now=when)
     return _plan(
@@ -149,6 +174,7 @@ def apply_cleanup(
     """
     if claims is None:
         raise CleanupError("apply_cleanup needs the current claims; pass an empty list if none")
+    _check_arguments(policy, plan)
     _refuse_raw_claims(session)
     current = claims_of(claims)
 
@@ -174,6 +200,7 @@ def apply_cleanup_from_journal(
     As :func:`apply_cleanup`: TTL, recency and limits are decided again from the current
     state with the stricter of ``policy`` and the plan's own.
     """
+    _check_arguments(policy, plan, journal)
 
     def current(when: datetime) -> tuple[list[CleanupClaim], tuple[str, ...]]:
         view = journal.recover(now=when)

@@ -129,13 +129,17 @@ def require_aware(when: object) -> datetime:
     Raises:
         ClockError: ``when`` is not a datetime, or it has no UTC offset.
     """
-    from datetime import datetime  # here: an inline capture reads no clock
+    from datetime import UTC, datetime  # here: an inline capture reads no clock
 
     if not isinstance(when, datetime) or when.utcoffset() is None:
         raise ClockError(
             f"the clock gave {when!r}: clocks and now= arguments must give timezone-aware "
             "datetimes, for example datetime.now(UTC)"
         )
+    try:
+        when.astimezone(UTC)
+    except OverflowError:  # datetime.min at +01:00 is before year 1 in UTC
+        raise ClockError(f"the clock gave {when!r}, which no UTC time can hold") from None
     return when
 
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,6 +83,49 @@ def test_gc_apply_refuses_a_tampered_plan_file(toolswap_home: Path, tmp_path: Pa
     done = toolswap("gc", "apply", "--plan", str(plan_file), "--yes", check=False)
     assert done.returncode == 1
     assert "invalid plan entry name" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda doc: doc["plans"][0].pop("plan"), "an object with a plan object"),
+        (lambda doc: doc["plans"][0].update(plan=[1]), "an object with a plan object"),
+        (lambda doc: doc.update(plans={"a": 1}), "plans must be a list"),
+        (
+            lambda doc: doc["plans"][0]["plan"]["entries"][0].update(reason="\ud800"),
+            "invalid plan entry reason",
+        ),
+        (
+            lambda doc: doc["plans"][0]["plan"]["policy"].update(orphan_ttl_seconds=1e300),
+            "orphan_ttl_seconds",
+        ),
+    ],
+)
+def test_gc_apply_refuses_a_plan_file_of_the_wrong_shape_in_one_line(
+    toolswap_home: Path, tmp_path: Path, change: Any, says: str
+) -> None:
+    """A KeyError or AttributeError traceback, or (a lone surrogate in a reason) a
+    UnicodeEncodeError after some files were already deleted (a review)."""
+    _make_artifact("s1")
+    _make_artifact("s1")
+    plan_file = tmp_path / "plan.json"
+    toolswap("gc", "plan", "--session", "s1", "--ttl", "0s", "--save", str(plan_file))
+    document = json.loads(plan_file.read_text(encoding="utf-8"))
+    change(document)
+    plan_file.write_text(json.dumps(document), encoding="utf-8")
+    done = toolswap("gc", "apply", "--plan", str(plan_file), "--ttl", "0s", "--yes", check=False)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and says in done.stderr, done.stderr
+    listed = toolswap("ls", "--session", "s1")
+    assert len(listed.stdout.splitlines()) == 2  # nothing was collected
+
+
+def test_gc_plan_refuses_a_ttl_past_a_century_in_one_line(toolswap_home: Path) -> None:
+    """An astronomic TTL overflowed the planning's clock arithmetic (OverflowError)."""
+    _make_artifact("s1")
+    done = toolswap("gc", "plan", "--session", "s1", "--ttl", "9" * 300 + "s", check=False)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "orphan_ttl_seconds" in done.stderr, done.stderr
 
 
 def test_gc_budget_across_all_sessions(toolswap_home: Path) -> None:

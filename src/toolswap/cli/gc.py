@@ -297,9 +297,12 @@ def _load_plans(path: Path) -> list[tuple[str, ArtifactCleanupPlan]]:
     if not isinstance(document, dict) or document.get("kind") != "toolswap.cleanup_plans":
         raise CleanupError(f"{path} is not a file written by `toolswap gc plan --save`")
     out = []
-    for item in document.get("plans", []):
-        if not isinstance(item, dict):
-            raise CleanupError("invalid plan file entry")
+    plans = document.get("plans", [])
+    if not isinstance(plans, list):
+        raise CleanupError("invalid plan file: plans must be a list")
+    for item in plans:
+        if not isinstance(item, dict) or not isinstance(item.get("plan"), dict):
+            raise CleanupError("invalid plan file entry: an object with a plan object")
         out.append(
             (
                 validate_session_id(str(item.get("workspace"))),

@@ -43,7 +43,10 @@ def parse_deadline(value: datetime | str | None, *, what: str = "retain_until") 
         raise ArtifactRetentionError(
             f"{what} must be timezone-aware (for example '2026-09-01T00:00:00+00:00')"
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise ArtifactRetentionError(f"{what} is out of the range of UTC times") from None
 
 
 @dataclass(frozen=True, slots=True)
