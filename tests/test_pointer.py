@@ -66,7 +66,9 @@ def _anonymize(ext: ToolResultExternalizer, text: str) -> str:
 
 def _sections(pointer: str) -> tuple[str, str]:
     """(head text, tail text) of a text pointer that omits a middle."""
-    head = re.search(r"--- head: lines [\d,-]+ ---\n(.*?)--- omitted", pointer, re.S)
+    head = re.search(
+        r"--- head: lines [\d,-]+(?: \(line \d+ cut\))? ---\n(.*?)--- omitted", pointer, re.S
+    )
     tail = re.search(r"--- tail: lines [\d,-]+ ---\n(.*)\n\[full output at: ", pointer, re.S)
     assert head is not None and tail is not None, pointer[:2000]
     return head.group(1), tail.group(1)
@@ -537,3 +539,18 @@ def test_the_line_after_a_failure_line_of_more_than_4_kib_is_the_next_line(
     assert "10001: exception: something broke kkk" in text
     assert "10002- the real next line" in text
     assert "10002- kkk" not in text
+
+
+def test_a_head_that_ends_inside_a_line_counts_that_line_and_says_it_is_cut(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """``--- head: lines 1-3 ---`` was followed by the first bytes of line 4, unmarked,
+    and the omitted lines began at 4: the model read a line the header said was not
+    shown as if it were whole (a review)."""
+    text = "first\nsecond\nthird\nFOURTH-" + "x" * 20_000 + "\n"
+    text += "".join(f"line {i}\n" for i in range(3000))
+
+    pointer = externalizer.externalize(text, "t").context_text
+
+    assert "--- head: lines 1-4 (line 4 cut) ---\nfirst\nsecond\nthird\nFOURTH-xxx" in pointer
+    assert "--- omitted: lines 4-" in pointer

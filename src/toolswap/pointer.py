@@ -503,7 +503,10 @@ def _quiet_budgets(
 def _body(stats: CaptureStats, cut: _Cut, section: str, *, quiet: bool) -> str:
     """The pointer's body: head, what was omitted (and where it was not searched), the
     failure lines, the tail."""
-    head_last_line = cut.head.count(b"\n")
+    # A head that ends inside a line shows that line's start: it is counted, and said cut
+    # (the header left it out, and the omitted lines began after it).
+    head_cut = not cut.head.endswith(b"\n") and cut.head_end < stats.byte_size
+    head_last_line = cut.head.count(b"\n") + head_cut
     tail_first_line = stats.newline_count - cut.tail.count(b"\n") + 1
     parts: list[str] = []
     head_text = clean_for_display(cut.head.decode("utf-8", "replace"))
@@ -511,8 +514,11 @@ def _body(stats: CaptureStats, cut: _Cut, section: str, *, quiet: bool) -> str:
         parts.append(f"--- full output ({_lines(stats.line_count)}) ---\n{head_text}")
         return "".join(parts)
     omitted = cut.tail_start - cut.head_end
-    first_omitted = head_last_line + 1
-    parts.append(f"--- head: lines 1-{max(head_last_line, 1)} ---\n{head_text}")
+    first_omitted = head_last_line + (not head_cut)
+    shown = max(head_last_line, 1)
+    parts.append(
+        f"--- head: lines 1-{shown}{f' (line {shown} cut)' if head_cut else ''} ---\n{head_text}"
+    )
     if not head_text.endswith("\n"):
         parts.append("\n")
     if omitted > 0:
