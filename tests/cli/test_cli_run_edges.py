@@ -342,41 +342,88 @@ def test_an_interrupt_between_linking_and_recording_leaves_no_unrecorded_name(
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
-def test_a_command_that_prompts_on_the_terminal_is_not_stopped(tmp_path: Path) -> None:
-    """Standard input not a tty, but a controlling terminal (a harness running in one):
-    the command got a process group of its own, a background one, and its read of
-    /dev/tty (as sudo, ssh and git prompt) stopped it by SIGTTIN, and toolswap with it,
-    forever (a review). It now stays in toolswap's foreground group and reads the line."""
+def _in_a_terminal(args: list[str], act: Callable[[int, bytes], bool]) -> tuple[bytes, int]:
+    """Run ``args`` as a session whose controlling terminal is a new pty, standard input
+    /dev/null (as a harness run from a terminal runs its tools). ``act(pid, out)`` is
+    called as output arrives and every few milliseconds, until it returns True; the run
+    gets 60 s. Returns (all output, wait status)."""
     import pty
     import select
 
     pid, master = pty.fork()
-    if pid == 0:  # the child: a session whose controlling terminal is the pty
+    if pid == 0:  # the child
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
-        command = "read x < /dev/tty; echo got=$x"
-        args = [*TOOLSWAP, "run", "--session-dir", str(tmp_path / "s1"), "--", "sh", "-c", command]
-        os.execv(sys.executable, args)
-    os.write(master, b"hello\n")
+        os.execv(args[0], args)
     out = b""
+    acted = False
+    deadline = time.monotonic() + 60
     try:
-        while True:
-            ready, _, _ = select.select([master], [], [], 30)
-            if not ready:
-                break  # hung: the assertion below says so
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # EIO: the child is gone and closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the child is gone and closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if not acted:
+                acted = act(pid, out)
     finally:
-        if os.waitpid(pid, os.WNOHANG) == (0, 0):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == 0:
             os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            _, status = os.waitpid(pid, 0)
         os.close(master)
-    assert b"got=hello" in out, out
+    return out, status
+
+
+def test_a_command_stopped_to_read_the_terminal_is_named_and_ended_by_a_signal(
+    tmp_path: Path,
+) -> None:
+    """Standard input not a tty, but a controlling terminal: the command's own group is a
+    background one, and its read of /dev/tty (a sudo, ssh or git prompt) stops it by
+    SIGTTIN. toolswap hung with it, and a forwarded SIGTERM never took effect (no SIGCONT
+    followed it; a review). Now toolswap says why it waits, and SIGTERM ends it."""
+    command = "echo asking; read x < /dev/tty; echo got=$x"
+    args = [sys.executable, "-m", "toolswap", "run", "--json", "--session-dir"]
+    args += [str(tmp_path / "s1"), "--", "sh", "-c", command]
+
+    def stop_once_stopped(pid: int, out: bytes) -> bool:
+        if b"the command is stopped" not in out:
+            return False
+        os.kill(pid, signal.SIGTERM)
+        return True
+
+    out, status = _in_a_terminal(args, stop_once_stopped)
+    assert b"the command is stopped: it wants the terminal" in out, out
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, (status, out)
+    assert b'"exit_code": -15' in out  # (the command ended by the SIGTERM passed on)
+
+
+def test_a_harness_in_a_terminal_interrupts_the_command_and_its_children(
+    tmp_path: Path,
+) -> None:
+    """A harness run from a terminal sends SIGINT to toolswap's pid: it reaches the whole
+    command group (a version that kept the command in the terminal's group took every
+    SIGINT for Ctrl-C, passed none on, and waited for the command to end; a review)."""
+    pidfile = tmp_path / "child.pid"
+    inner = f"echo $$ > {shlex.quote(str(pidfile))}; exec sleep 60"
+    command = f"sh -c {shlex.quote(inner)}; echo after"  # (sleep: the command's child)
+    args = [sys.executable, "-m", "toolswap", "run", "--json", "--session-dir"]
+    args += [str(tmp_path / "s1"), "--", "sh", "-c", command]
+
+    def interrupt_once_started(pid: int, out: bytes) -> bool:
+        if not (pidfile.exists() and pidfile.read_text().strip()):
+            return False
+        os.kill(pid, signal.SIGINT)
+        return True
+
+    out, status = _in_a_terminal(args, interrupt_once_started)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGINT, (status, out)
+    assert not _running(int(pidfile.read_text()))
 
 
 def test_an_escaped_process_holding_the_output_does_not_keep_toolswap_after_a_signal(

@@ -1,18 +1,24 @@
 """Signals during ``toolswap run``: the command is stopped, its output is kept (private).
 
 The command runs in its own process group, so everything it starts (``sh -c 'a & wait'``)
-is reached: SIGINT, SIGTERM and SIGHUP are passed on to the whole group. When toolswap is
-in the foreground group of a controlling terminal, the command stays in that group instead
-(its own group would be a background one, stopped by SIGTTIN as soon as it reads the
-terminal, as sudo, ssh and git prompts do, whether or not standard input is the terminal):
-it can read the terminal and Ctrl-C reaches all of it directly; SIGTERM and SIGHUP are then
-passed to the command. toolswap keeps reading until the command's output ends, saves what
-arrived (the artifact is marked interrupted only if the signal came before the output
-ended), prints it, and then exits the way the first signal demands, so a shell or
-supervisor sees "killed by SIGINT/SIGTERM". Once the command has exited after a signal, its
-output gets ``_DRAIN_SECONDS`` more to end: what still holds it then escaped the group
-(``setsid``), and reading stops. A second signal kills the group with SIGKILL and stops
-reading at once.
+is reached: SIGINT, SIGTERM and SIGHUP are passed on to the whole group, each followed by
+SIGCONT (a stopped group acts on a signal only once it runs again). On a terminal
+(standard input a tty) it stays in the terminal's foreground group instead, so it can still
+read the terminal and Ctrl-C reaches all of it directly; SIGTERM and SIGHUP are then passed
+to the command. toolswap keeps reading until the command's output ends, saves what arrived
+(the artifact is marked interrupted only if the signal came before the output ended),
+prints it, and then exits the way the first signal demands, so a shell or supervisor sees
+"killed by SIGINT/SIGTERM". After a signal, once the command and every process of its
+group have exited, what still holds the output escaped the group (``setsid``): reading
+stops when the output has been quiet for a moment. A second signal kills the group with
+SIGKILL and stops reading at once.
+
+A command in its own group that reads the terminal (standard input not a tty, but a
+controlling terminal: a harness run from one, and a sudo, ssh or git prompt) is a
+background job, stopped by SIGTTIN until a signal ends it. Keeping it in the terminal's
+group instead made a harness's SIGINT to toolswap (taken for Ctrl-C) never reach it, and
+its SIGTERM miss the command's children (a review): toolswap says on stderr that the
+command is stopped, and why, and a signal to toolswap ends it.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
@@ -39,11 +44,11 @@ class ReceivedSignal:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
-        self.own_group = not _terminal_foreground()
+        self.own_group = not _on_terminal()
         """Whether the command gets its own process group (see the module docstring)."""
         self.abandoned = False
         """A second signal came: stop reading the output now."""
-        self._exited_at: float | None = None
+        self.stop_noted = False
         self.output_ended = False
         self.cut_output = False
         """Whether the signal came while the command's output was still arriving."""
@@ -75,18 +80,40 @@ class ReceivedSignal:
         elif signum != signal.SIGINT:
             _send(self.proc, signum)
 
-    def stop_reading(self) -> bool:
-        """Whether to stop reading the command's output although it has not ended: a
-        second signal came, or the command exited after a signal ``_DRAIN_SECONDS`` ago
-        and something outside its group still holds the output open."""
-        if self.abandoned:
-            return True
-        if self.signum is None or self.proc is None or self.proc.poll() is None:
+    def group_gone(self) -> bool:
+        """After a signal: the command and every process of its own group have exited
+        (what still holds the output escaped the group)."""
+        if self.signum is None or self.proc is None or not self.own_group:
             return False
-        now = time.monotonic()
-        if self._exited_at is None:
-            self._exited_at = now
-        return now - self._exited_at > _DRAIN_SECONDS
+        if self.proc.poll() is None:
+            return False
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+
+    def note_stopped(self) -> None:
+        """Say once on stderr when the command is stopped to read the terminal (SIGTTIN) or
+        write to it (SIGTTOU) from its own, background, process group."""
+        if self.stop_noted or self.proc is None or not self.own_group:
+            return
+        try:
+            state = os.waitid(os.P_PID, self.proc.pid, os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
+        except (ChildProcessError, OSError):
+            return
+        if state is None or state.si_status not in (signal.SIGTTIN, signal.SIGTTOU):
+            return
+        self.stop_noted = True
+        print(
+            "toolswap: the command is stopped: it wants the terminal, which a command run "
+            "with standard input not a terminal cannot have (it has a process group of "
+            "its own); stop it with a signal to toolswap, or run toolswap with the "
+            "terminal as its standard input",
+            file=sys.stderr,
+        )
 
     def exit_like_the_signal(self) -> None:
         """Die by the received signal (default action), as a well-behaved tool does."""
@@ -126,26 +153,19 @@ def forward_signals() -> Iterator[ReceivedSignal]:
             signal.signal(sig, old)
 
 
-def _terminal_foreground() -> bool:
-    """Whether this process is in the foreground group of its controlling terminal (the
-    terminal's, not standard input's: a harness in a terminal gives its tools a pipe or
-    /dev/null as input, and they still prompt on /dev/tty)."""
+def _on_terminal() -> bool:
     try:
-        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:  # ENXIO: no controlling terminal
-        return False
-    try:
-        return os.tcgetpgrp(fd) == os.getpgrp()
+        return os.isatty(0)
     except OSError:
         return False
-    finally:
-        os.close(fd)
 
 
 def _send_group(proc: subprocess.Popen[bytes], signum: int) -> None:
     """Signal the command's process group: what it started, even after it exited."""
     try:
         os.killpg(proc.pid, signum)
+        if signum != signal.SIGKILL:
+            os.killpg(proc.pid, signal.SIGCONT)  # (a stopped group acts on it only now)
     except (ProcessLookupError, PermissionError):
         _send(proc, signum)
 
@@ -158,7 +178,6 @@ def _send(proc: subprocess.Popen[bytes], signum: int) -> None:
 
 _CHUNK = 1 << 20
 _WAKE_SECONDS = 0.5
-_DRAIN_SECONDS = 2.0
 
 
 def pipe_chunks(pipe: IO[bytes], received: ReceivedSignal | None = None) -> Iterator[bytes]:
@@ -176,10 +195,16 @@ def pipe_chunks(pipe: IO[bytes], received: ReceivedSignal | None = None) -> Iter
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     try:
         while True:
-            if received is not None and received.signum is not None and received.stop_reading():
-                return  # (what arrived is kept, marked interrupted)
+            if received is not None and received.abandoned:
+                return  # a second signal: what arrived is kept, marked interrupted
             try:
                 if not poller.poll(_WAKE_SECONDS * 1000):
+                    # Quiet for a moment: nothing is left in the pipe that the command's
+                    # group wrote.
+                    if received is not None:
+                        if received.group_gone():
+                            return
+                        received.note_stopped()
                     continue
             except InterruptedError:
                 continue
