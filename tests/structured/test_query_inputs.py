@@ -198,6 +198,33 @@ def test_only_the_first_rows_decide_a_column_of_text(
     assert json.loads(query_artifact(externalizer.reader, ref, ".[2500].v").text) == "x2500"
 
 
+def test_blank_lines_do_not_change_which_columns_hold_text(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """The outline decided from its first 200 rows blank ones included, record reads and
+    queries from the first 200 that are not blank: the outline showed ``v: 0`` as a
+    number where a read and a query gave ``"5"`` (a review)."""
+    rows = [f"{i},{i}" for i in range(80)] + [""] * 120 + [f"{i},x{i}" for i in range(80, 400)]
+    result = externalizer.externalize("id,v\n" + "\n".join(rows) + "\n", "t")
+    assert "{id: int, v: str}" in result.context_text, result.context_text
+    assert json.loads(read_record(externalizer.reader, result.artifact, "5").text)["v"] == "5"
+    assert query_artifact(externalizer.reader, result.artifact, ".[5].v").text == '"5"\n'
+
+
+def test_placeholders_for_missing_values_do_not_make_a_column_of_numbers_text(
+    externalizer: ToolResultExternalizer,
+) -> None:
+    """250 rows of R's ``NA`` before the numbers made the column text in every row, and
+    ``select(.duration_s > 900)`` compared strings (a review); the placeholders count for
+    neither side, and stay text themselves."""
+    rows = "".join(f"j{i},{'NA' if i < 250 else i * 2}\n" for i in range(1000))
+    ref = externalizer.externalize("job,duration_s\n" + rows, "t").artifact
+    numbers = query_artifact(externalizer.reader, ref, "[.[].duration_s | numbers] | length")
+    assert numbers.text == "750\n"
+    assert json.loads(read_record(externalizer.reader, ref, "3").text)["duration_s"] == "NA"
+    assert json.loads(read_record(externalizer.reader, ref, "300").text)["duration_s"] == 600
+
+
 # -- the pointer and the CLI ---------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ from ._decode import loads_each
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured
-from ._tables import TYPING_ROWS, table_rows, text_columns, typed_cells, typed_row
+from ._tables import table_rows, text_columns, typed_cells, typed_row, typing_sample
 from ._values import _compact
 
 __all__ = ["_scan_jsonl", "_scan_table"]
@@ -101,7 +101,7 @@ def _scan_table(read: Read, limit: int, acc: _Accumulator, fmt: str) -> list[str
         raise _NotStructured("no header") from None
     width = len(header)
     # The first rows decide which columns hold text (read again below, from memory).
-    first = list(islice(rows, TYPING_ROWS))
+    first = typing_sample(rows)
     text_cols = text_columns(header, filter(None, first))
     rows = chain(first, rows)
 

@@ -25,7 +25,14 @@ from itertools import zip_longest
 
 from ._values import _cell, _scalar_cells
 
-__all__ = ["TYPING_ROWS", "table_rows", "text_columns", "typed_cells", "typed_row"]
+__all__ = [
+    "TYPING_ROWS",
+    "table_rows",
+    "text_columns",
+    "typed_cells",
+    "typed_row",
+    "typing_sample",
+]
 
 TYPING_ROWS = 200
 """The first rows (not blank) that decide which columns hold text (``text_columns``): as
@@ -43,15 +50,37 @@ def table_rows(lines: Iterable[str], fmt: str) -> Iterator[list[str]]:
     return csv.reader(lines, delimiter=",", strict=False)
 
 
+_MISSING = frozenset(("NA", "N/A", "n/a", "NaN", "nan", "null", "NULL", "None", "-"))
+"""Cells that stand for a missing value: they count for neither side (the cell itself
+stays text)."""
+
+
+def typing_sample(rows: Iterator[list[str]]) -> list[list[str]]:
+    """The rows read from ``rows`` up to the ``TYPING_ROWS``-th that is not blank, blank
+    ones kept in their places: the outline reads on from where this stops, and its sample
+    is the rows record reads and queries decide by (``filter(None, ...)`` of it)."""
+    taken: list[list[str]] = []
+    filled = 0
+    for row in rows:
+        taken.append(row)
+        filled += bool(row)
+        if filled >= TYPING_ROWS:
+            break
+    return taken
+
+
 def text_columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> frozenset[str]:
     """The names of ``header``'s columns that hold text: most of their non-empty cells in
-    ``rows`` (the table's first ``TYPING_ROWS`` rows that are not blank) are not numbers
-    or booleans. A name the header repeats is its last column's, as a row's dict keeps
-    it. (Column by column, in C: the outline pays for it in every table's capture.)"""
+    ``rows`` (the table's first ``TYPING_ROWS`` rows that are not blank), placeholders
+    for missing values aside, are not numbers or booleans. A name the header repeats is
+    its last column's, as a row's dict keeps it. (Column by column, in C: the outline pays
+    for it in every table's capture.)"""
     columns = dict(zip(header, zip_longest(*rows, fillvalue=""), strict=False))
     text = []
     for name, cells in columns.items():
-        filled = list(filter(None, cells))
+        # (A placeholder for a missing value says nothing of the column: 250 rows of R's
+        # NA before the numbers made a column of numbers text, a review.)
+        filled = [cell for cell in cells if cell and cell not in _MISSING]
         if (len(filled) - _scalar_cells(filled)) * 2 > len(filled):
             text.append(name)
     return frozenset(text)

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Literal
 
 from ._tables import table_rows
-from ._values import _scalar_cells
 
 __all__ = ["Format", "sniff", "sniff_on"]
 
@@ -35,7 +34,6 @@ one, a tab-separated log became a table named by its first line, and its failure
 gave way to an outline that found none (a review). Years, dates and versions name columns
 (``region,2023,2024``, ``metric,2024-01-01``; a first rule refusing every number and
 date left such tables as text, a second review)."""
-_YEAR = re.compile(r"(?:19|20)[0-9]{2}\Z")
 _TABLES: tuple[tuple[str, Format], ...] = (("\t", "tsv"), (",", "csv"))
 
 
@@ -115,33 +113,10 @@ def _table_kind(data: bytes, *, complete: bool) -> Format | None:
             continue
         # A quoted cell may hold a newline: such a row spans lines, so only the rows that
         # parse whole are compared (most rows of a real table do).
-        whole = [row for row in rows[1:] if len(row) == len(header)]
-        if len(whole) < max(_MIN_TABLE_ROWS - 1, int(0.9 * (len(rows) - 1))):
-            continue
-        if _names_no_column(header, whole):
-            continue
-        return kind
+        whole = sum(1 for row in rows[1:] if len(row) == len(header))
+        if whole >= max(_MIN_TABLE_ROWS - 1, int(0.9 * (len(rows) - 1))):
+            return kind
     return None
-
-
-def _names_no_column(first: list[str], body: list[list[str]]) -> bool:
-    """The first row is a row of data, not the columns' names: every column of numbers
-    below it has a number above it too, and one that is no year (``sqlite3 -csv``
-    without ``-header``, ``1,alice,3.5``). Read as a header, the table lost its first row
-    from every count and read, and named its columns by its values. A column of numbers
-    is one whose non-empty cells in ``body`` are at least 90% numbers; years name columns
-    (``region,2023,2024``). A table without a column of numbers tells nothing here, and
-    its first row stays its header."""
-    numbers = []
-    for cell, cells in zip(first, zip(*body, strict=True), strict=False):
-        filled = list(filter(None, cells))
-        if filled and _scalar_cells(filled) * 10 >= len(filled) * 9:
-            numbers.append(cell)
-    return (
-        bool(numbers)
-        and _scalar_cells(numbers) == len(numbers)
-        and not all(_YEAR.match(cell) for cell in numbers)
-    )
 
 
 _LINE_BLOCK = 1 << 20
