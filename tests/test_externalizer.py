@@ -718,6 +718,8 @@ def test_an_unknown_or_invalid_fact_is_refused_before_anything_is_written(
         ("bash", {"argv": ["cat", "caf\udce9.txt"]}),
         ("bash", {"argv": ["echo", "\ud800"]}),
         ("bash", {"summary": "made by caf\udce9"}),
+        ("bash", {"media_type": "text/\ud800"}),  # (an MCP server's mimeType: the proxy died)
+        ("bash", {"interrupted": "SIG\udce9"}),
     ],
 )
 def test_text_strict_utf8_cannot_hold_is_refused_before_anything_is_written(
@@ -730,6 +732,17 @@ def test_text_strict_utf8_cannot_hold_is_refused_before_anything_is_written(
     with pytest.raises(InvalidArgumentError, match="not UTF-8 text"):
         ext.externalize(b"x\n" * 50_000, tool, **facts)  # type: ignore[arg-type]
     assert not any(ext.tool_results_dir.iterdir())
+
+
+def test_what_stopped_a_tool_asked_after_the_output_is_made_fit_for_the_record(
+    tmp_path: Path,
+) -> None:
+    """``interrupted`` given as a callable is asked once the output is saved: a surrogate
+    in its answer failed the record's encoding then (a review); it is written as \\xNN."""
+    ext = ToolResultExternalizer(tmp_path / "s")
+    made = ext.externalize(b"x\n" * 50_000, "bash", interrupted=lambda: "SIG\udce9")
+    assert made.artifact.interrupted == "SIG\\xe9"
+    assert ext.manifest.record_for(made.artifact.filename) is not None
 
 
 def test_argv_may_be_any_iterable_of_strings_but_not_one_string(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from ._externalizer_reads import PageFaults
 from ._keywords import refuse_unknown
 from ._output import Output, chunks, prepend
 from ._results import InlineToolResult
-from ._utf8 import lone_surrogate, utf8_chars
+from ._utf8 import escaped_bytes, lone_surrogate, utf8_chars
 from .durable import open_dir_nofollow
 from .errors import (
     ArtifactAccessError,
@@ -297,6 +297,9 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             kind = facts.get("media_type") or detect_media_type(stats.head, binary=stats.binary)
             text_summary = summary or default_summary(stats, tool_name, kind, code)
             stopped = interrupted() if callable(interrupted) else interrupted
+            if stopped is not None:
+                # (Asked only now, once the output is saved: made fit for the record.)
+                stopped = escaped_bytes(str(stopped))[:255]
             if stopped and summary is None:
                 text_summary = _clip(f"[interrupted by {stopped}] {text_summary}")
             captured_at = require_aware(self._now())
@@ -505,6 +508,15 @@ def _checked_facts(facts: CallFacts) -> CallFacts:
                 "toolswap._utf8.escaped_bytes(arg) for one os.fsdecode gave)"
             )
         checked = {**checked, "argv": argv}
+    for name in ("media_type", "interrupted"):
+        value = facts.get(name)
+        if value is None or (name == "interrupted" and callable(value)):
+            continue
+        if not isinstance(value, str) or len(value) > 255:
+            raise InvalidArgumentError(f"{name} must be a string of at most 255 characters")
+        if lone_surrogate(value) or any(ch in value for ch in "\r\n\x00"):
+            # (An MCP server's mimeType of "text/\ud800" stopped the proxy for good.)
+            raise InvalidArgumentError(f"{name} is not UTF-8 text on one line")
     summary = facts.get("summary")
     if summary is not None:
         from .pointer import validate_summary
