@@ -9,10 +9,11 @@ found`` and runs the slow tool again. So the pointer names the command that runs
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import sys
 import sysconfig
+
+from ._utf8 import shell_word
 
 __all__ = ["cli_command"]
 
@@ -51,7 +52,7 @@ def cli_command() -> str:
         on_path = shutil.which(_NAME)
         if on_path is not None and _same_file(on_path, ours):
             return _NAME
-        return shlex.quote(ours)
+        return shell_word(ours)
     if sys.executable:
-        return f"{shlex.quote(sys.executable)} -m {_NAME}"
+        return f"{shell_word(sys.executable)} -m {_NAME}"
     return _NAME  # an embedded interpreter: nothing better is known

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["encode_output", "escaped_bytes", "lone_surrogate", "utf8_chars"]
+__all__ = ["encode_output", "escaped_bytes", "lone_surrogate", "shell_word", "utf8_chars"]
 
 # Lone surrogates other than the U+DC80..U+DCFF that ``surrogateescape`` maps back to bytes.
 _LONE_SURROGATE = "[\ud800-\udc7f\udd00-\udfff]"  # compiled on first use (re's cache)
@@ -36,6 +36,19 @@ def escaped_bytes(text: str) -> str:
         return text
     escaped = re.sub(_LONE_SURROGATE, "\ufffd", text).encode("utf-8", "surrogateescape")
     return escaped.decode("utf-8", "backslashreplace")
+
+
+def shell_word(text: str) -> str:
+    """``text`` (a path as ``os.fsdecode`` gives it) as one word a shell reads back to the
+    same bytes: ``shlex.quote``, or, for bytes that are not UTF-8, bash's ``$'...'`` with
+    each such byte as ``\\xNN`` (a pointer naming a Latin-1 session directory could not be
+    printed at all)."""
+    import shlex
+
+    if not lone_surrogate(text):
+        return shlex.quote(text)
+    quoted = escaped_bytes(text.replace("\\", "\\\\").replace("'", "\\'"))
+    return f"$'{quoted}'"
 
 
 def utf8_chars(data: bytes) -> int:

@@ -20,7 +20,7 @@ from ._externalizer_reads import PageFaults
 from ._keywords import refuse_unknown
 from ._output import Output, chunks, prepend
 from ._results import InlineToolResult
-from ._utf8 import escaped_bytes, lone_surrogate, utf8_chars
+from ._utf8 import escaped_bytes, lone_surrogate, shell_word, utf8_chars
 from .durable import open_dir_nofollow
 from .errors import (
     ArtifactAccessError,
@@ -466,7 +466,6 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
 
     def _cli_scope(self) -> str:
         """What ``toolswap read`` needs beside the source ID to find this session."""
-        import shlex  # only a pointer needs it
 
         root = self.session.root
         try:
@@ -481,8 +480,8 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 derived = workspace_slug()
             except (ValueError, OSError):
                 derived = None
-            return "" if workspace == derived else f" --workspace {shlex.quote(workspace)}"
-        return f" --session-dir {shlex.quote(str(root))}"
+            return "" if workspace == derived else f" --workspace {shell_word(workspace)}"
+        return f" --session-dir {shell_word(str(root))}"
 
 
 def _checked_facts(facts: CallFacts) -> CallFacts:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ._utf8 import lone_surrogate
+from ._utf8 import escaped_bytes, lone_surrogate
 from .artifact import ArtifactReference
 from .capture import CaptureStats
 from .errors import InvalidArgumentError
@@ -347,7 +347,7 @@ def make_pointer(
         "summary": artifact.summary,
         "tool": artifact.source_tool,
         "sha256": artifact.content_sha256,
-        "path": str(artifact.path),
+        "path": escaped_bytes(str(artifact.path)),  # (printable: a byte not UTF-8 as \xNN)
     }
     if stats.binary:
         body = (

@@ -462,3 +462,29 @@ def test_an_escaped_process_holding_the_output_does_not_keep_toolswap_after_a_si
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_a_session_directory_whose_name_is_not_utf8_gets_a_pointer_whose_read_works(
+    tmp_path: Path,
+) -> None:
+    """The artifact was recorded, but the pointer, which names the directory, could not be
+    encoded: no pointer, and exit 1 for a command that exited 0 (a review). The path is
+    shown with the byte as \\xe9, and the read command quotes it as bash reads it back."""
+    session = os.fsencode(tmp_path) + b"/caf\xe9/s"
+    done = subprocess.run(
+        [*TOOLSWAP, "run", "--session-dir", session, "--", "seq", "1", "40000"],
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    pointer = done.stdout.decode()
+    assert "caf\\xe9/s/tool-results/tool_result_001.txt" in pointer
+    command = next(
+        line.removeprefix("Read more: ").partition(" | ")[0]
+        for line in pointer.splitlines()
+        if line.startswith("Read more: ")
+    )
+    assert "$'" in command
+    read = subprocess.run(["bash", "-c", command], capture_output=True, check=False)
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.startswith(b"11\n12\n")  # (the head showed lines 1-10)
