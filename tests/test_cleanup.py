@@ -579,6 +579,7 @@ def test_public_entry_points_refuse_arguments_of_the_wrong_kind_with_a_typed_err
     """Each of these raised OverflowError, AttributeError or TypeError (a review); now a
     typed error, and nothing on disk changes."""
     from datetime import datetime, timezone
+    from types import SimpleNamespace
 
     from toolswap import ArtifactRetentionError, ClockError
     from toolswap.cleanup import apply_cleanup_from_journal, plan_cleanup_from_journal
@@ -592,6 +593,18 @@ def test_public_entry_points_refuse_arguments_of_the_wrong_kind_with_a_typed_err
         (CleanupError, lambda: ArtifactCleanupPolicy(orphan_ttl_seconds=1e300)),
         (CleanupError, lambda: externalizer.plan_cleanup(None)),  # type: ignore[arg-type]
         (CleanupError, lambda: externalizer.plan_cleanup(["x"])),  # type: ignore[list-item]
+        (
+            CleanupError,
+            lambda: externalizer.plan_cleanup(
+                [
+                    SimpleNamespace(
+                        source_id=art.source_id,
+                        content_sha256=art.content_sha256,
+                        retain_until="2030",
+                    )
+                ]
+            ),
+        ),  # type: ignore[list-item]
         (CleanupError, lambda: plan_cleanup_from_journal(None)),  # type: ignore[arg-type]
         (CleanupError, lambda: plan_cleanup_from_journal(journal, policy={"dry_run": 0})),  # type: ignore[arg-type]
         (CleanupError, lambda: apply_cleanup_from_journal(None, journal)),  # type: ignore[arg-type]

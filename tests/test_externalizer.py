@@ -743,6 +743,13 @@ def test_what_stopped_a_tool_asked_after_the_output_is_made_fit_for_the_record(
     made = ext.externalize(b"x\n" * 50_000, "bash", interrupted=lambda: "SIG\udce9")
     assert made.artifact.interrupted == "SIG\\xe9"
     assert ext.manifest.record_for(made.artifact.filename) is not None
+    # ``killed and "SIGTERM"`` answers False: not interrupted (it became "False"), and an
+    # answer of several lines stays on the summary's one line (a review).
+    quiet = ext.externalize(b"x\n" * 50_000, "bash", interrupted=lambda: False)
+    assert quiet.artifact.interrupted is None
+    assert "[interrupted" not in quiet.artifact.summary
+    lines = ext.externalize(b"x\n" * 50_000, "bash", interrupted=lambda: "killed\nby\x00cron")
+    assert lines.artifact.interrupted == "killed by cron"
 
 
 def test_argv_may_be_any_iterable_of_strings_but_not_one_string(tmp_path: Path) -> None:

@@ -272,8 +272,13 @@ class ArtifactCleanupPlan:
             raise CleanupError("invalid cleanup plan: policy must be an object")
         if isinstance(total, bool) or not isinstance(total, int) or total < 0:
             raise CleanupError("invalid cleanup plan: total_bytes must be a non-negative integer")
-        if note is not None and not isinstance(note, str):
-            raise CleanupError("invalid cleanup plan: budget_note must be a string")
+        if note is not None and (
+            not isinstance(note, str) or len(note) > 4096 or lone_surrogate(note)
+        ):
+            # (A lone surrogate failed the report's encoding after files were deleted.)
+            raise CleanupError(
+                "invalid cleanup plan: budget_note must be text of at most 4,096 characters"
+            )
         try:
             session_id = validate_session_id(str(data.get("session")))
             created = datetime.fromisoformat(str(data.get("created_at")))
@@ -383,9 +388,13 @@ def claims_of(
                 f"(ArtifactRetentionClaim), not {type(view_or_claims).__name__}"
             ) from None
     for claim in claims:
-        if not isinstance(getattr(claim, "source_id", None), str):
+        until = getattr(claim, "retain_until", None)
+        if not isinstance(getattr(claim, "source_id", None), str) or not (
+            until is None or (isinstance(until, datetime) and until.utcoffset() is not None)
+        ):
             raise CleanupError(
-                f"a claim must be an ArtifactRetentionClaim, not {type(claim).__name__}"
+                "a claim must be an ArtifactRetentionClaim (a source ID, and a deadline "
+                f"that is None or a timezone-aware datetime), not {claim!r:.200}"
             )
     return claims
 

@@ -297,9 +297,13 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
             kind = facts.get("media_type") or detect_media_type(stats.head, binary=stats.binary)
             text_summary = summary or default_summary(stats, tool_name, kind, code)
             stopped = interrupted() if callable(interrupted) else interrupted
-            if stopped is not None:
-                # (Asked only now, once the output is saved: made fit for the record.)
-                stopped = escaped_bytes(str(stopped))[:255]
+            if not stopped:
+                stopped = None  # (``killed and "SIGTERM"`` answers False: not interrupted)
+            else:
+                # Asked only now, once the output is saved: made fit for the record (one
+                # line of UTF-8 text, a byte that is not as \xNN).
+                text = escaped_bytes(str(stopped)).replace("\x00", " ")
+                stopped = " ".join(text.split())[:255] or None
             if stopped and summary is None:
                 text_summary = _clip(f"[interrupted by {stopped}] {text_summary}")
             captured_at = require_aware(self._now())

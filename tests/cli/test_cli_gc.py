@@ -99,6 +99,7 @@ def test_gc_apply_refuses_a_tampered_plan_file(toolswap_home: Path, tmp_path: Pa
             lambda doc: doc["plans"][0]["plan"]["policy"].update(orphan_ttl_seconds=1e300),
             "orphan_ttl_seconds",
         ),
+        (lambda doc: doc["plans"][0]["plan"].update(budget_note="\ud800"), "budget_note"),
     ],
 )
 def test_gc_apply_refuses_a_plan_file_of_the_wrong_shape_in_one_line(

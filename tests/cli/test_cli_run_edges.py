@@ -431,8 +431,9 @@ def test_an_escaped_process_holding_the_output_does_not_keep_toolswap_after_a_si
 ) -> None:
     """A grandchild in a session of its own (setsid) is outside the command's group: it
     kept the output open after the command died of the forwarded SIGTERM, and toolswap
-    read on until it exited, ignoring more signals (a review). Now reading stops a
-    moment after the command exits, and what arrived is saved, marked interrupted."""
+    read on until it exited, ignoring more signals (a review). Now reading stops once the
+    command's group is gone and the output is quiet, and what arrived is saved, marked
+    interrupted."""
     session = tmp_path / "s1"
     pidfile = tmp_path / "escaped.pid"
     script = (
@@ -488,3 +489,77 @@ def test_a_session_directory_whose_name_is_not_utf8_gets_a_pointer_whose_read_wo
     read = subprocess.run(["bash", "-c", command], capture_output=True, check=False)
     assert read.returncode == 0, read.stderr
     assert read.stdout.startswith(b"11\n12\n")  # (the head showed lines 1-10)
+
+
+@pytest.mark.parametrize(
+    ("background", "signum"),
+    [
+        # A job sh started with & ignores SIGINT (no job control): it kept the output open.
+        ("sleep 60", signal.SIGINT),
+        # A setsid daemon that keeps writing: the output is never quiet.
+        ("setsid sh -c 'while :; do echo tick; sleep 0.1; done'", signal.SIGTERM),
+    ],
+)
+def test_after_a_signal_what_still_writes_is_not_waited_for_past_the_drain(
+    tmp_path: Path, background: str, signum: int
+) -> None:
+    """Waiting for the command's group to be gone and the output quiet left toolswap
+    reading for as long as such a process lived (a review): it stops 5 s after the
+    command exited, with what arrived saved and marked interrupted."""
+    marker = tmp_path / "started"
+    script = f"{background} & echo started; touch {shlex.quote(str(marker))}; sleep 60"
+    argv = [*TOOLSWAP, "run", "--json", "--session-dir", str(tmp_path / "s1"), "--"]
+    proc = subprocess.Popen(
+        [*argv, "sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        while not marker.exists():
+            assert proc.poll() is None
+            time.sleep(0.01)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=45)  # (its processes live 60 s)
+        assert proc.returncode == -signum
+        assert "started" in json.loads(out)["context_text"]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        subprocess.run(["pkill", "-f", "while :; do echo tick"], check=False)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_harness_that_hands_its_pty_as_stdin_still_interrupts_the_command(
+    tmp_path: Path,
+) -> None:
+    """Standard input a tty, but not toolswap's terminal's foreground (a harness in a
+    session of its own passing its pty): the command stayed in toolswap's group and a
+    SIGINT to toolswap, taken for Ctrl-C, never reached it (a review)."""
+    master, slave = os.openpty()
+    pidfile = tmp_path / "child.pid"
+    inner = f"echo $$ > {shlex.quote(str(pidfile))}; exec sleep 60"
+    proc = subprocess.Popen(
+        [*TOOLSWAP, "run", "--session-dir", str(tmp_path / "s1"), "--", "sh", "-c", inner],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        while not (pidfile.exists() and pidfile.read_text().strip()):
+            assert proc.poll() is None
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)  # (the command sleeps 60 s)
+        assert proc.returncode == -signal.SIGINT
+        assert not _running(int(pidfile.read_text()))
+    finally:
+        os.close(master)
+        os.close(slave)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

@@ -189,3 +189,24 @@ def test_a_structure_its_schema_keeps_whole_says_so_and_is_saved_without_its_med
     for artifact in ext.list_artifacts():
         if artifact.media_type == "application/json":
             assert data[:200] not in artifact.path.read_text(encoding="utf-8")
+
+
+def test_a_servers_unusable_mime_type_is_detected_instead_and_the_result_is_saved(
+    tmp_path: Path,
+) -> None:
+    """A ``mimeType`` holding a lone surrogate failed the record and stopped the proxy;
+    a legal one of 281 characters was refused and the output lost (two reviews). An
+    unusable one gives way to the type detected from the bytes."""
+    rewriter, ext = _rewriter(tmp_path)
+    text = '{"a": 1}\n' * 20_000
+    long_type = 'application/ld+json; profile="' + "https://example.org/p" * 12 + '"'
+    for mime in ("text/\ud800", long_type, "text/plain\nx"):
+        block = {
+            "type": "resource",
+            "resource": {"uri": "file:///a", "mimeType": mime, "text": text},
+        }
+        shrunk = rewriter.tool_result("t", {"content": [block]}, RULE)
+        assert shrunk is not None
+        assert "Embedded resource file:///a" in shrunk["content"][0]["text"]
+    assert len(ext.list_artifacts()) == 3
+    assert {a.media_type for a in ext.list_artifacts()} != {None}

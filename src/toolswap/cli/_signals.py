@@ -2,23 +2,25 @@
 
 The command runs in its own process group, so everything it starts (``sh -c 'a & wait'``)
 is reached: SIGINT, SIGTERM and SIGHUP are passed on to the whole group, each followed by
-SIGCONT (a stopped group acts on a signal only once it runs again). On a terminal
-(standard input a tty) it stays in the terminal's foreground group instead, so it can still
-read the terminal and Ctrl-C reaches all of it directly; SIGTERM and SIGHUP are then passed
-to the command. toolswap keeps reading until the command's output ends, saves what arrived
-(the artifact is marked interrupted only if the signal came before the output ended),
-prints it, and then exits the way the first signal demands, so a shell or supervisor sees
-"killed by SIGINT/SIGTERM". After a signal, once the command and every process of its
-group have exited, what still holds the output escaped the group (``setsid``): reading
-stops when the output has been quiet for a moment. A second signal kills the group with
-SIGKILL and stops reading at once.
+SIGCONT (a stopped group acts on a signal only once it runs again). When toolswap is the
+terminal's foreground job (standard input a tty whose foreground group is toolswap's), the
+command stays in that group instead, so it can still read the terminal and Ctrl-C reaches
+all of it directly; SIGTERM and SIGHUP are then passed to the command. toolswap keeps
+reading until the command's output ends, saves what arrived (the artifact is marked
+interrupted only if the signal came before the output ended), prints it, and then exits the
+way the first signal demands, so a shell or supervisor sees "killed by SIGINT/SIGTERM".
 
-A command in its own group that reads the terminal (standard input not a tty, but a
+What holds the output after the command exited may never let it end: a ``setsid`` daemon,
+a job ``sh`` started with ``&`` (which ignores SIGINT), a child a SIGTERM to the command
+alone did not reach. After a signal, reading stops once the command's group is gone and
+the output is quiet, or ``_DRAIN_SECONDS`` after the command exited, whatever is still
+writing. A second signal kills the group with SIGKILL and stops reading at once.
+
+A command in its own group that reads the terminal (standard input not the terminal, but a
 controlling terminal: a harness run from one, and a sudo, ssh or git prompt) is a
-background job, stopped by SIGTTIN until a signal ends it. Keeping it in the terminal's
-group instead made a harness's SIGINT to toolswap (taken for Ctrl-C) never reach it, and
-its SIGTERM miss the command's children (a review): toolswap says on stderr that the
-command is stopped, and why, and a signal to toolswap ends it.
+background job, stopped by SIGTTIN until a signal ends it: toolswap says so on stderr.
+Keeping every such command in the terminal's group made a harness's SIGINT to toolswap
+(taken for Ctrl-C) never reach it, and its SIGTERM miss the command's children (a review).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
@@ -44,11 +47,12 @@ class ReceivedSignal:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
-        self.own_group = not _on_terminal()
+        self.own_group = not _terminal_foreground()
         """Whether the command gets its own process group (see the module docstring)."""
         self.abandoned = False
         """A second signal came: stop reading the output now."""
         self.stop_noted = False
+        self._exited_at: float | None = None
         self.output_ended = False
         self.cut_output = False
         """Whether the signal came while the command's output was still arriving."""
@@ -94,6 +98,16 @@ class ReceivedSignal:
         except OSError:
             return False
         return False
+
+    def drained(self) -> bool:
+        """After a signal: the command exited ``_DRAIN_SECONDS`` ago, and whatever still
+        writes to its output is not waited for."""
+        if self.signum is None or self.proc is None or self.proc.poll() is None:
+            return False
+        now = time.monotonic()
+        if self._exited_at is None:
+            self._exited_at = now
+        return now - self._exited_at > _DRAIN_SECONDS
 
     def note_stopped(self) -> None:
         """Say once on stderr when the command is stopped to read the terminal (SIGTTIN) or
@@ -153,9 +167,12 @@ def forward_signals() -> Iterator[ReceivedSignal]:
             signal.signal(sig, old)
 
 
-def _on_terminal() -> bool:
+def _terminal_foreground() -> bool:
+    """Whether toolswap is the terminal's foreground job: standard input is a tty whose
+    foreground process group is toolswap's (a harness that hands its tools its pty as
+    standard input, from a session or group of its own, is not)."""
     try:
-        return os.isatty(0)
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
     except OSError:
         return False
 
@@ -178,6 +195,7 @@ def _send(proc: subprocess.Popen[bytes], signum: int) -> None:
 
 _CHUNK = 1 << 20
 _WAKE_SECONDS = 0.5
+_DRAIN_SECONDS = 5.0
 
 
 def pipe_chunks(pipe: IO[bytes], received: ReceivedSignal | None = None) -> Iterator[bytes]:
@@ -195,8 +213,8 @@ def pipe_chunks(pipe: IO[bytes], received: ReceivedSignal | None = None) -> Iter
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     try:
         while True:
-            if received is not None and received.abandoned:
-                return  # a second signal: what arrived is kept, marked interrupted
+            if received is not None and (received.abandoned or received.drained()):
+                return  # what arrived is kept, marked interrupted
             try:
                 if not poller.poll(_WAKE_SECONDS * 1000):
                     # Quiet for a moment: nothing is left in the pipe that the command's

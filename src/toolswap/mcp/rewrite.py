@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .._utf8 import lone_surrogate
 from ..artifact import ArtifactReference
 from ..externalizer import ToolResultExternalizer
 from ..settings import ToolThreshold
@@ -50,6 +51,16 @@ class _Saved:
     pointer: str
     """The pointer text for the context."""
     artifact: ArtifactReference
+
+
+def _usable_mime(mime: object) -> str | None:
+    """A server's ``mimeType`` as the capture's media type, or None (then detected from
+    the bytes) when it is not one line of UTF-8 text of at most 255 characters: a
+    surrogate in it stopped the proxy, and a long legal one made the save fail (two
+    reviews)."""
+    if not isinstance(mime, str) or len(mime) > 255 or lone_surrogate(mime):
+        return None
+    return None if any(ch in mime for ch in "\r\n\x00") else mime
 
 
 class ResultRewriter:
@@ -196,7 +207,7 @@ class ResultRewriter:
             elif kind == "resource" and isinstance(block.get("resource"), dict):
                 resource = block["resource"]
                 mime = resource.get("mimeType")
-                mime = mime if isinstance(mime, str) else None
+                mime = _usable_mime(mime)
                 uri = resource.get("uri")
                 if isinstance(resource.get("text"), str) and rule.exceeded_by(resource["text"]):
                     saved = self._save(resource["text"], tool, mime)
@@ -294,7 +305,7 @@ class ResultRewriter:
             uri = item.get("uri")
             label = f"resources/read {uri}"[:200].replace("\n", " ").replace("\r", " ")
             mime = item.get("mimeType")
-            mime = mime if isinstance(mime, str) else None
+            mime = _usable_mime(mime)
             if isinstance(item.get("text"), str) and rule.exceeded_by(item["text"]):
                 saved = self._save(item["text"], label, mime)
                 text = saved.pointer
