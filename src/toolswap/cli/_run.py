@@ -320,7 +320,8 @@ def run_command(
         except OSError as exc:
             echo(f"toolswap: cannot run {command[0]!r}: {exc.strerror}", err=True)
             # As a shell says it: 127 for a command not found, 126 for one found that
-            # cannot be run (not executable, a directory, a bad interpreter line).
+            # cannot be run (not executable, a directory; a script whose interpreter is
+            # missing gives ENOENT, 127, as in bash).
             sys.exit(127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126)
         received.attach(proc)
         assert proc.stdout is not None
