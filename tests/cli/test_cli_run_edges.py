@@ -563,3 +563,31 @@ def test_a_harness_that_hands_its_pty_as_stdin_still_interrupts_the_command(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_a_signal_toolswap_was_started_ignoring_stays_ignored(tmp_path: Path) -> None:
+    """``nohup toolswap run ...``: toolswap caught the SIGHUP nohup meant to be ignored
+    and passed it on, so the command died when the terminal closed (a review). It is left
+    ignored, for the command too."""
+    marker = tmp_path / "started"
+    script = f"touch {shlex.quote(str(marker))}; sleep 1; echo alive"
+    argv = ["nohup", *TOOLSWAP, "run", "--json", "--session-dir", str(tmp_path / "s1")]
+    proc = subprocess.Popen(
+        [*argv, "--", "sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        while not marker.exists():
+            assert proc.poll() is None
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        result = json.loads(out)
+        assert result["exit_code"] == 0 and "alive" in result["context_text"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

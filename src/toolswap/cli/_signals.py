@@ -18,7 +18,9 @@ writing. A second signal kills the group with SIGKILL and stops reading at once.
 
 A command in its own group that reads the terminal (standard input not the terminal, but a
 controlling terminal: a harness run from one, and a sudo, ssh or git prompt) is a
-background job, stopped by SIGTTIN until a signal ends it: toolswap says so on stderr.
+background job, stopped by SIGTTIN until a signal ends it: toolswap says so on stderr
+(also after ``toolswap run ... &`` and ``fg``: the command's group stays in the background).
+Signals toolswap was started ignoring (``nohup``) are left ignored, for the command too.
 Keeping every such command in the terminal's group made a harness's SIGINT to toolswap
 (taken for Ctrl-C) never reach it, and its SIGTERM miss the command's children (a review).
 """
@@ -122,10 +124,10 @@ class ReceivedSignal:
             return
         self.stop_noted = True
         print(
-            "toolswap: the command is stopped: it wants the terminal, which a command run "
-            "with standard input not a terminal cannot have (it has a process group of "
-            "its own); stop it with a signal to toolswap, or run toolswap with the "
-            "terminal as its standard input",
+            "toolswap: the command is stopped: it wants the terminal, which it cannot "
+            "have from its own process group (toolswap was not the terminal's "
+            "foreground job when it started); stop it with a signal to toolswap, or run "
+            "toolswap in the foreground with the terminal as its standard input",
             file=sys.stderr,
         )
 
@@ -159,7 +161,14 @@ def forward_signals() -> Iterator[ReceivedSignal]:
         received.cut_output = not received.output_ended
         received.pass_on(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in _HANDLED}
+    # A signal toolswap was started ignoring (nohup's SIGHUP, SIGINT for a job a script
+    # started with &) stays ignored, for the command too: caught, it ended a nohup'd
+    # command when the terminal closed (a review).
+    previous = {
+        sig: signal.signal(sig, handler)
+        for sig in _HANDLED
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
     try:
         yield received
     finally:
