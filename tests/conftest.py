@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,18 @@ from postgres_server import PostgresServer, unavailable_reason
 from s3_server import S3Server
 from s3_server import unavailable_reason as s3_unavailable_reason
 from toolswap import ToolResultExternalizer
+
+# The tests signal the processes they start and expect the default dispositions there. A
+# run started with signals ignored (a background job of a script ignores SIGINT, nohup
+# SIGHUP) passes that on to every child, and toolswap run, as it should, leaves a signal it
+# was started ignoring ignored: the signal tests then hung. Each is reset here, once.
+for _sig, _handler in (
+    (signal.SIGINT, signal.default_int_handler),
+    (signal.SIGHUP, signal.SIG_DFL),
+    (signal.SIGTERM, signal.SIG_DFL),
+):
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, _handler)
 
 _ENV = (
     "TOOLSWAP_HOME",
