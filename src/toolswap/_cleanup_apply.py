@@ -79,7 +79,12 @@ def apply(
             )
         manifest = Manifest.of(session)
         check_manifest(manifest)
-        records = {r.filename: r.sha256 for r in manifest.records()}
+        recorded = manifest.records()
+        records = {r.filename: r.sha256 for r in recorded}
+        source_ids: dict[str, str | None] = {
+            c.filename: c.source_id for c in manifest.collected_records()
+        }
+        source_ids.update((r.filename, r.source_id) for r in recorded)
         dir_fd = open_dir_nofollow(session.tool_results_dir)
         deleted_any = False
         try:
@@ -93,7 +98,9 @@ def apply(
             # What the session occupies, as planning counts it: the versions held beyond
             # this directory and the files here that are not copies of them.
             limits = Limits(rules, sum(o.size for o in objects) + _current_total(dir_fd, stored))
-            context = ApplyContext(session, dir_fd, index, manifest, now, rules, records)
+            context = ApplyContext(
+                session, dir_fd, index, manifest, now, rules, records, source_ids
+            )
             # Oldest first, as planning ranks them, so the limits keep the newest.
             order = sorted(
                 range(len(plan.entries)),
@@ -163,7 +170,7 @@ def _apply_one(entry: CleanupEntry, context: ApplyContext) -> CleanupEntry:
         return replace(entry, status=S.RACE_DETECTED, reason="recorded since planning; kept")
     name = entry.name
     kept = claimed_since(entry, context.index, owned_name(name)) or foreign_source_id(
-        entry, context.manifest
+        entry, context
     )
     if kept is not None:
         return kept

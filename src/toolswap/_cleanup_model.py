@@ -426,6 +426,9 @@ class ApplyContext:
     policy: ArtifactCleanupPolicy
     records: Mapping[str, str]
     """The manifest's SHA-256 of each recorded file name, read under the lock."""
+    source_ids: Mapping[str, str | None]
+    """The source ID the manifest gives each file name it records or records as
+    collected, read under the lock with ``records`` (see ``foreign_source_id``)."""
 
 
 def verdict(base: CleanupEntry, is_tmp: bool, plan: PlanContext) -> CleanupEntry:
@@ -514,18 +517,16 @@ def claimed_since(entry: CleanupEntry, index: ClaimIndex, ours: bool) -> Cleanup
     return None
 
 
-def foreign_source_id(entry: CleanupEntry, manifest: Manifest) -> CleanupEntry | None:
-    """The entry kept, when the source ID the plan gives it is not its manifest record's.
+def foreign_source_id(entry: CleanupEntry, context: ApplyContext) -> CleanupEntry | None:
+    """The entry kept, when the source ID the plan gives it is not the one the manifest
+    gives its name (recorded, or collected already: a plan applied again finds it gone).
 
     A saved plan is only a file: apply copied its source ID into the ``collected`` record,
     and one naming another file or session made a record the manifest's own decoder
     refuses, which broke every later read of the session (a review).
     """
-    if entry.source_id is None:
+    if entry.source_id is None or context.source_ids.get(entry.name) == entry.source_id:
         return None
-    record = manifest.record_for(entry.name) or manifest.collected(entry.name)
-    if record is not None and record.source_id == entry.source_id:
-        return None  # (collected already: a plan applied again finds the file gone)
     return replace(
         entry,
         status=S.RETAINED_UNKNOWN,

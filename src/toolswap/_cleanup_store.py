@@ -88,7 +88,7 @@ def apply_object(entry: CleanupEntry, context: ApplyContext) -> CleanupEntry:
     name, now = entry.name, context.now
     kept = claimed_since(
         entry, context.index, parse_artifact_filename(name) is not None
-    ) or foreign_source_id(entry, context.manifest)
+    ) or foreign_source_id(entry, context)
     if kept is not None:
         return kept
     if entry.version is None or entry.size is None:

@@ -151,6 +151,18 @@ def test_a_signal_keeps_the_output_as_an_interrupted_artifact_then_exits_by_that
     assert not [n for n in os.listdir(session / "tool-results") if n.startswith(TMP_PREFIX)]
 
 
+def _run_sh(session: Path, script: str) -> subprocess.Popen[bytes]:
+    """``toolswap run --json -- sh -c SCRIPT`` into ``session``, off a terminal, in a
+    session of its own (so a test's signal reaches toolswap alone)."""
+    return subprocess.Popen(
+        [*TOOLSWAP, "run", "--json", "--session-dir", str(session), "--", "sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
 def _running(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie waiting for a reaper that never comes does not)."""
     try:
@@ -165,13 +177,7 @@ def test_a_signal_reaches_what_the_command_started_in_the_background(tmp_path: P
     pidfile = tmp_path / "grandchild.pid"
     os.mkfifo(pidfile)
     script = f"seq 1 100000; sleep 300 & echo $! > {shlex.quote(str(pidfile))}; wait"
-    proc = subprocess.Popen(
-        [*TOOLSWAP, "run", "--json", "--session-dir", str(session), "--", "sh", "-c", script],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = _run_sh(session, script)
     with open(pidfile, encoding="utf-8") as f:  # the background sleep has started
         grandchild = int(f.read())
 
@@ -439,13 +445,7 @@ def test_an_escaped_process_holding_the_output_does_not_keep_toolswap_after_a_si
     script = (
         f"setsid sh -c 'echo $$ > {shlex.quote(str(pidfile))}; exec sleep 120' & seq 1 50000; wait"
     )
-    proc = subprocess.Popen(
-        [*TOOLSWAP, "run", "--json", "--session-dir", str(session), "--", "sh", "-c", script],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = _run_sh(session, script)
     try:
         while not pidfile.exists() or not pidfile.read_text().strip():
             assert proc.poll() is None
@@ -508,14 +508,7 @@ def test_after_a_signal_what_still_writes_is_not_waited_for_past_the_drain(
     command exited, with what arrived saved and marked interrupted."""
     marker = tmp_path / "started"
     script = f"{background} & echo started; touch {shlex.quote(str(marker))}; sleep 60"
-    argv = [*TOOLSWAP, "run", "--json", "--session-dir", str(tmp_path / "s1"), "--"]
-    proc = subprocess.Popen(
-        [*argv, "sh", "-c", script],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = _run_sh(tmp_path / "s1", script)
     try:
         while not marker.exists():
             assert proc.poll() is None
