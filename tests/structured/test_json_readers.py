@@ -111,6 +111,24 @@ def test_the_pass_over_raw_members_builds_the_event_pass_s_outline(
 _UNSHOWN = "the outline does not show: query the artifact)"
 
 
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(doc=st.dictionaries(_KEYS, _VALUES, min_size=1, max_size=12))
+def test_the_passes_agree_on_wrappers(doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a record's events bounded at 12, many of these small arrays are wrappers (an
+    object past the bound among at most eight elements), nested in one another and in maps
+    of names: both passes find the same ones and build the same outline."""
+    data = json.dumps(doc).encode()
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "RECORD_EVENTS", 12)
+        patch.setattr(_read_tree, "RECORD_EVENTS", 12)
+        events = _by_events(data, monkeypatch)
+        assert _by_tree(data, monkeypatch) == events
+
+
 def test_the_arrays_in_the_entries_of_a_map_of_names_are_walked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -275,13 +293,18 @@ def _deep_record(events: int) -> dict[str, object]:
     return {"id": 0, "values": list(range(events))}
 
 
+def _among(big: dict[str, object]) -> dict[str, object]:
+    """``big`` as the second of ten records: more than a wrapper's elements."""
+    return {"items": [{"id": 1}, big, *({"id": n} for n in range(2, 10))]}
+
+
 @pytest.mark.parametrize("where", ["array", "names"])
 def test_a_record_of_too_many_events_is_counted_not_walked(
     where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     big = _deep_record(25_000)
     if where == "array":
-        doc: dict[str, object] = {"items": [{"id": 1}, big, {"id": 2}]}
+        doc: dict[str, object] = _among(big)
     else:
         doc = {"deps": {"a-b": {"id": 1}, "c-d": {"id": 2}, "e-f": big, "g-h": {"id": 3}}}
     data = json.dumps(doc).encode()
@@ -296,7 +319,7 @@ def test_a_record_at_the_event_bound_is_walked(monkeypatch: pytest.MonkeyPatch) 
     """20,001 events is the most a record may have: 2 for the object, 2 keys, the id,
     2 for the array and its elements."""
     for events, walked in ((20_001, True), (20_002, False)):
-        doc = {"items": [{"id": 1}, _deep_record(events - 7), {"id": 2}]}
+        doc = _among(_deep_record(events - 7))
         data = json.dumps(doc).encode()
         found = _by_tree(data, monkeypatch)
         assert found is not None
@@ -320,7 +343,7 @@ def test_a_record_of_many_bytes_and_many_events_is_never_built(
     """A record of 1.9 MB and 150,000 events is counted from its raw bytes: nothing of it
     is built (built, it takes more than 6 times its size)."""
     big = {"id": 0, "values": [f"v{i:08d}" for i in range(150_000)]}
-    data = json.dumps({"items": [{"id": 1}, big, {"id": 2}]}).encode()
+    data = json.dumps(_among(big)).encode()
     found, peak = _peak_by_tree(data, monkeypatch)
     assert found is not None and "too large" in found.text
     assert peak < 3 * len(data)

@@ -7,21 +7,64 @@ the records of one array fed in batches (``_Records``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS
-from ._source import _BATCH
+from ._source import _BATCH, _NotStructured
 from ._values import _key_path
 
-__all__ = ["RECORD_EVENTS", "_ENVELOPE_MEMBERS", "_Records", "_Summary", "_collapse"]
+__all__ = [
+    "RAW_KINDS",
+    "RECORD_EVENTS",
+    "WRAPPER_ELEMENTS",
+    "_ENVELOPE_MEMBERS",
+    "_Records",
+    "_Summary",
+    "_Wrapper",
+    "_collapse",
+    "found_wrapper",
+]
 
 
+RAW_KINDS = {ord("{"): "object", ord("["): "array", ord('"'): "str"}
+"""The kind of a record too large to walk, by the first byte of its JSON text."""
 _ENVELOPE_MEMBERS = 60
 """Members of an envelope object kept for the outline (the rest are counted)."""
 RECORD_EVENTS = 20_000
 """A record of more parser events than this (keys, values, starts and ends of containers)
 is counted, not kept or walked."""
+WRAPPER_ELEMENTS = 8
+"""An array in a JSON object document of at most this many elements, one of them an object
+of more than ``RECORD_EVENTS`` events, is a wrapper, not a collection: its elements are read
+as envelope, and the arrays in them are the collections (SARIF's ``runs``, each run one
+object holding its ``results``; trivy's ``Results``, one per target). Their patterns take
+``[]`` for the wrapper's index (``.runs[].results[]``), their records' paths the index
+itself (``.runs[0].results[7]``). In a document read in part, an array the part ends in
+counts the elements it began."""
+_MAX_WRAPPERS = 8
+"""Wrapper arrays one document may have: each one found reads the document again."""
+
+
+class _Wrapper(Exception):
+    """The arrays at the field path ``field`` are wrappers (see ``WRAPPER_ELEMENTS``): the
+    document is read again, from its start, with ``field`` among the known ones."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(field)
+        self.field = field
+
+
+def found_wrapper(field: str, known: set[str]) -> NoReturn:
+    """Raise ``_Wrapper`` for the arrays at ``field``.
+
+    Raises:
+        _Wrapper: ``field`` is to be read again as a wrapper.
+        _NotStructured: ``known`` holds ``_MAX_WRAPPERS`` already.
+    """
+    if len(known) >= _MAX_WRAPPERS:
+        raise _NotStructured(f"more than {_MAX_WRAPPERS} wrapper arrays")
+    raise _Wrapper(field)
 
 
 class _Summary:
@@ -40,7 +83,13 @@ class _Summary:
 
 
 def _collapse(
-    node: dict[Any, Any], path: str, acc: _Accumulator, total: int, *, reread: bool = False
+    node: dict[Any, Any],
+    path: str,
+    acc: _Accumulator,
+    total: int,
+    *,
+    reread: bool = False,
+    pattern: str | None = None,
 ) -> _Summary:
     """An envelope object whose keys turned out to be names (its first were read as
     fields): its members become the records of a collection ``path[]``, and what was read
@@ -48,11 +97,19 @@ def _collapse(
     ``_ENVELOPE_MEMBERS`` are counted. Arrays inside the members were read as collections of
     their own: ``reread``, the caller reads the members again, whole, as records (the pass
     over raw members can); else they are empty in the records walked, and a note says how
-    many of their elements the outline does not show."""
-    pattern = (path or ".") + "[]"
-    below = (path + ".", path + "[") if path else (".",)
+    many of their elements the outline does not show. ``pattern``: the object's field path
+    (``path`` with ``[]`` for the index of a wrapper it is in; by default ``path``)."""
+    field = path if pattern is None else pattern
+    collection = (field or ".") + "[]"
+    below = (field + ".", field + "[") if field else (".",)
+
+    def read_below(name: str) -> bool:
+        """Read as envelope below the object; not the records of the collection itself,
+        which an earlier element of a wrapper made (``WRAPPER_PROBE``)."""
+        return name.startswith(below) and not name.startswith(collection)
+
     unshown = 0
-    for name in [p for p in acc.collections if p.startswith(below)]:
+    for name in [p for p in acc.collections if read_below(p)]:
         if name[:-2] not in acc.maps:  # (a map's entries stay in its records: ``_plain``)
             unshown += acc.collections[name].count
         del acc.collections[name]
@@ -61,18 +118,18 @@ def _collapse(
             f"(the arrays in the first entries of {path or '.'} hold {unshown:,} elements"
             " the outline does not show: query the artifact)"
         )
-    dropped = [p for p in acc.fields if p.startswith(below)]
+    dropped = [p for p in acc.fields if read_below(p)]
     for name in dropped:
         del acc.fields[name]
     if dropped:  # the paths named by the keys are gone: room for the entries' fields
         acc.order = [p for p in acc.order if p in acc.fields]
         acc.fields_dropped = False
-    acc.maps = {m for m in acc.maps if not m.startswith(below)}
-    acc.maps.add(path or ".")
+    acc.maps = {m for m in acc.maps if not read_below(m)}
+    acc.maps.add(field or ".")
     for key, value in node.items():
-        acc.record(pattern, _key_path(path, str(key)), _plain(value))
-    acc.collection(pattern).count += max(total - len(node), 0)
-    return _Summary(pattern, names=True, source=node)
+        acc.record(collection, _key_path(path, str(key)), _plain(value))
+    acc.collection(collection).count += max(total - len(node), 0)
+    return _Summary(collection, names=True, source=node)
 
 
 def _plain(node: object) -> object:
@@ -83,6 +140,8 @@ def _plain(node: object) -> object:
         return {} if node.names else []
     if isinstance(node, dict):
         return {key: _plain(value) for key, value in node.items()}
+    if isinstance(node, list):  # a wrapper's elements (see ``WRAPPER_ELEMENTS``)
+        return [_plain(value) for value in node]
     return node
 
 
@@ -121,10 +180,11 @@ class _Records:
                 coll.count += count
                 self.count += count
 
-    def add_oversized(self) -> None:
-        # Counted, not walked: one huge record would cost the sample its time.
+    def add_oversized(self, kind: str) -> None:
+        """Count a record too large to walk (one would cost the sample its time), by the
+        name of its kind (``object``)."""
         self.flush()
-        self._acc.record(self._pattern, f"{self._base}[{self.count}]", None, oversized=True)
+        self._acc.record(self._pattern, f"{self._base}[{self.count}]", kind, oversized=True)
         self.count += 1
 
     def flush(self) -> None:

@@ -47,7 +47,9 @@ class _Accumulator(_Walker):
 
     def record(self, pattern: str, path: str, value: object, *, oversized: bool = False) -> None:
         """Add one record (the element ``path`` of the collection ``pattern``): the first
-        ``SAMPLE_RECORDS`` are walked whole, later ones take the fast path."""
+        ``SAMPLE_RECORDS`` are walked whole, later ones take the fast path; one too large
+        to walk (``oversized``) is counted by its kind, the name ``value`` gives
+        (``object``)."""
         coll = self.collection(pattern)
         if coll.walked < SAMPLE_RECORDS or oversized:
             self._record_full(coll, pattern, path, value, oversized=oversized)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._signs import _MAX_FAILURES, _SIGN_KEYS, _failure_signs, _signs_first
-from ._values import _IDENTIFIER, _TYPE_NAMES, _compact, _key_path, _type_name
+from ._values import _TYPE_NAMES, _compact, _key_path, _type_name
 
 __all__ = [
     "SAMPLE_RECORDS",
@@ -116,17 +116,23 @@ class _Plan:
 
 
 _NAMES_AT = 8
+_FIELD_KEY = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_]*\Z|[$@][A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
+)
+"""A key that names a field: an identifier, or one marked as a format's own (JSON Schema's
+``$schema``, JSON-LD's ``@context``, OData's ``@odata.nextLink``), which sits beside the
+other fields of an object, not among names."""
 
 
 def _names(value: dict[Any, Any]) -> bool:
     """Whether an object's keys are names rather than fields (``npm ls --json``'s
     ``dependencies: {"left-pad": {...}, ...}``). Its values are all of one type, and either
-    a key is not identifier-like (``@scope/pkg``, ``/path``, ``left-pad``), or its values
+    a key is not field-like (``@scope/pkg``, ``/path``, ``left-pad``; ``_FIELD_KEY``), or its values
     are objects, at least ``_NAMES_AT`` of them, all sharing a key."""
     kinds = set(map(type, value.values()))
     if len(kinds) != 1:
         return False
-    if not all(map(_IDENTIFIER.match, value)):
+    if not all(map(_FIELD_KEY.match, value)):
         return True
     if kinds != {dict} or len(value) < _NAMES_AT:
         return False
@@ -270,12 +276,18 @@ class _Walker:
     ) -> None:
         coll.walked += 1
         coll.count += 1
+        if oversized:
+            # Counted by its kind (``value``: the kind's name), never walked or shown.
+            kind = value if isinstance(value, str) else _type_name(value)
+            coll.kinds[kind] = coll.kinds.get(kind, 0) + 1
+            coll.oversized += 1
+            if coll.first is None:
+                coll.first = (path, f"({kind} too large to outline)")
+            return
         if len(coll.shapes) < 256 and type(value) is dict:
             coll.shapes.add(_shape_key(value))
         kind = _type_name(value)
         coll.kinds[kind] = coll.kinds.get(kind, 0) + 1
-        if oversized:
-            coll.oversized += 1
         why: list[str] = []
         firsts: list[_Field] = []
         self._where, self._record = path, pattern

@@ -15,20 +15,31 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._decode import loads
-from ._envelope import _ENVELOPE_MEMBERS, RECORD_EVENTS, _collapse, _Records, _Summary
+from ._envelope import (
+    _ENVELOPE_MEMBERS,
+    RAW_KINDS,
+    RECORD_EVENTS,
+    WRAPPER_ELEMENTS,
+    _collapse,
+    _Records,
+    _Summary,
+    _Wrapper,
+    found_wrapper,
+)
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS, _names
 from ._read_tree import _PATH_HELD, _Fallback, _scan_tree
 from ._source import _BATCH, _BLOCK, Read, _Bytes, _NotStructured, _TooFew
 from ._tail_members import tail_members
-from ._values import _TYPE_NAMES, _key_path
+from ._values import _TYPE_NAMES, _key_path, _type_name
 from ._wide_ints import as_floats, exact_read_is_safe, float_events, overflowed
 
 __all__ = ["_scan_json"]
 
 
 # A collection longer than this is read by ijson's items (records built in C), not from
-# the event stream in Python; shorter arrays stay in the envelope's pass.
+# the event stream in Python; shorter arrays stay in the envelope's pass. (More than
+# ``WRAPPER_ELEMENTS``: a wrapper is known before the switch.)
 _SWITCH_AFTER = 16
 _ENVELOPE_DEPTH = 512
 """Objects nested deeper than this around the records give no outline: the walk could not
@@ -52,20 +63,35 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         whole = _read_whole(read, acc, size=size)
         if whole is not None:
             return whole
-    try:
-        return _scan_object(read, limit, acc, size=size, exact=False)
-    except Exception as exc:  # ijson's errors
-        if not overflowed(exc) or not exact_read_is_safe(read, min(limit, size)):
-            raise
-    # An integer past 64 bits: read again, every number as it is (``exact_read_is_safe``
-    # has ruled out a run of digits past Python's limit, where that read crashed).
-    acc.restart()
-    return _scan_object(read, limit, acc, size=size, exact=True)
+    wrappers: set[str] = set()
+    exact = False
+    while True:
+        try:
+            return _scan_object(read, limit, acc, size=size, exact=exact, wrappers=wrappers)
+        except _Wrapper as found:
+            # An array found to be a wrapper (``WRAPPER_ELEMENTS``): read again, that array's
+            # elements as envelope.
+            wrappers.add(found.field)
+        except Exception as exc:  # ijson's errors
+            if exact or not overflowed(exc) or not exact_read_is_safe(read, min(limit, size)):
+                raise
+            # An integer past 64 bits: read again, every number as it is
+            # (``exact_read_is_safe`` has ruled out a run of digits past Python's limit,
+            # where that read crashed).
+            exact = True
+        acc.restart()
 
 
-def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact: bool) -> object:
+def _scan_object(
+    read: Read, limit: int, acc: _Accumulator, *, size: int, exact: bool, wrappers: set[str]
+) -> object:
     """``_scan_json`` of a document read by ijson's events (``exact``: numbers read without
-    ``use_float``, which stops at an integer past 64 bits)."""
+    ``use_float``, which stops at an integer past 64 bits; ``wrappers``: the field paths of
+    the arrays known to be wrappers, whose elements are read as envelope).
+
+    Raises:
+        _Wrapper: an array not in ``wrappers`` turned out to be one.
+    """
     import ijson  # a C extension: only for outputs that look like JSON
 
     events: Iterator[tuple[str, Any]] = ijson.basic_parse(_Bytes(read, limit), use_float=not exact)
@@ -81,6 +107,8 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
     record_events = 0
     skip_depth = 0
     path_of: list[str] = [""]
+    field_of: list[str] = [""]
+    """The field path of each envelope frame: its path with ``[]`` for a wrapper's index."""
     path_chars = 0
     """The characters of the paths in ``path_of`` (bounded: ``_PATH_HELD``)."""
     # ijson's prefix of each envelope frame (None: a key ijson's prefixes cannot name).
@@ -95,13 +123,26 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
 
     members: dict[int, int] = {}  # id(an envelope object) -> its members, also those not kept
 
+    def child_of(container: Any, key: Any) -> tuple[str, str, str | None]:
+        """The path, field path and ijson prefix of a container's next value: a member
+        (``key``), the root, or a wrapper's element."""
+        if isinstance(container, dict):
+            return (
+                _key_path(path_of[-1], str(key)),
+                _key_path(field_of[-1], str(key)),
+                _prefix(prefix_of[-1], key),
+            )
+        if container is root:
+            return "", "", ""
+        return f"{path_of[-1]}[{len(container)}]", field_of[-1] + "[]", None
+
     def emit(value: object, *, oversized: bool = False) -> None:
         """Feed the record just read (a map of names keeps its first ones, for the record
         an enclosing map of names may make of it)."""
         summary = stack[-1][0]
         acc.record(collection, where(), value, oversized=oversized)
         if summary.source is not None and len(summary.source) < _ENVELOPE_MEMBERS:
-            summary.source[stack[-1][1]] = value
+            summary.source[stack[-1][1]] = None if oversized else value
 
     def put(container: Any, key: Any, value: object) -> None:
         if isinstance(container, list):
@@ -111,7 +152,28 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
             if len(container) < _ENVELOPE_MEMBERS:
                 container[key] = value
 
-    for event, value in events:
+    skipped = "object"
+    """The kind of the record being skipped (too large to walk)."""
+    big_object = False
+    """The collection being read holds an object of more than ``RECORD_EVENTS`` events."""
+
+    def wrapper_check(*, ended: bool) -> None:
+        """At the end of the collection on top (``ended``), or of the part read inside
+        it: a wrapper (``WRAPPER_ELEMENTS``) has the document read again."""
+        summary = stack[-1][0]
+        began = index + (0 if ended or not (building or skip_depth) else 1)
+        if big_object and not summary.names and began <= WRAPPER_ELEMENTS:
+            found_wrapper(field_of[-1], wrappers)
+
+    def checked(events: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+        try:
+            yield from events
+        except Exception:  # ijson's errors: the part read (or the document) ends here
+            if isinstance(stack[-1][0], _Summary):
+                wrapper_check(ended=False)
+            raise
+
+    for event, value in checked(events):
         if building or skip_depth:
             # Inside a record: build it (up to RECORD_EVENTS events, then only count it).
             if skip_depth:
@@ -120,7 +182,7 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
                 elif event in ("end_map", "end_array"):
                     skip_depth -= 1
                     if skip_depth == 0:
-                        emit(None, oversized=True)
+                        emit(skipped, oversized=True)
                         index += 1
                         if index >= _SWITCH_AFTER and prefix_of[-1] is not None:
                             switch = (collection, path_of[-1], prefix_of[-1], len(stack))
@@ -151,6 +213,8 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
             else:
                 top[0].append(value)
             if building and record_events > RECORD_EVENTS:
+                skipped = _type_name(building[0][0])
+                big_object = big_object or skipped == "object"
                 skip_depth = len(building)
                 building = []
             continue
@@ -160,8 +224,10 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
             # The elements of an outermost array (the members of a map of names) are the
             # records.
             if event in ("end_array", "end_map"):
+                wrapper_check(ended=True)
                 stack.pop()
                 path_chars -= len(path_of.pop())
+                field_of.pop()
                 prefix_of.pop()
                 continue
             if event == "map_key":
@@ -187,7 +253,7 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
                 # records, one by one.
                 node, path = container, path_of[-1]
                 members.pop(id(node), None)  # (its id may be a later object's once it is freed)
-                summary = _collapse(node, path, acc, len(node))
+                summary = _collapse(node, path, acc, len(node), pattern=field_of[-1])
                 parent = stack[-2]
                 if isinstance(parent[0], list):
                     parent[0][-1] = summary
@@ -201,39 +267,55 @@ def _scan_object(read: Read, limit: int, acc: _Accumulator, *, size: int, exact:
             frame[1] = value
         elif event == "start_map":
             key = frame[1]
-            path = path_of[-1] if key is None else _key_path(path_of[-1], str(key))
+            path, field, prefix = child_of(container, key)
             path_chars = _opened(len(stack), path_chars, path)
             child = {}
             put(container, key, child)
             stack.append([child, None])
             path_of.append(path)
-            prefix_of.append(_prefix(prefix_of[-1], key))
+            field_of.append(field)
+            prefix_of.append(prefix)
         elif event == "end_map":
-            node, path = container, path_of[-1]
+            node, path, field = container, path_of[-1], field_of[-1]
             stack.pop()
             path_chars -= len(path_of.pop())
+            field_of.pop()
             prefix_of.pop()
             parent = stack[-1]
             held = parent[0][-1] if isinstance(parent[0], list) else parent[0].get(parent[1])
             total = members.pop(id(node), len(node))  # (as above: ids are reused)
             if held is node and isinstance(node, dict) and _names(node):
-                summary = _collapse(node, path, acc, total)
+                summary = _collapse(node, path, acc, total, pattern=field)
                 if isinstance(parent[0], list):
                     parent[0][-1] = summary
                 else:
                     parent[0][parent[1]] = summary
         elif event == "start_array":
             key = frame[1]
-            path = path_of[-1] if key is None else _key_path(path_of[-1], str(key))
+            path, field, prefix = child_of(container, key)
             path_chars = _opened(len(stack), path_chars, path)
-            collection = (path or ".") + "[]"
-            summary = _Summary(collection)
-            put(container, key, summary)
-            stack.append([summary, None])
+            if field in wrappers:
+                elements: list[object] = []
+                put(container, key, elements)
+                stack.append([elements, None])
+                prefix = None  # (ijson's prefixes do not tell one element from another)
+            else:
+                collection = (field or ".") + "[]"
+                summary = _Summary(collection)
+                put(container, key, summary)
+                stack.append([summary, None])
+                if prefix is not None:
+                    prefix = _prefix(prefix, "item")
+                index = 0
+                big_object = False
             path_of.append(path)
-            prefix = _prefix(prefix_of[-1], key)
-            prefix_of.append(None if prefix is None else _prefix(prefix, "item"))
-            index = 0
+            field_of.append(field)
+            prefix_of.append(prefix)
+        elif event == "end_array":  # a wrapper's end (see ``WRAPPER_ELEMENTS``)
+            stack.pop()
+            path_chars -= len(path_of.pop())
+            field_of.pop()
+            prefix_of.pop()
         else:
             put(container, frame[1], value)
     if switch is not None:
@@ -427,7 +509,7 @@ def _scan_top_array(read: Read, limit: int, acc: _Accumulator, *, size: int) -> 
             cut = True  # the scan limit cut a record: what was parsed stands
             break
         if end - pos > _BIG_RECORD:
-            records.add_oversized()
+            records.add_oversized(_type_name(value))
         else:
             records.add(value)
         pos = end
@@ -527,7 +609,7 @@ def _add_raws(records: _Records, raws: list[Any]) -> None:
             except UnicodeDecodeError:
                 raise _NotStructured("not UTF-8") from None
             if chars > _BIG_RECORD:
-                records.add_oversized()
+                records.add_oversized(RAW_KINDS.get(memoryview(raw)[0], "number"))
                 continue
         try:
             records.add(loads(raw))  # json takes what msgspec does not (1e400: infinity)

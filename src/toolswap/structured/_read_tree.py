@@ -21,7 +21,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ._decode import loads
-from ._envelope import _ENVELOPE_MEMBERS, RECORD_EVENTS, _collapse, _Records, _Summary
+from ._envelope import (
+    _ENVELOPE_MEMBERS,
+    RAW_KINDS,
+    RECORD_EVENTS,
+    WRAPPER_ELEMENTS,
+    _collapse,
+    _Records,
+    _Summary,
+    _Wrapper,
+    found_wrapper,
+)
 from ._fast_path import _Accumulator
 from ._fields import _names
 from ._source import _NotStructured
@@ -120,12 +130,15 @@ def _check_utf8(data: bytes) -> None:
 
 def _scan_tree(data: bytes, acc: _Accumulator) -> object:
     """Feed the records of the JSON object document ``data`` to ``acc``; return its envelope
-    (see ``_read_json._scan_json``).
+    (see ``_read_json._scan_json``). An array found to be a wrapper (``WRAPPER_ELEMENTS``) has
+    the document read again, as the event pass does, with every array at that field path
+    read as one.
 
     Raises:
         _Fallback: msgspec is not installed or refuses the document, or its envelope nests
             too deep (``acc`` may have been fed: start it afresh).
-        _NotStructured: a record is not valid JSON, or the document is not UTF-8.
+        _NotStructured: a record is not valid JSON, the document is not UTF-8, or it has
+            more than ``_MAX_WRAPPERS`` wrapper arrays.
     """
     try:
         import msgspec  # a C extension: only for a document that is one object
@@ -140,16 +153,39 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
         raise _Fallback from None
     if not data.isascii():
         _check_utf8(data)  # a string in a record never walked must be UTF-8 too
+    wrappers: set[str] = set()
+    while True:
+        try:
+            return _read_tree(root, acc, wrappers, members_of, elements_of)
+        except _Wrapper as found:
+            wrappers.add(found.field)
+            acc.restart()
+
+
+def _read_tree(
+    root: dict[str, Any],
+    acc: _Accumulator,
+    wrappers: set[str],
+    members_of: Callable[[Any], dict[str, Any]],
+    elements_of: Callable[[Any], list[Any]],
+) -> object:
+    """One reading of ``_scan_tree``'s document (``root``: its members' raw bytes).
+
+    Raises:
+        _Wrapper: an array not in ``wrappers`` turned out to be one.
+    """
 
     def record(raw: Any) -> tuple[object, bool]:
-        """A record's value, or (None, True) when it has too many events to keep."""
+        """A record's value, or (the name of its kind, True) when it has too many events to
+        keep."""
         size = len(raw)
         if size > RECORD_EVENTS + 1:  # an event takes at least one byte of its own
+            kind = RAW_KINDS.get(memoryview(raw)[0], "number")
             if size > _BIG_RAW and _raw_events(bytes(raw), RECORD_EVENTS + 1) > RECORD_EVENTS + 1:
-                return None, True
+                return kind, True
             value = value_of(raw)
             if _events(value, RECORD_EVENTS + 1) > RECORD_EVENTS + 1:
-                return None, True
+                return kind, True
             return value, False
         return value_of(raw), False
 
@@ -159,19 +195,37 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
         except ValueError:  # UnicodeDecodeError included
             raise _NotStructured("not valid JSON") from None
 
-    def array(raw: Any, path: str) -> _Summary:
-        """An outermost array: its elements are the records of ``path[]``."""
-        pattern = (path or ".") + "[]"
+    def array(raw: Any, path: str, field: str, depth: int, held: int) -> object:
+        """An outermost array: its elements are the records of ``field[]`` (at ``path``),
+        unless it is a wrapper (see ``WRAPPER_ELEMENTS``): then the list of its elements,
+        read as envelope."""
+        items = elements_of(raw)
+        if field in wrappers:
+            return [
+                member(item, f"{path}[{number}]", field + "[]", depth, kept=True, held=held)
+                for number, item in enumerate(items)
+            ]
+        probed: list[tuple[object, bool]] = []
+        if len(items) <= WRAPPER_ELEMENTS:
+            for item in items:
+                first = memoryview(item)[0]
+                probed.append(record(item) if first in _OPENERS else (value_of(item), False))
+                if probed[-1][1] and first == _OBJECT:
+                    found_wrapper(field, wrappers)
+        pattern = (field or ".") + "[]"
         records = _Records(acc, pattern, path or ".")
-        for item in elements_of(raw):
-            if memoryview(item)[0] in _OPENERS:
+        for number, item in enumerate(items):
+            if number < len(probed):
+                value, oversized = probed[number]
+            elif memoryview(item)[0] in _OPENERS:
                 value, oversized = record(item)
-                if oversized:
-                    records.add_oversized()
-                else:
-                    records.add(value)
             else:
-                records.add(value_of(item))
+                value, oversized = value_of(item), False
+            if oversized:
+                assert isinstance(value, str)  # (its kind)
+                records.add_oversized(value)
+            else:
+                records.add(value)
         records.flush()
         return _Summary(pattern)
 
@@ -187,10 +241,15 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
                 value, oversized = value_of(raw), False
             acc.record(summary.pattern, where, value, oversized=oversized)
             if len(source) < _ENVELOPE_MEMBERS:
-                source[key] = value
+                source[key] = None if oversized else value
 
     def collapse(
-        path: str, items: list[tuple[str, Any]], node: dict[str, object], *, ended: bool
+        path: str,
+        field: str,
+        items: list[tuple[str, Any]],
+        node: dict[str, object],
+        *,
+        ended: bool,
     ) -> _Summary:
         """An object whose keys turned out to be names: what was read below it as envelope
         is dropped, and every member is read again from its raw bytes as a record (an array
@@ -200,26 +259,29 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
         """
         if not REREAD_ENTRIES:
             if ended:
-                return _collapse(node, path, acc, len(items))
-            summary = _collapse(node, path, acc, len(node))
+                return _collapse(node, path, acc, len(items), pattern=field)
+            summary = _collapse(node, path, acc, len(node), pattern=field)
             names(summary, path, items[len(node) :])
             return summary
-        summary = _collapse({}, path, acc, 0, reread=True)
+        summary = _collapse({}, path, acc, 0, reread=True, pattern=field)
         names(summary, path, items)
         return summary
 
-    def member(raw: Any, path: str, depth: int, *, kept: bool, held: int) -> object:
-        """An envelope member's value (``kept``: its object keeps it, so an object keyed
-        by names may become a collection at its end; ``held``: the characters of the paths
-        of the objects it is in)."""
+    def member(raw: Any, path: str, field: str, depth: int, *, kept: bool, held: int) -> object:
+        """An envelope member's value at ``path`` (``field``: its field path, with ``[]``
+        for a wrapper's index; ``kept``: its object keeps it, so an object keyed by names
+        may become a collection at its end; ``held``: the characters of the paths of the
+        objects it is in)."""
         first = memoryview(raw)[0]
         if first == _OBJECT:
-            return obj(members_of(raw), path, depth + 1, kept=kept, held=held)
+            return obj(members_of(raw), path, field, depth + 1, kept=kept, held=held)
         if first == _ARRAY:
-            return array(raw, path)
+            return array(raw, path, field, depth + 1, held)
         return value_of(raw)
 
-    def obj(members: dict[str, Any], path: str, depth: int, *, kept: bool, held: int = 0) -> object:
+    def obj(
+        members: dict[str, Any], path: str, field: str, depth: int, *, kept: bool, held: int = 0
+    ) -> object:
         held += len(path)
         if depth > _DEPTH or held > _PATH_HELD:
             raise _Fallback
@@ -229,13 +291,15 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
             if number >= 2 and number == len(node) and _names(node):
                 # The members so far are named entries: they become records of a
                 # collection, and the members still to come are read as records.
-                return collapse(path, items, node, ended=False)
+                return collapse(path, field, items, node, ended=False)
             keep = len(node) < _ENVELOPE_MEMBERS
-            value = member(raw, _key_path(path, key), depth, kept=keep, held=held)
+            value = member(
+                raw, _key_path(path, key), _key_path(field, key), depth, kept=keep, held=held
+            )
             if keep:
                 node[key] = value
         if kept and _names(node):
-            return collapse(path, items, node, ended=True)
+            return collapse(path, field, items, node, ended=True)
         return node
 
-    return obj(root, "", 0, kept=True)
+    return obj(root, "", "", 0, kept=True)
