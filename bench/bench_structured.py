@@ -414,8 +414,196 @@ def main() -> int:
                 f"field paths named overall: {named_all}/{total_all} "
                 f"({100 * named_all / total_all:.0f}%)"
             )
+        _held_out(ext, work, head)
         _large(ext, work, {name: data for name, _, data, _ in outputs})
     return 0
+
+
+# -- held out: programs the outline was never tuned on ---------------------------------
+
+
+def _held_out_outputs(work: Path) -> list[tuple[str, str, bytes]]:
+    """(name, format, bytes) of real programs' structured output that no rule of the
+    outline was written for: SARIF and other linters' report formats, npm's query, ruff's
+    rule catalogue, mypy's JSON Lines, find's files as CSV, dpkg's packages as TSV."""
+    out: list[tuple[str, str, bytes]] = []
+    bin_dir = Path(sys.executable).parent
+    ruff = shutil.which("ruff") or str(bin_dir / "ruff")
+    import pydantic  # (the tree ruff checks, as in ``_outputs``)
+
+    tree = Path(pydantic.__file__).parent
+    for flag in ("sarif", "gitlab", "rdjson"):
+        lint = ("check", "--no-cache", "--select", "E,W,F,B,UP", "--exit-zero")
+        data = _run([ruff, *lint, "--output-format", flag, str(tree)])
+        out.append((f"ruff {flag}", "json", data))
+    out.append(
+        ("ruff rule --all", "json", _run([ruff, "rule", "--all", "--output-format", "json"]))
+    )
+    npm = shutil.which("npm")
+    if npm is not None:
+        home = Path(npm).resolve().parent.parent
+        out.append(("npm query '*'", "json", _run([npm, "query", "*", "--json"], cwd=home)))
+    mypy = shutil.which("mypy") or str(bin_dir / "mypy")
+    checked = work / "mypy-input"
+    checked.mkdir()
+    import dateutil
+    import jmespath
+
+    for package in (jmespath, dateutil):
+        shutil.copytree(Path(package.__file__).parent, checked / package.__name__)
+    out.append(
+        (
+            "mypy -O json",
+            "jsonl",
+            _run(
+                [
+                    mypy,
+                    "-O",
+                    "json",
+                    "--strict",
+                    "--ignore-missing-imports",
+                    "--no-incremental",
+                    "--cache-dir",
+                    "/dev/null",
+                    "jmespath",
+                    "dateutil",
+                ],
+                cwd=checked,
+            ),
+        )
+    )
+    stdlib = str(Path(json.__file__).parent.parent)
+    found = _run(["find", stdlib, "-maxdepth", "3", "-printf", "%p,%s,%T@,%m,%u\n"])
+    out.append(("find -printf CSV", "csv", b"path,size,mtime,mode,user\n" + found))
+    if shutil.which("dpkg-query") is not None:
+        fields = ("Package", "Version", "Installed-Size", "Architecture", "Section")
+        fields += ("Priority", "Maintainer", "Status")
+        packages = _run(["dpkg-query", "-W", "-f", "\t".join(f"${{{f}}}" for f in fields) + "\n"])
+        out.append(("dpkg-query TSV", "tsv", "\t".join(fields).lower().encode() + b"\n" + packages))
+    return out
+
+
+_STEP = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*)|\["((?:[^"\\]|\\.)*)"\]|\[(\d+)\]')
+
+
+def _at(doc: object, path: str) -> object:
+    """The value at a jq path of object keys and indices (``.runs[0].results``)."""
+    for step in _STEP.finditer(path):
+        key, quoted, number = step.groups()
+        if number is not None:
+            doc = doc[int(number)]  # type: ignore[index]
+        else:
+            doc = doc[key if key is not None else json.loads(f'"{quoted}"')]  # type: ignore[index]
+    return doc
+
+
+def _largest(value: object, pattern: str, path: str, best: list[object]) -> None:
+    """The largest array, or object keyed by names, anywhere in ``value`` (the first 50
+    elements of each array looked into): ``best`` becomes [count, pattern, path]."""
+    if isinstance(value, list):
+        if len(value) > best[0]:  # type: ignore[operator]
+            best[:] = [len(value), pattern + "[]", path]
+        for number, item in enumerate(value[:50]):
+            _largest(item, pattern + "[]", f"{path}[{number}]", best)
+    elif isinstance(value, dict):
+        if pattern and _names(value) and len(value) > best[0]:  # type: ignore[operator]
+            best[:] = [len(value), pattern + "[]", path]
+        for key, item in value.items():
+            _largest(item, _key_path(pattern, str(key)), _key_path(path, str(key)), best)
+
+
+def _collection(fmt: str, data: bytes) -> tuple[str, list[object], str]:
+    """(pattern, records, path of their container) of the largest collection: the whole
+    of JSON Lines or a table, else the largest array or map of names in the document."""
+    if fmt != "json":
+        pattern, records = _records(fmt, data)
+        return pattern, records, "."
+    best: list[object] = [0, ".[]", ""]
+    doc = json.loads(data)
+    _largest(doc, "", "", best)
+    path = str(best[2])
+    node = _at(doc, path)
+    return str(best[1]), list(node.values()) if isinstance(node, dict) else list(node), path  # type: ignore[call-overload]
+
+
+def _held_out_insert(fmt: str, data: bytes) -> tuple[bytes, str]:
+    """``data`` with one failing record in the middle of its largest collection: a copy of
+    the first with an ``error`` and ``status: failed`` (for a table, the middle row's last
+    cell ``failed``; for mypy's JSON Lines, a record of severity ``fatal``)."""
+    if fmt == "jsonl":
+        first = json.loads(data.splitlines()[0])
+        return _insert(fmt, data, {**first, "severity": "fatal", "message": "INTERNAL ERROR"})
+    if fmt in ("csv", "tsv"):
+        lines = data.splitlines(keepends=True)
+        mid = len(lines) // 2
+        delimiter = "\t" if fmt == "tsv" else ","
+        cells = next(csv.reader([lines[mid].decode()], delimiter=delimiter))
+        cells[-1] = "failed"
+        lines[mid] = (delimiter.join(cells) + "\n").encode()
+        return b"".join(lines), f".[{mid - 1}]"
+    doc = json.loads(data)
+    _, _, path = _collection(fmt, data)
+    node = _at(doc, path)
+    anomaly = {"error": "could not be read: permission denied", "status": "failed"}
+    if isinstance(node, dict):
+        entries = list(node.items())
+        entries.insert(len(entries) // 2, ("zz-anomaly", {**entries[0][1], **anomaly}))
+        node.clear()
+        node.update(entries)
+        at = _key_path(path, "zz-anomaly")
+    else:
+        assert isinstance(node, list)
+        mid = len(node) // 2
+        template = dict(node[0]) if node and isinstance(node[0], dict) else {}
+        node.insert(mid, {**template, **anomaly})
+        at = f"{path or '.'}[{mid}]"
+    pretty = 1 if data.lstrip()[:2] in (b"[\n", b"{\n") else None
+    return json.dumps(doc, indent=pretty).encode(), at
+
+
+def _held_out(ext: ToolResultExternalizer, work: Path, head: int) -> None:
+    """The same measures on held-out outputs (``_held_out_outputs``), each as it is and
+    with one failing record inserted: whether what the outline does generalizes."""
+    print("held out (programs no rule of the outline was written for):")
+    named_all = total_all = counted = shown = cases = anomalies = 0
+    for name, fmt, data in _held_out_outputs(work):
+        if len(data) < MIN_BYTES:
+            print(f"  {name:30} {len(data):>9,} (under {MIN_BYTES:,} bytes here: skipped)")
+            continue
+        bad, at = _held_out_insert(fmt, data)
+        for label, output, anomaly in ((name, data, None), (name + " + failure", bad, at)):
+            pattern, records, _ = _collection(fmt, output)
+            paths, record_count = _common_paths(pattern, records)
+            path = work / "held-out.bin"
+            path.write_bytes(output)
+            with path.open("rb") as stream:
+                result = ext.externalize(stream, "bench")
+            result.artifact.path.unlink()
+            pointer = result.context_text
+            spelled = _expanded(pointer)
+            named = sum(1 for p in paths if p in spelled)
+            named_all += named
+            total_all += len(paths)
+            count_shown = f"{record_count:,} " in pointer
+            cases += 1
+            counted += count_shown
+            mark = "-"
+            if anomaly is not None:
+                anomalies += 1
+                found = f"{anomaly}: " in pointer
+                shown += found
+                mark = "yes" if found else "NO"
+            alone = min(_outline_alone(output, head) for _ in range(3))
+            print(
+                f"  {label:30} {len(output):>9,} {pattern[:22]:>22} {record_count:>7,} "
+                f"{named:>3}/{len(paths):<3} {'yes' if count_shown else 'NO':>5} {mark:>7} "
+                f"{len(pointer.encode()):>7,} {alone * 1e3:>6.1f}ms"
+            )
+    if cases:
+        print(
+            f"  held out: field paths named {named_all}/{total_all}, exact count shown in "
+            f"{counted}/{cases}, failing record shown in {shown}/{anomalies}"
+        )
 
 
 LARGE_BYTES = 64 << 20
