@@ -80,7 +80,7 @@ def test_a_sarif_run_is_a_wrapper_and_its_results_the_records(
     assert found is not None
     assert found == _by_events(data, monkeypatch)
     text = found.text
-    assert found.records == 1_000
+    assert found.records == 1_001  # the results, and the run (a record of .runs[])
     assert (
         '"runs": [{"tool": {"driver": {"name": "lint", "version": "1.0"}}, "results": [1,000'
         in (text)
@@ -97,7 +97,7 @@ def test_the_results_of_every_run_are_one_collection(monkeypatch: pytest.MonkeyP
     found = _outline(data)
     assert found is not None
     assert found == _by_events(data, monkeypatch)
-    assert found.records == 1_300
+    assert found.records == 1_302
     assert ".runs[].results[]: 1,300 objects" in found.text
     assert ".runs[1].results[7]: " in found.text
 
@@ -107,7 +107,8 @@ def test_a_wrapper_has_at_most_eight_elements(
     elements: int, wrapper: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past eight, the array is a collection with one record too large to walk (a list of
-    packages where one holds a huge file list stays a list of packages)."""
+    packages where one holds a huge file list stays a list of packages). A wrapper's
+    elements are records too, without the collections read from them."""
     big = {"id": 0, "files": [f"f{i}" for i in range(25_000)]}
     doc = {"items": [{"id": n} for n in range(1, elements)] + [big]}
     data = json.dumps(doc).encode()
@@ -115,7 +116,7 @@ def test_a_wrapper_has_at_most_eight_elements(
     assert found is not None
     assert found == _by_events(data, monkeypatch)
     assert (".items[].files[]: 25,000 strings" in found.text) is wrapper
-    assert (f".items[]: {elements} objects" in found.text) is not wrapper
+    assert f".items[]: {elements} objects {{id: int}}" in found.text
     assert ("too large" in found.text) is not wrapper
 
 
@@ -130,14 +131,19 @@ def test_a_document_read_in_part_ends_inside_its_wrapper() -> None:
     assert ".runs[0].results[1000]: " in found.text and "<- level=error" in found.text
 
 
-def test_nested_wrappers_are_bounded() -> None:
-    """Each wrapper found reads the document again: past eight, no outline (the raw text
-    stands), and no error."""
+def test_nested_wrappers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each wrapper found reads the document again: past eight, an array is a collection
+    again (here with one record too large to walk)."""
     inner: Any = [{"id": i, "v": list(range(30))} for i in range(1_000)]
     for level in range(10):
         inner = {f"k{level}": [{"x": level, "inner": inner}]}
     data = json.dumps(inner).encode()
-    assert _outline(data) is None
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    eight = ".k9[].inner.k8[].inner.k7[].inner.k6[].inner.k5[].inner.k4[].inner.k3[].inner.k2[]"
+    assert f"{eight}: 1 objects {{x: int, inner: object}}" in found.text
+    assert f"{eight}.inner.k1[]: 1 objects\n  (1 records too large to outline)" in found.text
     shallow: Any = [{"id": i, "v": list(range(30))} for i in range(1_000)]
     for level in range(3):
         shallow = {f"k{level}": [{"x": level, "inner": shallow}]}
@@ -180,3 +186,105 @@ def test_keys_marked_as_a_format_s_own_are_fields(first: dict[str, str]) -> None
     assert found is not None
     assert ".value[]: 100 objects" in found.text
     assert ".{}" not in found.text
+
+
+def _huge_result() -> dict[str, Any]:
+    """One result past a record's events (a code flow of 25,000 steps)."""
+    return {"ruleId": "X", "codeFlows": [{"step": n} for n in range(25_000)]}
+
+
+def test_an_integer_past_64_bits_is_no_end_of_the_part_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """u64::MAX stops ijson's float reading: the event pass read that error as the end of
+    the part, inside an array of two elements begun, and made a collection of 1,000 a
+    wrapper (a review). The exact reading keeps it a collection."""
+    items: list[Any] = [_huge_result(), {"id": 1, "n": 18446744073709551615}]
+    items += [{"id": n, "status": "ok"} for n in range(2, 1_000)]
+    items[500] = {"id": 500, "status": "failed"}
+    data = json.dumps({"items": items}).encode()
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    assert ".items[]: 1,000 objects" in found.text
+    assert ".items[500]: " in found.text and "status=failed" in found.text
+
+
+def test_each_array_is_judged_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run 0's results are one huge result (a wrapper); run 1's 5,000 results stay a
+    collection, their failure listed (every array at the same field path was read as a
+    wrapper, its results envelope text only, found by a review)."""
+    runs = [
+        {"tool": {"name": "a"}, "results": [_huge_result()]},
+        {"tool": {"name": "b"}, "results": [_result(n) for n in range(5_000)]},
+    ]
+    runs[1]["results"][4_242]["level"] = "error"
+    data = json.dumps({"version": "2.1.0", "runs": runs}).encode()
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    assert ".runs[].results[]: 5,001 objects" in found.text
+    assert ".runs[1].results[4242]: " in found.text and "<- level=error" in found.text
+
+
+def test_each_run_shows_its_own_count_in_the_envelope(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _sarif(1_500, 20, 0)
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    assert '"results": [1,500 of .runs[].results[]]' in found.text
+    assert '"results": [20 of .runs[].results[]]' in found.text
+    assert '"results": []' in found.text
+    assert ".runs[].results[]: 1,520 objects" in found.text
+
+
+def test_a_wrapper_s_element_is_never_a_map_of_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run keyed by file names (a wrapper's element) was collapsed as a map of names,
+    which dropped run 0's 3,000 results from the outline (a review)."""
+    doc = json.loads(_sarif(3_000, error=(0, 500)))
+    doc["runs"].append({"src/a.py": {"hash": "1"}, "src/b.py": {"hash": "2"}})
+    data = json.dumps(doc).encode()
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    assert ".runs[].results[]: 3,000 objects" in found.text
+    assert ".runs[0].results[500]: " in found.text
+
+
+def test_a_failing_element_of_a_wrapper_is_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """trivy: one target of thousands of findings makes ``Results`` a wrapper; a target
+    that failed (no findings, an ``Error``) is a record of ``.Results[]`` and listed."""
+    vulns = [{"VulnerabilityID": f"CVE-2024-{n}", "Severity": "LOW"} for n in range(6_000)]
+    doc = {
+        "SchemaVersion": 2,
+        "Results": [
+            {"Target": "img (debian 12)", "Class": "os-pkgs", "Vulnerabilities": vulns},
+            {"Target": "app/package-lock.json", "Class": "lang-pkgs", "Packages": []},
+            {"Target": "app/go.sum", "Class": "lang-pkgs", "Error": "unexpected EOF"},
+        ],
+    }
+    data = json.dumps(doc).encode()
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    assert ".Results[].Vulnerabilities[]: 6,000 objects" in found.text
+    assert ".Results[]: 3 objects" in found.text
+    assert ".Results[2]: " in found.text and "<- Error field" in found.text
+
+
+def test_a_wrapper_without_arrays_has_an_outline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An element of 25,000 settings and no array: its wrapper's elements are the records
+    (there was no collection, so no outline, found by a review)."""
+    doc = {"profiles": [{"name": "default", **{f"k{n}": n for n in range(25_000)}}]}
+    data = json.dumps(doc).encode()
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    assert ".profiles[]: 1 objects" in found.text
+
+
+def test_handles_are_names() -> None:
+    """``@alice`` is a name, not a format's keyword: a map of handles stays a map."""
+    doc = {f"@user{n}": {"followers": n, "status": "ok"} for n in range(3)}
+    found = _outline(json.dumps({"users": doc}).encode())
+    assert found is not None and ".users{}: 3 entries" in found.text

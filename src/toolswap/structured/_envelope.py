@@ -7,11 +7,11 @@ the records of one array fed in batches (``_Records``).
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS
-from ._source import _BATCH, _NotStructured
+from ._source import _BATCH
 from ._values import _key_path
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "_Wrapper",
     "_collapse",
     "found_wrapper",
+    "wrapper_records",
 ]
 
 
@@ -40,38 +41,61 @@ of more than ``RECORD_EVENTS`` events, is a wrapper, not a collection: its eleme
 as envelope, and the arrays in them are the collections (SARIF's ``runs``, each run one
 object holding its ``results``; trivy's ``Results``, one per target). Their patterns take
 ``[]`` for the wrapper's index (``.runs[].results[]``), their records' paths the index
-itself (``.runs[0].results[7]``). In a document read in part, an array the part ends in
-counts the elements it began."""
+itself (``.runs[0].results[7]``). The elements are records too, of ``.runs[]``, without the
+collections in them (``wrapper_records``), so a failing one is listed. In a document read
+in part, an array the part ends in counts the elements it began. Each array is judged on
+its own (by its path); past ``_MAX_WRAPPERS`` found, arrays are collections again."""
 _MAX_WRAPPERS = 8
 """Wrapper arrays one document may have: each one found reads the document again."""
 
 
 class _Wrapper(Exception):
-    """The arrays at the field path ``field`` are wrappers (see ``WRAPPER_ELEMENTS``): the
-    document is read again, from its start, with ``field`` among the known ones."""
+    """The array at ``path`` is a wrapper (see ``WRAPPER_ELEMENTS``): the document is read
+    again, from its start, with ``path`` among the known ones."""
 
-    def __init__(self, field: str) -> None:
-        super().__init__(field)
-        self.field = field
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
 
 
-def found_wrapper(field: str, known: set[str]) -> NoReturn:
-    """Raise ``_Wrapper`` for the arrays at ``field``.
+def found_wrapper(path: str, known: set[str]) -> None:
+    """The array at ``path`` was found to be a wrapper: raise ``_Wrapper``, unless
+    ``known`` holds ``_MAX_WRAPPERS`` already (the array then stays a collection).
 
     Raises:
-        _Wrapper: ``field`` is to be read again as a wrapper.
-        _NotStructured: ``known`` holds ``_MAX_WRAPPERS`` already.
+        _Wrapper: ``path`` is to be read again as a wrapper.
     """
-    if len(known) >= _MAX_WRAPPERS:
-        raise _NotStructured(f"more than {_MAX_WRAPPERS} wrapper arrays")
-    raise _Wrapper(field)
+    if len(known) < _MAX_WRAPPERS:
+        raise _Wrapper(path)
+
+
+def wrapper_records(acc: _Accumulator, field: str, path: str, elements: list[object]) -> None:
+    """Feed a wrapper's elements to ``acc`` as the records of ``field[]``, without the
+    collections read from them (each is its own collection)."""
+    pattern = field + "[]"
+    for number, element in enumerate(elements):
+        acc.record(pattern, f"{path}[{number}]", _without_collections(element))
+
+
+def _without_collections(node: object) -> object:
+    if isinstance(node, dict):
+        return {
+            key: _without_collections(value)
+            for key, value in node.items()
+            if not isinstance(value, _Summary)
+        }
+    if isinstance(node, list):
+        return [_without_collections(value) for value in node if not isinstance(value, _Summary)]
+    if isinstance(node, _Summary):
+        return []  # (an element that is itself a collection)
+    return node
 
 
 class _Summary:
     """An outermost array in the envelope, or an object keyed by names (``names``): its
     records are counted in a collection."""
 
-    __slots__ = ("names", "pattern", "source")
+    __slots__ = ("count", "names", "pattern", "source")
 
     def __init__(
         self, pattern: str, *, names: bool = False, source: dict[Any, Any] | None = None
@@ -80,6 +104,9 @@ class _Summary:
         self.names = names
         self.source = source
         """A map of names collapsed after it was read: the envelope object it was."""
+        self.count: int | None = None
+        """The elements of this array, once read to its end: the collection may hold
+        those of others too (the same array in each of a wrapper's elements)."""
 
 
 def _collapse(
@@ -105,7 +132,7 @@ def _collapse(
 
     def read_below(name: str) -> bool:
         """Read as envelope below the object; not the records of the collection itself,
-        which an earlier element of a wrapper made (``WRAPPER_PROBE``)."""
+        which an earlier element of a wrapper made (``WRAPPER_ELEMENTS``)."""
         return name.startswith(below) and not name.startswith(collection)
 
     unshown = 0

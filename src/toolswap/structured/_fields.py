@@ -117,11 +117,15 @@ class _Plan:
 
 _NAMES_AT = 8
 _FIELD_KEY = re.compile(
-    r"[A-Za-z_][A-Za-z0-9_]*\Z|[$@][A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
+    r"[A-Za-z_][A-Za-z0-9_]*\Z"
+    r"|\$(?:schema|id|ref|defs|comment|anchor|dynamicRef|dynamicAnchor|vocabulary)\Z"
+    r"|@(?:context|id|type|graph|value|language|list|set|reverse|index|base|vocab|nest"
+    r"|version|direction|included|json|none|prefix|propagate|protected|import)\Z"
+    r"|@[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\Z"
 )
-"""A key that names a field: an identifier, or one marked as a format's own (JSON Schema's
-``$schema``, JSON-LD's ``@context``, OData's ``@odata.nextLink``), which sits beside the
-other fields of an object, not among names."""
+"""A key that names a field: an identifier, or a format's own keyword (JSON Schema's
+``$schema``, JSON-LD's ``@context``) or annotation (OData's ``@odata.nextLink``), which sits
+beside the other fields of an object, not among names (``@alice``, ``$HOME`` are names)."""
 
 
 def _names(value: dict[Any, Any]) -> bool:

@@ -25,6 +25,7 @@ from ._envelope import (
     _Summary,
     _Wrapper,
     found_wrapper,
+    wrapper_records,
 )
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS, _names
@@ -71,7 +72,7 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         except _Wrapper as found:
             # An array found to be a wrapper (``WRAPPER_ELEMENTS``): read again, that array's
             # elements as envelope.
-            wrappers.add(found.field)
+            wrappers.add(found.path)
         except Exception as exc:  # ijson's errors
             if exact or not overflowed(exc) or not exact_read_is_safe(read, min(limit, size)):
                 raise
@@ -86,8 +87,8 @@ def _scan_object(
     read: Read, limit: int, acc: _Accumulator, *, size: int, exact: bool, wrappers: set[str]
 ) -> object:
     """``_scan_json`` of a document read by ijson's events (``exact``: numbers read without
-    ``use_float``, which stops at an integer past 64 bits; ``wrappers``: the field paths of
-    the arrays known to be wrappers, whose elements are read as envelope).
+    ``use_float``, which stops at an integer past 64 bits; ``wrappers``: the paths of the
+    arrays known to be wrappers, whose elements are read as envelope).
 
     Raises:
         _Wrapper: an array not in ``wrappers`` turned out to be one.
@@ -163,14 +164,23 @@ def _scan_object(
         summary = stack[-1][0]
         began = index + (0 if ended or not (building or skip_depth) else 1)
         if big_object and not summary.names and began <= WRAPPER_ELEMENTS:
-            found_wrapper(field_of[-1], wrappers)
+            found_wrapper(path_of[-1], wrappers)
+
+    def in_wrapper(container: object) -> bool:
+        """Whether ``container`` is a wrapper's list of elements (see ``WRAPPER_ELEMENTS``),
+        whose objects are never maps of names."""
+        return isinstance(container, list) and container is not root
 
     def checked(events: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
         try:
             yield from events
-        except Exception:  # ijson's errors: the part read (or the document) ends here
-            if isinstance(stack[-1][0], _Summary):
-                wrapper_check(ended=False)
+        except Exception as exc:  # ijson's errors: where the part read ends, if it is one
+            if limit < size and not overflowed(exc):
+                if isinstance(stack[-1][0], _Summary):
+                    wrapper_check(ended=False)
+                for frame, path, field in zip(stack, path_of, field_of, strict=True):
+                    if in_wrapper(frame[0]):  # (its elements begun are records too)
+                        wrapper_records(acc, field, path, frame[0])
             raise
 
     for event, value in checked(events):
@@ -225,6 +235,8 @@ def _scan_object(
             # records.
             if event in ("end_array", "end_map"):
                 wrapper_check(ended=True)
+                if not container.names:
+                    container.count = index
                 stack.pop()
                 path_chars -= len(path_of.pop())
                 field_of.pop()
@@ -246,6 +258,7 @@ def _scan_object(
                 isinstance(container, dict)
                 and len(container) >= 2
                 and members.get(id(container), 0) == len(container)
+                and not in_wrapper(stack[-2][0])
                 and _names(container)
             ):
                 # The members so far are named entries (``_fields._names``): they become
@@ -284,7 +297,12 @@ def _scan_object(
             parent = stack[-1]
             held = parent[0][-1] if isinstance(parent[0], list) else parent[0].get(parent[1])
             total = members.pop(id(node), len(node))  # (as above: ids are reused)
-            if held is node and isinstance(node, dict) and _names(node):
+            if (
+                held is node
+                and isinstance(node, dict)
+                and not in_wrapper(parent[0])
+                and _names(node)
+            ):
                 summary = _collapse(node, path, acc, total, pattern=field)
                 if isinstance(parent[0], list):
                     parent[0][-1] = summary
@@ -294,7 +312,7 @@ def _scan_object(
             key = frame[1]
             path, field, prefix = child_of(container, key)
             path_chars = _opened(len(stack), path_chars, path)
-            if field in wrappers:
+            if path in wrappers:
                 elements: list[object] = []
                 put(container, key, elements)
                 stack.append([elements, None])
@@ -312,6 +330,7 @@ def _scan_object(
             field_of.append(field)
             prefix_of.append(prefix)
         elif event == "end_array":  # a wrapper's end (see ``WRAPPER_ELEMENTS``)
+            wrapper_records(acc, field_of[-1], path_of[-1], container)
             stack.pop()
             path_chars -= len(path_of.pop())
             field_of.pop()

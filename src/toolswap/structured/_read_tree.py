@@ -31,6 +31,7 @@ from ._envelope import (
     _Summary,
     _Wrapper,
     found_wrapper,
+    wrapper_records,
 )
 from ._fast_path import _Accumulator
 from ._fields import _names
@@ -158,7 +159,7 @@ def _scan_tree(data: bytes, acc: _Accumulator) -> object:
         try:
             return _read_tree(root, acc, wrappers, members_of, elements_of)
         except _Wrapper as found:
-            wrappers.add(found.field)
+            wrappers.add(found.path)
             acc.restart()
 
 
@@ -200,18 +201,20 @@ def _read_tree(
         unless it is a wrapper (see ``WRAPPER_ELEMENTS``): then the list of its elements,
         read as envelope."""
         items = elements_of(raw)
-        if field in wrappers:
-            return [
-                member(item, f"{path}[{number}]", field + "[]", depth, kept=True, held=held)
+        if path in wrappers:
+            elements = [
+                member(item, f"{path}[{number}]", field + "[]", depth, held=held, element=True)
                 for number, item in enumerate(items)
             ]
+            wrapper_records(acc, field, path, elements)
+            return elements
         probed: list[tuple[object, bool]] = []
         if len(items) <= WRAPPER_ELEMENTS:
             for item in items:
                 first = memoryview(item)[0]
                 probed.append(record(item) if first in _OPENERS else (value_of(item), False))
                 if probed[-1][1] and first == _OBJECT:
-                    found_wrapper(field, wrappers)
+                    found_wrapper(path, wrappers)
         pattern = (field or ".") + "[]"
         records = _Records(acc, pattern, path or ".")
         for number, item in enumerate(items):
@@ -227,7 +230,9 @@ def _read_tree(
             else:
                 records.add(value)
         records.flush()
-        return _Summary(pattern)
+        summary = _Summary(pattern)
+        summary.count = records.count
+        return summary
 
     def names(summary: _Summary, path: str, rest: list[tuple[str, Any]]) -> None:
         """The members of an object keyed by names: records."""
@@ -267,20 +272,38 @@ def _read_tree(
         names(summary, path, items)
         return summary
 
-    def member(raw: Any, path: str, field: str, depth: int, *, kept: bool, held: int) -> object:
+    def member(
+        raw: Any,
+        path: str,
+        field: str,
+        depth: int,
+        *,
+        kept: bool = False,
+        held: int,
+        element: bool = False,
+    ) -> object:
         """An envelope member's value at ``path`` (``field``: its field path, with ``[]``
         for a wrapper's index; ``kept``: its object keeps it, so an object keyed by names
         may become a collection at its end; ``held``: the characters of the paths of the
-        objects it is in)."""
+        objects it is in; ``element``: a wrapper's element, never a map of names)."""
         first = memoryview(raw)[0]
         if first == _OBJECT:
-            return obj(members_of(raw), path, field, depth + 1, kept=kept, held=held)
+            return obj(
+                members_of(raw), path, field, depth + 1, kept=kept, held=held, element=element
+            )
         if first == _ARRAY:
             return array(raw, path, field, depth + 1, held)
         return value_of(raw)
 
     def obj(
-        members: dict[str, Any], path: str, field: str, depth: int, *, kept: bool, held: int = 0
+        members: dict[str, Any],
+        path: str,
+        field: str,
+        depth: int,
+        *,
+        kept: bool,
+        held: int = 0,
+        element: bool = False,
     ) -> object:
         held += len(path)
         if depth > _DEPTH or held > _PATH_HELD:
@@ -288,7 +311,7 @@ def _read_tree(
         node: dict[str, object] = {}
         items = list(members.items())
         for number, (key, raw) in enumerate(items):
-            if number >= 2 and number == len(node) and _names(node):
+            if not element and number >= 2 and number == len(node) and _names(node):
                 # The members so far are named entries: they become records of a
                 # collection, and the members still to come are read as records.
                 return collapse(path, field, items, node, ended=False)

@@ -27,6 +27,9 @@ def _envelope(value: object, acc: _Accumulator, limit: int = 900) -> str:
             coll = acc.collections.get(node.pattern)
             if node.names:
                 return "{" + (_count_kinds(coll, entries=True) if coll else "") + "}"
+            if node.count is not None and (coll is None or node.count != coll.count):
+                # One of a wrapper's arrays: its own count (the kinds are the collection's).
+                return f"[{node.count:,} of {node.pattern}]" if node.count else "[]"
             return f"[{_count_kinds(coll)}]" if coll else "[]"
         if isinstance(node, dict | list):
             pieces: list[str] = []
@@ -199,7 +202,10 @@ def _render(
     for pattern, coll in acc.collections.items():
         if coll.count == 0:
             continue
-        shape = _shape(acc, pattern) if "object" in coll.kinds else ""
+        # (No shape when every record walked was too large to walk: none has fields.)
+        shape = (
+            _shape(acc, pattern) if "object" in coll.kinds and coll.walked > coll.oversized else ""
+        )
         base = pattern[:-2] or "."
         if base in acc.maps:
             head = f"{base}{{}}: {_count_kinds(coll, entries=True)}"
