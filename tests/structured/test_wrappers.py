@@ -142,8 +142,8 @@ def test_nested_wrappers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert found is not None
     assert found == _by_events(data, monkeypatch)
     eight = ".k9[].inner.k8[].inner.k7[].inner.k6[].inner.k5[].inner.k4[].inner.k3[].inner.k2[]"
-    assert f"{eight}: 1 objects {{x: int, inner: object}}" in found.text
-    assert f"{eight}.inner.k1[]: 1 objects\n  (1 records too large to outline)" in found.text
+    assert f"{eight}: 1 object {{x: int, inner: object}}" in found.text
+    assert f"{eight}.inner.k1[]: 1 object\n  (1 record too large to outline)" in found.text
     shallow: Any = [{"id": i, "v": list(range(30))} for i in range(1_000)]
     for level in range(3):
         shallow = {f"k{level}": [{"x": level, "inner": shallow}]}
@@ -280,7 +280,7 @@ def test_a_wrapper_without_arrays_has_an_outline(monkeypatch: pytest.MonkeyPatch
     found = _outline(data)
     assert found is not None
     assert found == _by_events(data, monkeypatch)
-    assert ".profiles[]: 1 objects" in found.text
+    assert ".profiles[]: 1 object" in found.text
 
 
 def test_handles_are_names() -> None:

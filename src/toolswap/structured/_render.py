@@ -53,25 +53,38 @@ def _envelope(value: object, acc: _Accumulator, limit: int = 900) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_KIND_NAMES = {
+    "object": ("object", "objects"),
+    "array": ("array", "arrays"),
+    "str": ("string", "strings"),
+    "int": ("int", "ints"),
+    "float": ("float", "floats"),
+    "bool": ("boolean", "booleans"),
+    "null": ("null", "nulls"),
+}
+
+
+def _counted(count: int, kind: str) -> str:
+    """``1 object``, ``3,885 objects``: a count and its kind's name (``_KIND_NAMES``, or
+    ``record``/``entry``)."""
+    one, many = _KIND_NAMES.get(kind, (kind, kind + "s"))
+    if kind == "entry":
+        many = "entries"
+    elif kind not in _KIND_NAMES and kind != "record":
+        one, many = kind + " value", kind + " values"
+    return f"{count:,} {one if count == 1 else many}"
+
+
 def _count_kinds(coll: _Collection | None, *, entries: bool = False) -> str:
     if coll is None or coll.count == 0:
         return "empty"
-    names = {
-        "object": "objects",
-        "array": "arrays",
-        "str": "strings",
-        "int": "ints",
-        "float": "floats",
-        "bool": "booleans",
-        "null": "nulls",
-    }
     kinds = sorted(coll.kinds.items(), key=lambda kv: -kv[1])
     if entries and len(kinds) == 1:
-        return f"{coll.count:,} entries"
+        return _counted(coll.count, "entry")
     if len(kinds) == 1:
-        return f"{coll.count:,} {names.get(kinds[0][0], kinds[0][0] + ' values')}"
-    parts = ", ".join(f"{n:,} {names.get(k, k)}" for k, n in kinds)
-    return f"{coll.count:,} records: {parts}"
+        return _counted(coll.count, kinds[0][0])
+    parts = ", ".join(_counted(n, k) for k, n in kinds)
+    return f"{_counted(coll.count, 'record')}: {parts}"
 
 
 def _types(field: _Field) -> str:
@@ -218,7 +231,7 @@ def _render(
             (0, note) for note in _nest_notes(acc, pattern, sampled=coll.walked < coll.count)
         )
         if coll.oversized:
-            rows.append((1, f"  ({coll.oversized:,} records too large to outline)"))
+            rows.append((1, f"  ({_counted(coll.oversized, 'record')} too large to outline)"))
         if coll.walked < coll.count:
             rows.append(
                 (
