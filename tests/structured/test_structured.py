@@ -157,6 +157,21 @@ def test_failures_in_a_tree_s_nested_entries_are_weighed_against_all_its_entries
     assert '.dependencies["pkg-7"].dependencies["sub-7-0"]: {' in text
 
 
+def test_a_boolean_field_s_values_are_shown_as_json_has_them() -> None:
+    """A tally keeps each value as text: a boolean's is shown unquoted (``always true``),
+    a string's quoted, so the two never read alike."""
+    records = [
+        {"id": n, "ok": n != 120, "flag": True, "kind": "a" if n % 60 else "b"} for n in range(300)
+    ]
+    data = json.dumps(records).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None
+    lines = found.text.splitlines()
+    assert "  .[].flag  bool  100%  always true" in lines, found.text
+    assert "  .[].ok  bool  100%  values: true ×299, false ×1" in lines, found.text
+    assert '  .[].kind  str  100%  values: "a" ×295, "b" ×5' in lines, found.text
+
+
 def test_a_record_whose_items_repeat_a_sign_counts_once() -> None:
     """One suite of ten with 30 failed tests: each failed item counted the sign again, so
     "30 of the 10 records" read as the norm and the suite was not listed."""

@@ -87,6 +87,12 @@ def _count_kinds(coll: _Collection | None, *, entries: bool = False) -> str:
     return f"{_counted(coll.count, 'record')}: {parts}"
 
 
+def _value_text(field: _Field, value: str) -> str:
+    """A tallied value as the outline shows it: a string quoted, a boolean as JSON has it
+    (``true``; tallies keep each as text, ``_fields._tally``)."""
+    return value if "str" not in field.types else _compact(value, 40)
+
+
 def _types(field: _Field) -> str:
     kinds = sorted(field.types.items(), key=lambda kv: -kv[1])
     return "|".join(kind for kind, _ in kinds)
@@ -282,18 +288,22 @@ def _render(
         if values is not None and len(values) == 1:
             ((only, entry),) = values.items()
             if entry[0] >= field.count + field.tallied:  # (not with nulls beside it)
-                line += f"  always {_compact(only, 40)}"
+                line += f"  always {_value_text(field, only)}"
                 values = None
         if values is not None and 1 <= len(values) <= 12:
             top = sorted(values.items(), key=lambda kv: -kv[1][0])
-            line += "  values: " + ", ".join(f"{_compact(v, 40)} ×{e[0]:,}" for v, e in top)
+            line += "  values: " + ", ".join(f"{_value_text(field, v)} ×{e[0]:,}" for v, e in top)
         field_rows.append((rank, line))
         for value, count, rpath, rtext in _rare_values(field, field.count + field.tallied):
             if rpath in seen_failure_paths:
                 continue
             seen_failure_paths.add(rpath)
             rare_rows.append(
-                (1, f"{rpath}: {rtext}  <- rare {path.rsplit('.', 1)[-1]}={value!r} (×{count})")
+                (
+                    1,
+                    f"{rpath}: {rtext}  <- rare {path.rsplit('.', 1)[-1]}="
+                    f"{value if 'str' not in field.types else repr(value)} (×{count})",
+                )
             )
     if field_rows:
         header = (2, "fields (path, types, share of records that have it):")
