@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from _floor import capture_floor
+from _structured_fresh import fresh_outputs
 from toolswap import ExternalizerSettings, ToolResultExternalizer
 from toolswap.externalizer import head_kept
 from toolswap.structured import inspect_output
@@ -415,6 +416,7 @@ def main() -> int:
                 f"({100 * named_all / total_all:.0f}%)"
             )
         _held_out(ext, work, head)
+        _fresh(ext, work, head)
         _large(ext, work, {name: data for name, _, data, _ in outputs})
     return 0
 
@@ -603,6 +605,49 @@ def _held_out(ext: ToolResultExternalizer, work: Path, head: int) -> None:
         print(
             f"  held out: field paths named {named_all}/{total_all}, exact count shown in "
             f"{counted}/{cases}, failing record shown in {shown}/{anomalies}"
+        )
+
+
+def _fresh(ext: ToolResultExternalizer, work: Path, head: int) -> None:
+    """The same measures on a fresh held-out set (``_structured_fresh``): real programs'
+    output with their own failures, none inserted."""
+    print("held out fresh (real failures, none inserted; see _structured_fresh.py):")
+    named_all = total_all = counted = shown = cases = failures = 0
+    for name, fmt, output, failing in fresh_outputs(work):
+        if len(output) < MIN_BYTES:
+            print(f"  {name:32} {len(output):>9,} (under {MIN_BYTES:,} bytes here: skipped)")
+            continue
+        pattern, records, _ = _collection(fmt, output)
+        paths, record_count = _common_paths(pattern, records)
+        path = work / "fresh.bin"
+        path.write_bytes(output)
+        with path.open("rb") as stream:
+            result = ext.externalize(stream, "bench")
+        result.artifact.path.unlink()
+        pointer = result.context_text
+        spelled = _expanded(pointer)
+        named = sum(1 for p in paths if p in spelled)
+        named_all += named
+        total_all += len(paths)
+        count_shown = f"{record_count:,} " in pointer
+        cases += 1
+        counted += count_shown
+        mark = "-"
+        if failing:
+            failures += 1
+            found = f"{failing[0]}: " in pointer
+            shown += found
+            mark = f"{'yes' if found else 'NO'} {failing[0]}"
+        alone = min(_outline_alone(output, head) for _ in range(3))
+        print(
+            f"  {name:32} {len(output):>9,} {pattern[:18]:>18} {record_count:>6,} "
+            f"{named:>3}/{len(paths):<3} {'yes' if count_shown else 'NO':>5} {mark:>11} "
+            f"{len(pointer.encode()):>6,} {alone * 1e3:>6.1f}ms"
+        )
+    if cases:
+        print(
+            f"  held out fresh: field paths named {named_all}/{total_all}, exact count shown "
+            f"in {counted}/{cases}, failing record shown in {shown}/{failures}"
         )
 
 
