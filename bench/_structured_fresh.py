@@ -1,8 +1,11 @@
 """A fresh held-out set for the outline: structured output of real programs run here, with
 their own failures where they have one (a compiler's error among its warnings), not a record
-inserted by the bench. Written before any outline of them was looked at, and run through
-the pointer once (session of 2026-12-03); what ``bench_structured`` printed then is in its
-docstring. Each entry: (name, format, bytes, jq paths of the failing records).
+inserted by the bench. Written before any outline of them was looked at (committed first,
+759eb91), then run through the pointer once (2026-12-03, at 759eb91): field paths named
+213/213, exact record count shown 7/7, the failing record shown 3/3 (cargo's E0308 at
+``.[180]`` of 363 records, gcc's error at ``.[162]`` of 321 diagnostics, the file with the
+error at ``.[37]`` of 60 lines), pointers 3.2-8.0 KB, outlines 6-20 ms. Each entry: (name,
+format, bytes, jq paths of the failing records).
 
 The programs: cargo's JSON messages (``cargo check --message-format=json``), gcc's JSON
 diagnostics (one file; and one file at a time over a tree, a JSON array a line),
