@@ -172,6 +172,14 @@ def test_a_boolean_field_s_values_are_shown_as_json_has_them() -> None:
     assert '  .[].kind  str  100%  values: "a" ×295, "b" ×5' in lines, found.text
 
 
+def test_a_count_of_one_is_singular() -> None:
+    records = [{"id": n, "tags": ["a"] if n == 3 else []} for n in range(30)]
+    data = json.dumps(records).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None
+    assert '  .[].tags[]  str  1 item  always "a"' in found.text.splitlines(), found.text
+
+
 def test_a_record_whose_items_repeat_a_sign_counts_once() -> None:
     """One suite of ten with 30 failed tests: each failed item counted the sign again, so
     "30 of the 10 records" read as the norm and the suite was not listed."""

@@ -66,11 +66,14 @@ _KIND_NAMES = {
 
 def _counted(count: int, kind: str) -> str:
     """``1 object``, ``3,885 objects``: a count and its kind's name (``_KIND_NAMES``, or
-    ``record``/``entry``)."""
-    one, many = _KIND_NAMES.get(kind, (kind, kind + "s"))
-    if kind == "entry":
-        many = "entries"
-    elif kind not in _KIND_NAMES and kind != "record":
+    ``record``, ``item``, ``entry``)."""
+    if kind in _KIND_NAMES:
+        one, many = _KIND_NAMES[kind]
+    elif kind == "entry":
+        one, many = "entry", "entries"
+    elif kind in ("record", "item"):
+        one, many = kind, kind + "s"
+    else:  # a type the outline has no name for
         one, many = kind + " value", kind + " values"
     return f"{count:,} {one if count == 1 else many}"
 
@@ -242,7 +245,8 @@ def _render(
             rows.append(
                 (
                     1,
-                    f"  (fields below: from {coll.walked:,} records walked whole, the first "
+                    f"  (fields below: from {_counted(coll.walked, 'record')} walked whole, "
+                    "the first "
                     f"{min(coll.walked, SAMPLE_RECORDS):,} and those of a new shape; all "
                     f"{coll.count:,} counted and checked for failure signs and rare values)",
                 )
@@ -279,8 +283,8 @@ def _render(
         rank = 2 if depth <= 5 else 3
         if share < 0.01:
             rank = 4
-        unit = "entries" if field.parent in acc.maps else "items"
-        amount = f"{field.count:,} {unit}" if path.endswith("[]") else _share(field.count, whole)
+        unit = "entry" if field.parent in acc.maps else "item"
+        amount = _counted(field.count, unit) if path.endswith("[]") else _share(field.count, whole)
         if path.endswith("[]") and acc.sampled:
             amount += " in those"
         line = f"  {path}  {_types(field)}  {amount}"
