@@ -108,7 +108,7 @@ def test_a_wrapper_has_at_most_eight_elements(
 ) -> None:
     """Past eight, the array is a collection with one record too large to walk (a list of
     packages where one holds a huge file list stays a list of packages). A wrapper's
-    elements are records too, without the collections read from them."""
+    elements are records too, each collection read from them an empty array there."""
     big = {"id": 0, "files": [f"f{i}" for i in range(25_000)]}
     doc = {"items": [{"id": n} for n in range(1, elements)] + [big]}
     data = json.dumps(doc).encode()
@@ -116,7 +116,8 @@ def test_a_wrapper_has_at_most_eight_elements(
     assert found is not None
     assert found == _by_events(data, monkeypatch)
     assert (".items[].files[]: 25,000 strings" in found.text) is wrapper
-    assert f".items[]: {elements} objects {{id: int}}" in found.text
+    files = ", files?: [str]" if wrapper else ""  # (a collection of its own, in its place)
+    assert f".items[]: {elements} objects {{id: int{files}}}" in found.text
     assert ("too large" in found.text) is not wrapper
 
 
@@ -288,3 +289,28 @@ def test_handles_are_names() -> None:
     doc = {f"@user{n}": {"followers": n, "status": "ok"} for n in range(3)}
     found = _outline(json.dumps({"users": doc}).encode())
     assert found is not None and ".users{}: 3 entries" in found.text
+
+
+def test_a_wrapper_s_element_keeps_its_collections_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run whose results are a collection of their own still has ``results``: the field's
+    share counts it, and the run is shown with the collection named where its array is
+    (before, the member was dropped: ``.runs[].results  array  33%`` for 2 runs of 3, and a
+    result whose ``codeFlows`` was a collection was shown without it)."""
+    huge = {"ruleId": "X", "codeFlows": [{"step": n} for n in range(25_000)]}
+    doc = {
+        "runs": [
+            {"tool": {"name": "a"}, "results": [huge, {"ruleId": "Y"}]},
+            {"tool": {"name": "b"}, "results": [{"ruleId": "Y"} for _ in range(20)]},
+            ["not", "an", "object", 1, 2, 3, 4, 5, 6, 7],
+        ]
+    }
+    data = json.dumps(doc).encode()
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    lines = found.text.splitlines()
+    assert "  .runs[].results  array  67%" in lines, found.text
+    shown = '"codeFlows":"[25,000 elements: .runs[].results[].codeFlows[]]"'
+    assert f'.runs[0].results[0]: {{"ruleId":"X",{shown}}}' in lines, found.text

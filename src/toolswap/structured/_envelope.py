@@ -70,24 +70,36 @@ def found_wrapper(path: str, known: set[str]) -> None:
 
 
 def wrapper_records(acc: _Accumulator, field: str, path: str, elements: list[object]) -> None:
-    """Feed a wrapper's elements to ``acc`` as the records of ``field[]``, without the
-    collections read from them (each is its own collection)."""
+    """Feed a wrapper's elements to ``acc`` as the records of ``field[]``. A collection read
+    from one (each is its own) is walked as an empty array (or object, for a map of names):
+    the field is there, of its type; the record is shown with the collection named in its
+    place (``"results": "[20 elements: .runs[].results[]]"``)."""
     pattern = field + "[]"
     for number, element in enumerate(elements):
-        acc.record(pattern, f"{path}[{number}]", _without_collections(element))
+        acc.record(pattern, f"{path}[{number}]", _walked(element), shown=_shown(element))
 
 
-def _without_collections(node: object) -> object:
-    if isinstance(node, dict):
-        return {
-            key: _without_collections(value)
-            for key, value in node.items()
-            if not isinstance(value, _Summary)
-        }
-    if isinstance(node, list):
-        return [_without_collections(value) for value in node if not isinstance(value, _Summary)]
+def _walked(node: object) -> object:
     if isinstance(node, _Summary):
-        return []  # (an element that is itself a collection)
+        return {} if node.names else []
+    if isinstance(node, dict):
+        return {key: _walked(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_walked(value) for value in node]
+    return node
+
+
+def _shown(node: object) -> object:
+    if isinstance(node, _Summary):
+        if node.names:
+            return f"{{entries: {node.pattern}}}"
+        if node.count is None:
+            return f"[elements: {node.pattern}]"
+        return f"[{node.count:,} element{'' if node.count == 1 else 's'}: {node.pattern}]"
+    if isinstance(node, dict):
+        return {key: _shown(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_shown(value) for value in node]
     return node
 
 

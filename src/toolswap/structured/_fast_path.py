@@ -45,14 +45,22 @@ class _Accumulator(_Walker):
         """Forget every record fed so far (a reader that gave up hands over to another)."""
         vars(self).update(vars(_Accumulator()))
 
-    def record(self, pattern: str, path: str, value: object, *, oversized: bool = False) -> None:
+    def record(
+        self,
+        pattern: str,
+        path: str,
+        value: object,
+        *,
+        oversized: bool = False,
+        shown: object = None,
+    ) -> None:
         """Add one record (the element ``path`` of the collection ``pattern``): the first
         ``SAMPLE_RECORDS`` are walked whole, later ones take the fast path; one too large
         to walk (``oversized``) is counted by its kind, the name ``value`` gives
-        (``object``)."""
+        (``object``). ``shown``: the record as the outline shows it, if not ``value``."""
         coll = self.collection(pattern)
         if coll.walked < SAMPLE_RECORDS or oversized:
-            self._record_full(coll, pattern, path, value, oversized=oversized)
+            self._record_full(coll, pattern, path, value, oversized=oversized, shown=shown)
             return
         if type(value) is not dict:
             coll.count += 1
@@ -64,7 +72,7 @@ class _Accumulator(_Walker):
         if plan is None:
             if coll.walked < SAMPLE_RECORDS + _EXTRA_WALKS and shape not in coll.shapes:
                 # A record of a shape not seen yet: walked whole, so its fields are named.
-                self._record_full(coll, pattern, path, value, oversized=False)
+                self._record_full(coll, pattern, path, value, oversized=False, shown=shown)
                 return
             plan = self._plan(pattern, value)
             if len(coll.plans) < 256:

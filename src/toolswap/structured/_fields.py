@@ -276,7 +276,14 @@ class _Walker:
         return any(c.walked < c.count for c in self.collections.values())
 
     def _record_full(
-        self, coll: _Collection, pattern: str, path: str, value: object, *, oversized: bool
+        self,
+        coll: _Collection,
+        pattern: str,
+        path: str,
+        value: object,
+        *,
+        oversized: bool,
+        shown: object = None,
     ) -> None:
         coll.walked += 1
         coll.count += 1
@@ -299,9 +306,10 @@ class _Walker:
         self._walk(value, pattern, None, 0, why, firsts)
         for marks, where, nested in self.nested_failures:
             coll.note_signs(marks, where, functools.partial(_failure_text, nested, None))
+        display = value if shown is None else shown
         text: str | None = None
         if firsts or coll.first is None:
-            text = _compact(value)
+            text = _compact(display)
         if firsts:
             for field in firsts:
                 if field.values is None:  # it had too many values by the end of the record
@@ -318,10 +326,10 @@ class _Walker:
                 if len(coll.signatures) < 64:
                     coll.signatures.add(signature)
                 if coll.count > 1 and len(coll.different) < _MAX_DIFFERENT:
-                    coll.different.append((path, text or _compact(value)))
+                    coll.different.append((path, text or _compact(display)))
         if why:  # (shown only for the first few records of each kind of sign)
             known = text
-            coll.note_signs(why, path, lambda: _failure_text(value, known))
+            coll.note_signs(why, path, lambda: _failure_text(display, known))
 
     def _walk(
         self,
