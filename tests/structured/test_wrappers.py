@@ -314,3 +314,27 @@ def test_a_wrapper_s_element_keeps_its_collections_in_place(
     assert "  .runs[].results  array  67%" in lines, found.text
     shown = '"codeFlows":"[25,000 elements: .runs[].results[].codeFlows[]]"'
     assert f'.runs[0].results[0]: {{"ruleId":"X",{shown}}}' in lines, found.text
+
+
+def test_a_collection_that_is_also_a_field_of_other_records_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run 0's one result is too large (its results a wrapper, its codeFlows a collection);
+    run 1's 5,000 results are records whose codeFlows are fields: jq's
+    ``.runs[].results[].codeFlows[]`` matches both, and the outline says it counts more than
+    the collection's 25,000 (before, it said 25,000 where jq finds 35,000)."""
+    huge = {"ruleId": "X", "codeFlows": [{"step": n} for n in range(25_000)]}
+    small = {"ruleId": "Y", "codeFlows": [{"step": 0}, {"step": 1}]}
+    doc = {"runs": [{"results": [huge]}, {"results": [small] * 5_000}]}
+    data = json.dumps(doc).encode()
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    lines = found.text.splitlines()
+    at = lines.index(".runs[].results[].codeFlows[]: 25,000 objects {step: int}")
+    assert lines[at + 1] == (
+        "  (.runs[].results[].codeFlows[] also matches 398 elements of arrays in other records"
+        " walked whole: 25,398 or more in all)"
+    ), found.text
+    assert ".runs[].results[]: 5,001 objects" in found.text
+    assert "  .runs[].results[].codeFlows  array  100%" in lines, found.text

@@ -73,7 +73,8 @@ def wrapper_records(acc: _Accumulator, field: str, path: str, elements: list[obj
     """Feed a wrapper's elements to ``acc`` as the records of ``field[]``. A collection read
     from one (each is its own) is walked as an empty array (or object, for a map of names):
     the field is there, of its type; the record is shown with the collection named in its
-    place (``"results": "[20 elements: .runs[].results[]]"``)."""
+    place (``"results": "[20 elements: .runs[].results[]]"``). So is a wrapper in it, whose
+    elements are records of their own."""
     pattern = field + "[]"
     for number, element in enumerate(elements):
         acc.record(pattern, f"{path}[{number}]", _walked(element), shown=_shown(element))
@@ -85,7 +86,7 @@ def _walked(node: object) -> object:
     if isinstance(node, dict):
         return {key: _walked(value) for key, value in node.items()}
     if isinstance(node, list):
-        return [_walked(value) for value in node]
+        return []  # a wrapper in the element: its elements are records of their own
     return node
 
 

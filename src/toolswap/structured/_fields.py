@@ -253,6 +253,10 @@ class _Walker:
         self.nested_failures: list[tuple[list[str], str, dict[Any, Any]]] = []
         """Entries nested in the record being walked that carry a failure sign: (signs,
         path, entry)."""
+        self.elements: dict[str, int] = {}
+        """Elements of the arrays (and entries of the maps of names) walked in records, by
+        pattern: where a collection's pattern is among them, jq's path matches those too
+        (a wrapper's results beside another run's: see ``_render``)."""
 
     def collection(self, pattern: str) -> _Collection:
         found = self.collections.get(pattern)
@@ -385,6 +389,9 @@ class _Walker:
         inner = pattern + "[]"
         target = _nest_target(pattern) if depth else None
         if target is None:
+            elements = self.elements
+            if inner in elements or len(elements) < _MAX_FIELDS:
+                elements[inner] = elements.get(inner, 0) + len(value)
             field = None
             for item in items:
                 scalar = _SCALAR_NAMES.get(type(item))

@@ -66,12 +66,12 @@ _KIND_NAMES = {
 
 def _counted(count: int, kind: str) -> str:
     """``1 object``, ``3,885 objects``: a count and its kind's name (``_KIND_NAMES``, or
-    ``record``, ``item``, ``entry``)."""
+    ``record``, ``item``, ``element``, ``entry``)."""
     if kind in _KIND_NAMES:
         one, many = _KIND_NAMES[kind]
     elif kind == "entry":
         one, many = "entry", "entries"
-    elif kind in ("record", "item"):
+    elif kind in ("record", "item", "element"):
         one, many = kind, kind + "s"
     else:  # a type the outline has no name for
         one, many = kind + " value", kind + " values"
@@ -236,6 +236,19 @@ def _render(
         if shape:
             shapes.append((len(rows), head, pattern))
         rows.append((0, f"{head} {shape}".rstrip()))
+        also = acc.elements.get(pattern, 0)
+        if also:
+            # The pattern is a collection here (in a wrapper's element) and a field of the
+            # records of another there (another run's results): jq's path matches both.
+            more = " or more" if acc.sampled else ""
+            rows.append(
+                (
+                    0,
+                    f"  ({pattern} also matches {_counted(also, 'element')} of arrays in "
+                    f"other records{' walked whole' if more else ''}: "
+                    f"{coll.count + also:,}{more} in all)",
+                )
+            )
         rows.extend(
             (0, note) for note in _nest_notes(acc, pattern, sampled=coll.walked < coll.count)
         )
