@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from _floor import capture_floor
 from _structured_fresh import fresh_outputs
@@ -563,92 +564,96 @@ def _held_out_insert(fmt: str, data: bytes) -> tuple[bytes, str]:
     return json.dumps(doc, indent=pretty).encode(), at
 
 
+class _Measured(NamedTuple):
+    pattern: str
+    records: int
+    named: int
+    paths: int
+    count_shown: bool
+    found: bool | None
+    """Whether the pointer shows the failing record (None: the output has none)."""
+    pointer_bytes: int
+
+
+def _measure(
+    ext: ToolResultExternalizer, work: Path, fmt: str, output: bytes, failing: str | None
+) -> _Measured:
+    """Capture ``output`` and measure its pointer against the largest collection in it:
+    field paths named, the exact count, the record at ``failing`` (a jq path)."""
+    pattern, records, _ = _collection(fmt, output)
+    paths, record_count = _common_paths(pattern, records)
+    path = work / "measured.bin"
+    path.write_bytes(output)
+    with path.open("rb") as stream:
+        result = ext.externalize(stream, "bench")
+    result.artifact.path.unlink()
+    pointer = result.context_text
+    spelled = _expanded(pointer)
+    return _Measured(
+        pattern,
+        record_count,
+        sum(1 for p in paths if p in spelled),
+        len(paths),
+        f"{record_count:,} " in pointer,
+        None if failing is None else f"{failing}: " in pointer,
+        len(pointer.encode()),
+    )
+
+
 def _held_out(ext: ToolResultExternalizer, work: Path, head: int) -> None:
     """The same measures on held-out outputs (``_held_out_outputs``), each as it is and
     with one failing record inserted: whether what the outline does generalizes."""
     print("held out (programs no rule of the outline was written for):")
-    named_all = total_all = counted = shown = cases = anomalies = 0
+    measured: list[_Measured] = []
     for name, fmt, data in _held_out_outputs(work):
         if len(data) < MIN_BYTES:
             print(f"  {name:30} {len(data):>9,} (under {MIN_BYTES:,} bytes here: skipped)")
             continue
         bad, at = _held_out_insert(fmt, data)
         for label, output, anomaly in ((name, data, None), (name + " + failure", bad, at)):
-            pattern, records, _ = _collection(fmt, output)
-            paths, record_count = _common_paths(pattern, records)
-            path = work / "held-out.bin"
-            path.write_bytes(output)
-            with path.open("rb") as stream:
-                result = ext.externalize(stream, "bench")
-            result.artifact.path.unlink()
-            pointer = result.context_text
-            spelled = _expanded(pointer)
-            named = sum(1 for p in paths if p in spelled)
-            named_all += named
-            total_all += len(paths)
-            count_shown = f"{record_count:,} " in pointer
-            cases += 1
-            counted += count_shown
-            mark = "-"
-            if anomaly is not None:
-                anomalies += 1
-                found = f"{anomaly}: " in pointer
-                shown += found
-                mark = "yes" if found else "NO"
+            m = _measure(ext, work, fmt, output, anomaly)
+            measured.append(m)
+            mark = "-" if m.found is None else ("yes" if m.found else "NO")
             alone = min(_outline_alone(output, head) for _ in range(3))
             print(
-                f"  {label:30} {len(output):>9,} {pattern[:22]:>22} {record_count:>7,} "
-                f"{named:>3}/{len(paths):<3} {'yes' if count_shown else 'NO':>5} {mark:>7} "
-                f"{len(pointer.encode()):>7,} {alone * 1e3:>6.1f}ms"
+                f"  {label:30} {len(output):>9,} {m.pattern[:22]:>22} {m.records:>7,} "
+                f"{m.named:>3}/{m.paths:<3} {'yes' if m.count_shown else 'NO':>5} {mark:>7} "
+                f"{m.pointer_bytes:>7,} {alone * 1e3:>6.1f}ms"
             )
-    if cases:
-        print(
-            f"  held out: field paths named {named_all}/{total_all}, exact count shown in "
-            f"{counted}/{cases}, failing record shown in {shown}/{anomalies}"
-        )
+    _totals("held out", measured)
+
+
+def _totals(title: str, measured: list[_Measured]) -> None:
+    if not measured:
+        return
+    failing = [m.found for m in measured if m.found is not None]
+    print(
+        f"  {title}: field paths named {sum(m.named for m in measured)}/"
+        f"{sum(m.paths for m in measured)}, exact count shown in "
+        f"{sum(m.count_shown for m in measured)}/{len(measured)}, failing record shown in "
+        f"{sum(failing)}/{len(failing)}"
+    )
 
 
 def _fresh(ext: ToolResultExternalizer, work: Path, head: int) -> None:
     """The same measures on a fresh held-out set (``_structured_fresh``): real programs'
     output with their own failures, none inserted."""
     print("held out fresh (real failures, none inserted; see _structured_fresh.py):")
-    named_all = total_all = counted = shown = cases = failures = 0
+    measured: list[_Measured] = []
     for name, fmt, output, failing in fresh_outputs(work):
         if len(output) < MIN_BYTES:
             print(f"  {name:32} {len(output):>9,} (under {MIN_BYTES:,} bytes here: skipped)")
             continue
-        pattern, records, _ = _collection(fmt, output)
-        paths, record_count = _common_paths(pattern, records)
-        path = work / "fresh.bin"
-        path.write_bytes(output)
-        with path.open("rb") as stream:
-            result = ext.externalize(stream, "bench")
-        result.artifact.path.unlink()
-        pointer = result.context_text
-        spelled = _expanded(pointer)
-        named = sum(1 for p in paths if p in spelled)
-        named_all += named
-        total_all += len(paths)
-        count_shown = f"{record_count:,} " in pointer
-        cases += 1
-        counted += count_shown
-        mark = "-"
-        if failing:
-            failures += 1
-            found = f"{failing[0]}: " in pointer
-            shown += found
-            mark = f"{'yes' if found else 'NO'} {failing[0]}"
+        m = _measure(ext, work, fmt, output, failing[0] if failing else None)
+        measured.append(m)
+        mark = "-" if m.found is None else f"{'yes' if m.found else 'NO'} {failing[0]}"
         alone = min(_outline_alone(output, head) for _ in range(3))
         print(
-            f"  {name:32} {len(output):>9,} {pattern[:18]:>18} {record_count:>6,} "
-            f"{named:>3}/{len(paths):<3} {'yes' if count_shown else 'NO':>5} {mark:>11} "
-            f"{len(pointer.encode()):>6,} {alone * 1e3:>6.1f}ms"
+            f"  {name:32} {len(output):>9,} {m.pattern[:18]:>18} {m.records:>6,} "
+            f"{m.named:>3}/{m.paths:<3} {'yes' if m.count_shown else 'NO':>5} {mark:>11} "
+            f"{m.pointer_bytes:>6,} {alone * 1e3:>6.1f}ms"
         )
-    if cases:
-        print(
-            f"  held out fresh: field paths named {named_all}/{total_all}, exact count shown "
-            f"in {counted}/{cases}, failing record shown in {shown}/{failures}"
-        )
+    _totals("held out fresh", measured)
 
 
 LARGE_BYTES = 64 << 20
