@@ -180,6 +180,27 @@ def test_a_count_of_one_is_singular() -> None:
     assert '  .[].tags[]  str  1 item  always "a"' in found.text.splitlines(), found.text
 
 
+def test_arrays_and_maps_of_scalars_are_counted_and_tallied() -> None:
+    """Scalars in an array or a map of names: counted as items (entries), with their types
+    and (while they are few) their values."""
+    records = [
+        {
+            "id": n,
+            "tags": [["a", "b"], ["b"], []][n % 3],
+            "ids": [n, n + 1] if n != 7 else [n, "x"],
+            "pins": {f"pkg-{n}": f"^{n}.0.0", "left-pad": "1.0.0"},
+        }
+        for n in range(30)
+    ]
+    data = json.dumps(records).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None
+    lines = found.text.splitlines()
+    assert '  .[].tags[]  str  30 items  values: "b" ×20, "a" ×10' in lines, found.text
+    assert "  .[].ids[]  int|str  60 items" in lines, found.text
+    assert "  .[].pins[]  str  60 entries" in lines, found.text
+
+
 def test_a_record_whose_items_repeat_a_sign_counts_once() -> None:
     """One suite of ten with 30 failed tests: each failed item counted the sign again, so
     "30 of the 10 records" read as the norm and the suite was not listed."""
