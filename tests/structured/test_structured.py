@@ -201,6 +201,18 @@ def test_arrays_and_maps_of_scalars_are_counted_and_tallied() -> None:
     assert "  .[].pins[]  str  60 entries" in lines, found.text
 
 
+def test_a_share_of_100_percent_means_every_record() -> None:
+    """A field one record of the 200 walked lacks is at 99.5%, not rounded up to 100%."""
+    records: list[dict[str, object]] = [{"id": n, "pkg": "x"} for n in range(300)]
+    del records[150]["pkg"]
+    data = json.dumps(records).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None
+    lines = found.text.splitlines()
+    assert '  .[].pkg  str  99.5%  always "x"' in lines, found.text
+    assert "  .[].id  int  100%" in lines, found.text
+
+
 def test_a_record_whose_items_repeat_a_sign_counts_once() -> None:
     """One suite of ten with 30 failed tests: each failed item counted the sign again, so
     "30 of the 10 records" read as the norm and the suite was not listed."""

@@ -106,7 +106,9 @@ def _share(part: int, whole: int) -> str:
         return "100%"
     pct = 100 * part / whole
     if pct >= 10:
-        return f"{pct:.0f}%"
+        shown = f"{pct:.0f}%"
+        # (100% says every record has it: 200 of 201 is 99.5%)
+        return shown if shown != "100%" else f"{min(pct, 99.9):.1f}%"
     if pct >= 1:
         return f"{pct:.1f}%"
     return f"{pct:.2g}%"
