@@ -213,6 +213,15 @@ def test_a_share_of_100_percent_means_every_record() -> None:
     assert "  .[].id  int  100%" in lines, found.text
 
 
+def test_a_rare_value_is_shown_as_the_field_s_values_are() -> None:
+    records = [{"id": n, "kind": "z" if n == 77 else "a", "ok": n != 78} for n in range(300)]
+    data = json.dumps(records).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None
+    assert '.[77]: {"id":77,"kind":"z","ok":true}  <- rare kind="z" (×1)' in found.text, found.text
+    assert "<- rare ok=false (×1)" in found.text or "<- ok=false" in found.text, found.text
+
+
 def test_a_record_whose_items_repeat_a_sign_counts_once() -> None:
     """One suite of ten with 30 failed tests: each failed item counted the sign again, so
     "30 of the 10 records" read as the norm and the suite was not listed."""

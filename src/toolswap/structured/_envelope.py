@@ -12,7 +12,7 @@ from typing import Any
 from ._fast_path import _Accumulator
 from ._fields import SAMPLE_RECORDS
 from ._source import _BATCH
-from ._values import _key_path
+from ._values import _counted, _key_path
 
 __all__ = [
     "RAW_KINDS",
@@ -41,8 +41,9 @@ of more than ``RECORD_EVENTS`` events, is a wrapper, not a collection: its eleme
 as envelope, and the arrays in them are the collections (SARIF's ``runs``, each run one
 object holding its ``results``; trivy's ``Results``, one per target). Their patterns take
 ``[]`` for the wrapper's index (``.runs[].results[]``), their records' paths the index
-itself (``.runs[0].results[7]``). The elements are records too, of ``.runs[]``, without the
-collections in them (``wrapper_records``), so a failing one is listed. In a document read
+itself (``.runs[0].results[7]``). The elements are records too, of ``.runs[]``, each
+collection in them an empty array there (``wrapper_records``), so a failing one is listed.
+In a document read
 in part, an array the part ends in counts the elements it began. Each array is judged on
 its own (by its path); past ``_MAX_WRAPPERS`` found, arrays are collections again."""
 _MAX_WRAPPERS = 8
@@ -96,7 +97,7 @@ def _shown(node: object) -> object:
             return f"{{entries: {node.pattern}}}"
         if node.count is None:
             return f"[elements: {node.pattern}]"
-        return f"[{node.count:,} element{'' if node.count == 1 else 's'}: {node.pattern}]"
+        return f"[{_counted(node.count, 'element')}: {node.pattern}]"
     if isinstance(node, dict):
         return {key: _shown(value) for key, value in node.items()}
     if isinstance(node, list):

@@ -132,8 +132,8 @@ def _check_utf8(data: bytes) -> None:
 def _scan_tree(data: bytes, acc: _Accumulator) -> object:
     """Feed the records of the JSON object document ``data`` to ``acc``; return its envelope
     (see ``_read_json._scan_json``). An array found to be a wrapper (``WRAPPER_ELEMENTS``) has
-    the document read again, as the event pass does, with every array at that field path
-    read as one.
+    the document read again, as the event pass does, with the array at that path read as
+    one.
 
     Raises:
         _Fallback: msgspec is not installed or refuses the document, or its envelope nests

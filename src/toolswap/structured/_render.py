@@ -13,7 +13,7 @@ from ._envelope import _Summary
 from ._fast_path import _Accumulator
 from ._fields import _MAX_FIELDS, SAMPLE_RECORDS, _Collection, _Field
 from ._signs import _MAX_FAILURES
-from ._values import _compact, _tolerant_path, _utf8_text
+from ._values import _compact, _counted, _tolerant_path, _utf8_text
 from .hints import RARE_HEADING
 
 __all__ = ["_envelope", "_example", "_render"]
@@ -51,31 +51,6 @@ def _envelope(value: object, acc: _Accumulator, limit: int = 900) -> str:
 
     text = render(value, limit)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-_KIND_NAMES = {
-    "object": ("object", "objects"),
-    "array": ("array", "arrays"),
-    "str": ("string", "strings"),
-    "int": ("int", "ints"),
-    "float": ("float", "floats"),
-    "bool": ("boolean", "booleans"),
-    "null": ("null", "nulls"),
-}
-
-
-def _counted(count: int, kind: str) -> str:
-    """``1 object``, ``3,885 objects``: a count and its kind's name (``_KIND_NAMES``, or
-    ``record``, ``item``, ``element``, ``entry``)."""
-    if kind in _KIND_NAMES:
-        one, many = _KIND_NAMES[kind]
-    elif kind == "entry":
-        one, many = "entry", "entries"
-    elif kind in ("record", "item", "element"):
-        one, many = kind, kind + "s"
-    else:  # a type the outline has no name for
-        one, many = kind + " value", kind + " values"
-    return f"{count:,} {one if count == 1 else many}"
 
 
 def _count_kinds(coll: _Collection | None, *, entries: bool = False) -> str:
@@ -321,7 +296,7 @@ def _render(
                 (
                     1,
                     f"{rpath}: {rtext}  <- rare {path.rsplit('.', 1)[-1]}="
-                    f"{value if 'str' not in field.types else repr(value)} (×{count})",
+                    f"{_value_text(field, value)} (×{count})",
                 )
             )
     if field_rows:

@@ -16,6 +16,7 @@ __all__ = [
     "_TYPE_NAMES",
     "_cell",
     "_compact",
+    "_counted",
     "_key_path",
     "_scalar_cells",
     "_tolerant_path",
@@ -170,3 +171,28 @@ def _tolerant_path(pattern: str) -> str:
     ``.a[]``): a record without the field, or a string where objects are, gives nothing
     rather than an error that ends the query."""
     return "".join(segment + "?" for segment in _SEGMENT.findall(pattern))
+
+
+_KIND_NAMES = {
+    "object": ("object", "objects"),
+    "array": ("array", "arrays"),
+    "str": ("string", "strings"),
+    "int": ("int", "ints"),
+    "float": ("float", "floats"),
+    "bool": ("boolean", "booleans"),
+    "null": ("null", "nulls"),
+}
+
+
+def _counted(count: int, kind: str) -> str:
+    """``1 object``, ``3,885 objects``: a count and its kind's name (``_KIND_NAMES``, or
+    ``record``, ``item``, ``element``, ``entry``)."""
+    if kind in _KIND_NAMES:
+        one, many = _KIND_NAMES[kind]
+    elif kind == "entry":
+        one, many = "entry", "entries"
+    elif kind in ("record", "item", "element"):
+        one, many = kind, kind + "s"
+    else:  # a type the outline has no name for
+        one, many = kind + " value", kind + " values"
+    return f"{count:,} {one if count == 1 else many}"
