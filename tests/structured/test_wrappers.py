@@ -338,3 +338,34 @@ def test_a_collection_that_is_also_a_field_of_other_records_says_so(
     ), found.text
     assert ".runs[].results[]: 5,001 objects" in found.text
     assert "  .runs[].results[].codeFlows  array  100%" in lines, found.text
+
+
+def test_a_collection_in_records_too_large_to_walk_says_it_may_count_fewer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run 0's one result is a wrapper's element (its codeFlows a collection of 25,000);
+    run 1's ten results are records, one of them too large to walk, with 25,000 more
+    codeFlows that nothing counts: the collection says so (jq finds 50,018; it said 25,018
+    or more from the records walked, a review's fuzzing found such counts short)."""
+    huge = {"ruleId": "X", "codeFlows": [{"step": n} for n in range(25_000)]}
+    small = {"ruleId": "Y", "codeFlows": [{"step": 0}, {"step": 1}]}
+    doc = {"runs": [{"results": [huge]}, {"results": [small] * 9 + [huge]}]}
+    data = json.dumps(doc).encode()
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    lines = found.text.splitlines()
+    at = lines.index(".runs[].results[].codeFlows[]: 25,000 objects {step: int}")
+    notes = lines[
+        at + 1 : lines.index(".runs[].results[]: 11 objects {ruleId: str, codeFlows: [object]}")
+    ]
+    assert "  (more may be in the 1 record of .runs[].results[] too large to outline)" in notes, (
+        found.text
+    )
+    assert lines[
+        lines.index(".runs[].results[]: 11 objects {ruleId: str, codeFlows: [object]}") + 1
+    ] == ("  (1 record too large to outline)")
+    # A collection with no such records above it says nothing of the kind.
+    plain = json.dumps({"runs": [{"results": [huge]}, {"results": [small] * 9}]}).encode()
+    shown = _outline(plain)
+    assert shown is not None and "more may be in" not in shown.text, shown.text

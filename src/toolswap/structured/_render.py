@@ -198,6 +198,9 @@ def _render(
     samples: list[tuple[int, str]] = []
     failure_total = 0
     shapes: list[tuple[int, str, str]] = []  # (row, head, pattern) of each record shape
+    # Collections with records too large to walk: what they hold is not counted, so a
+    # collection nested in their records (a wrapper's arrays in a wrapper) says so.
+    unwalked = [(q, c.oversized) for q, c in acc.collections.items() if c.oversized]
     for pattern, coll in acc.collections.items():
         if coll.count == 0:
             continue
@@ -226,6 +229,15 @@ def _render(
                     f"{coll.count + also:,}{more} in all)",
                 )
             )
+        for outer, oversized in unwalked:
+            if outer != pattern and pattern.startswith(outer):
+                rows.append(
+                    (
+                        0,
+                        f"  (more may be in the {_counted(oversized, 'record')} of {outer} "
+                        "too large to outline)",
+                    )
+                )
         rows.extend(
             (0, note) for note in _nest_notes(acc, pattern, sampled=coll.walked < coll.count)
         )
