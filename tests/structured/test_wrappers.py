@@ -369,3 +369,32 @@ def test_a_collection_in_records_too_large_to_walk_says_it_may_count_fewer(
     plain = json.dumps({"runs": [{"results": [huge]}, {"results": [small] * 9}]}).encode()
     shown = _outline(plain)
     assert shown is not None and "more may be in" not in shown.text, shown.text
+
+
+def test_a_wrapper_is_known_at_its_element_too_large_to_be_a_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A SARIF log of one run, read by events: the run is guessed to be a wrapper's element
+    as soon as it passes a record's events, so the document is read about once, not once
+    to the end of the run and then again (a 263 MB log's outline took 410 ms, now 240)."""
+    data = _sarif(6_000)
+    reads: list[int] = []
+
+    def read(count: int, offset: int) -> bytes:
+        reads.append(count)
+        return data[offset : offset + count]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_read_json, "_WHOLE_DOCUMENT", 0)
+        found = outline("json", read, len(data))
+    assert found is not None and found == _outline(data)
+    assert ".runs[].results[]: 6,000 objects" in found.text
+    assert sum(reads) < 1.3 * len(data), (sum(reads), len(data))
+    # A guess that the array is longer than a wrapper undoes: the ten files are records,
+    # one too large to walk (read once more, as before the guess).
+    files = [{"id": n} for n in range(10)]
+    files[1] = {"id": 1, "values": list(range(25_000))}
+    longer = json.dumps({"files": files}).encode()
+    found = _by_events(longer, monkeypatch)
+    assert found is not None and found == _outline(longer)
+    assert ".files[]: 10 objects {id: int}\n  (1 record too large to outline)" in found.text

@@ -50,24 +50,43 @@ _MAX_WRAPPERS = 8
 """Wrapper arrays one document may have: each one found reads the document again."""
 
 
+_MAX_GUESSES = 8
+"""Arrays guessed to be wrappers (``_Wrapper.guess``) that turned out longer: past these, a
+document's arrays are judged at their end only (each wrong guess reads it once more)."""
+
+
 class _Wrapper(Exception):
     """The array at ``path`` is a wrapper (see ``WRAPPER_ELEMENTS``): the document is read
-    again, from its start, with ``path`` among the known ones."""
+    again, from its start, with ``path`` among the known ones. ``guess``: it was raised
+    at the element too large to be a record, before the array's end (the pass over the
+    rest of a part was wasted, 8 MiB of a SARIF log's one run in Python's events); the
+    next pass raises ``_NotWrapper`` if the array turns out longer."""
+
+    def __init__(self, path: str, *, guess: bool = False) -> None:
+        super().__init__(path)
+        self.path = path
+        self.guess = guess
+
+
+class _NotWrapper(Exception):
+    """The array at ``path``, guessed to be a wrapper, has more than ``WRAPPER_ELEMENTS``
+    elements: the document is read again with ``path`` judged at its end, as any array."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self.path = path
 
 
-def found_wrapper(path: str, known: set[str]) -> None:
-    """The array at ``path`` was found to be a wrapper: raise ``_Wrapper``, unless
-    ``known`` holds ``_MAX_WRAPPERS`` already (the array then stays a collection).
+def found_wrapper(path: str, known: set[str], *, guess: bool = False) -> None:
+    """The array at ``path`` was found to be a wrapper (``guess``: by an element, before
+    its end): raise ``_Wrapper``, unless ``known`` holds ``_MAX_WRAPPERS`` already (the
+    array then stays a collection).
 
     Raises:
         _Wrapper: ``path`` is to be read again as a wrapper.
     """
     if len(known) < _MAX_WRAPPERS:
-        raise _Wrapper(path)
+        raise _Wrapper(path, guess=guess)
 
 
 def wrapper_records(acc: _Accumulator, field: str, path: str, elements: list[object]) -> None:

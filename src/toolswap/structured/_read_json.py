@@ -17,10 +17,12 @@ from typing import Any
 from ._decode import loads
 from ._envelope import (
     _ENVELOPE_MEMBERS,
+    _MAX_GUESSES,
     RAW_KINDS,
     RECORD_EVENTS,
     WRAPPER_ELEMENTS,
     _collapse,
+    _NotWrapper,
     _Records,
     _Summary,
     _Wrapper,
@@ -65,14 +67,32 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
         if whole is not None:
             return whole
     wrappers: set[str] = set()
+    guessed: set[str] = set()
+    refused: set[str] = set()
     exact = False
     while True:
         try:
-            return _scan_object(read, limit, acc, size=size, exact=exact, wrappers=wrappers)
+            return _scan_object(
+                read,
+                limit,
+                acc,
+                size=size,
+                exact=exact,
+                wrappers=wrappers,
+                guessed=guessed,
+                refused=refused,
+            )
         except _Wrapper as found:
             # An array found to be a wrapper (``WRAPPER_ELEMENTS``): read again, that array's
             # elements as envelope.
             wrappers.add(found.path)
+            if found.guess:
+                guessed.add(found.path)
+        except _NotWrapper as wrong:
+            # A guess that was wrong: the array is judged at its end from now on.
+            wrappers.discard(wrong.path)
+            guessed.discard(wrong.path)
+            refused.add(wrong.path)
         except Exception as exc:  # ijson's errors
             if exact or not overflowed(exc) or not exact_read_is_safe(read, min(limit, size)):
                 raise
@@ -84,14 +104,28 @@ def _scan_json(read: Read, limit: int, acc: _Accumulator, *, size: int) -> objec
 
 
 def _scan_object(
-    read: Read, limit: int, acc: _Accumulator, *, size: int, exact: bool, wrappers: set[str]
+    read: Read,
+    limit: int,
+    acc: _Accumulator,
+    *,
+    size: int,
+    exact: bool,
+    wrappers: set[str],
+    guessed: set[str],
+    refused: set[str],
 ) -> object:
     """``_scan_json`` of a document read by ijson's events (``exact``: numbers read without
     ``use_float``, which stops at an integer past 64 bits; ``wrappers``: the paths of the
-    arrays known to be wrappers, whose elements are read as envelope).
+    arrays known to be wrappers, whose elements are read as envelope; ``guessed``: those of
+    them guessed by an element, before their end; ``refused``: arrays whose guess was
+    wrong, judged at their end only).
 
     Raises:
-        _Wrapper: an array not in ``wrappers`` turned out to be one.
+        _Wrapper: an array not in ``wrappers`` turned out to be one, or is guessed to be:
+            one of its first ``WRAPPER_ELEMENTS`` elements is an object of more than
+            ``RECORD_EVENTS`` events (an array's end, or the part's, decides as well,
+            later; a guess spares reading the rest of that element).
+        _NotWrapper: an array in ``guessed`` has more elements than a wrapper.
     """
     import ijson  # a C extension: only for outputs that look like JSON
 
@@ -147,6 +181,8 @@ def _scan_object(
 
     def put(container: Any, key: Any, value: object) -> None:
         if isinstance(container, list):
+            if len(container) >= WRAPPER_ELEMENTS and path_of[-1] in guessed:
+                raise _NotWrapper(path_of[-1])
             container.append(value)
         elif isinstance(container, dict):
             members[id(container)] = members.get(id(container), 0) + 1
@@ -225,6 +261,14 @@ def _scan_object(
             if building and record_events > RECORD_EVENTS:
                 skipped = _type_name(building[0][0])
                 big_object = big_object or skipped == "object"
+                if (
+                    skipped == "object"
+                    and index < WRAPPER_ELEMENTS
+                    and not stack[-1][0].names
+                    and len(refused) < _MAX_GUESSES
+                    and path_of[-1] not in refused
+                ):
+                    found_wrapper(path_of[-1], wrappers, guess=True)
                 skip_depth = len(building)
                 building = []
             continue
