@@ -28,6 +28,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from . import durable
 from ._counter import OutputCounter
@@ -69,6 +70,18 @@ _WRITEBACK_STEP = 8 << 20
 
 Inspect = Callable[[bytes, Callable[[int, int], bytes], int], str]
 """``inspect(head, read, size)``: the outline of a structured output, or ``""``."""
+
+
+class Outliner(Protocol):
+    """Outlines computed in another process (``structured.outline_process``)."""
+
+    def warm(self) -> None:
+        """Get ready for the outlines to come (an output looks structured)."""
+
+    def submit(self, head: bytes, fd: int, size: int) -> Callable[[], str] | None:
+        """Start the outline of the output in ``fd``: what waits for its text, or None
+        (the capture outlines it on its thread)."""
+
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -161,6 +174,11 @@ class StreamCapture:
             ``""``) from the finished file, on a thread of its own that reads a duplicate
             of the descriptor: it runs while the file is fsynced and the artifact is
             recorded, and the stats' ``outline`` waits for it.
+        outliner: where a structured output's outline is computed instead, when it can
+            take it (``submit``): in another process, handed the descriptor as soon as the
+            output is written, so the outline runs beside the failure-line scan too, on
+            another core; an outline computed on the thread gets it ready (``warm``) for
+            the outputs to come.
     """
 
     def __init__(
@@ -173,10 +191,12 @@ class StreamCapture:
         scan_limit: int,
         tail_scan: int = 0,
         inspect: Inspect | None = None,
+        outliner: Outliner | None = None,
         preview_zones: tuple[int, int] = (0, 0),
     ) -> None:
         self._dir_fd = dir_fd
         self._inspect = inspect
+        self._outliner = outliner if inspect is not None else None
         self._zones = preview_zones
         self.tmp_name = temporary_filename(os.getpid(), os.urandom(8).hex())
         self._error: BaseException | None = None
@@ -588,6 +608,9 @@ class StreamCapture:
         self._counter.finish()
         if self._worker is not None:
             self._written.wait()
+        # Every byte is in the file: another process can outline it now, beside the rest.
+        outline = self._submit_outline() if self._structured else None
+        if self._worker is not None:
             self._join_feeder()  # grep has every byte before the scan ends its input
         # The scan reads back what was just written (from the page cache) and holds the
         # GIL; the worker's fsync, running meanwhile, does not need it.
@@ -601,7 +624,8 @@ class StreamCapture:
                 head_zone=self._zones[0],
                 tail_zone=self._zones[1],
             )
-        outline = self._start_outline()
+        if outline is None:
+            outline = self._start_outline()
         if self._worker is not None:
             self._worker.join()
             self._worker = None
@@ -649,21 +673,42 @@ class StreamCapture:
             return self._searched_to
         return scanner.lines_end
 
-    def _start_outline(self) -> Callable[[], str] | None:
-        """Start outlining the written file on a thread; return what waits for it. It runs
-        beside the fsync and the artifact's record, after the failure-line scan: a thread
-        started earlier held the GIL the scan needed, and each made the other wait."""
+    def _outline_head(self) -> bytes | None:
+        """The head to outline the written file from, or None: no outline (it is off, the
+        output failed, is binary, or its head reads as text)."""
         if self._inspect is None or self._error is not None or self._counter.binary:
             return None
         from .structured import sniff  # the head alone turns text away, with no thread
 
-        inspect, head, size = self._inspect, bytes(self._head), self._counter.size
+        head = bytes(self._head)
         try:
-            kind = sniff(head, complete=len(head) >= size)
+            kind = sniff(head, complete=len(head) >= self._counter.size)
         except Exception:  # an outline is a convenience: a surprise never costs the output
             return None
-        if kind is None:
+        return None if kind is None else head
+
+    def _submit_outline(self) -> Callable[[], str] | None:
+        """Hand the outline to the outliner, if there is one and it can take it now; return
+        what waits for it."""
+        if self._outliner is None:
             return None
+        head = self._outline_head()
+        if head is None:
+            return None
+        try:
+            return self._outliner.submit(head, self._fd, self._counter.size)
+        except Exception:  # (as on the thread: the capture goes on, outlined there)
+            return None
+
+    def _start_outline(self) -> Callable[[], str] | None:
+        """Start outlining the written file on a thread; return what waits for it. It runs
+        beside the fsync and the artifact's record, after the failure-line scan: a thread
+        started earlier held the GIL the scan needed, and each made the other wait."""
+        head = self._outline_head()
+        if head is None:
+            return None
+        assert self._inspect is not None
+        inspect, size = self._inspect, self._counter.size
         # Its own descriptor: the capture closes its one (and renames the file) meanwhile.
         try:
             fd = os.dup(self._fd)
@@ -692,8 +737,14 @@ class StreamCapture:
             os.close(fd)
             return None
 
+        outliner = self._outliner if self._structured else None
+
         def result() -> str:
             thread.join()
+            if outliner is not None:
+                # Started once this outline is done (it would compete with this capture
+                # for the cores): the outlines to come run there.
+                outliner.warm()
             return found[0]
 
         return result

@@ -71,6 +71,25 @@ class CallFacts(TypedDict, total=False):
 _HEAD_SLACK = 8
 
 
+class _Outlines:
+    """This process's outline helper (``structured.outline_process.OUTLINES``), imported
+    when an output first looks structured, and looked up at each call (a forked child has
+    its own)."""
+
+    def warm(self) -> None:
+        from .structured import outline_process
+
+        outline_process.OUTLINES.warm()
+
+    def submit(self, head: bytes, fd: int, size: int) -> Callable[[], str] | None:
+        from .structured import outline_process
+
+        return outline_process.OUTLINES.submit(head, fd, size)
+
+
+_OUTLINES = _Outlines()
+
+
 def head_kept(settings: ExternalizerSettings, tool_name: str) -> int:
     """The bytes of an output's head a capture keeps: enough for the default summary's
     first line whatever ``head_bytes`` is, and for a pointer that shows an output whole
@@ -285,6 +304,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
                 scan_limit=s.salient_scan_bytes,
                 tail_scan=s.salient_tail_scan_bytes,
                 inspect=inspect_output if s.structured_outline else None,
+                outliner=_OUTLINES if s.outline_process else None,
             )
             for chunk in chunks:
                 capture.write(chunk)

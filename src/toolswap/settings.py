@@ -16,6 +16,8 @@ Environment (``TOOLSWAP_*`` wins where both name the same thing):
   show (6144 / 24576), as sizes (``6144``, ``6K``).
 - ``TOOLSWAP_OUTLINE``: ``off`` (or ``0``, ``false``, ``no``) captures JSON, JSON Lines and
   tables as text, with no structure outline in the pointer (default ``on``).
+- ``TOOLSWAP_OUTLINE_PROCESS``: ``off`` outlines on a thread of the capturing process only,
+  never in a helper process (default ``on``).
 
 Sizes and durations have one grammar each, here (:func:`parse_size`, :func:`parse_duration`),
 used by the environment and the CLI alike; ``docs/configuration.md`` spells them out.
@@ -334,6 +336,12 @@ class ExternalizerSettings:
     structured_outline: bool = True
     """Outline JSON, JSON Lines, CSV and TSV outputs in the pointer (off: treated as text;
     ``query_artifact`` still reads them)."""
+    outline_process: bool = True
+    """Compute outlines in a helper process, on another core, beside the rest of the
+    capture (``structured.outline_process``): the first structured output of a process
+    starts it, and the outlines after it run there (off: each on a thread of the capturing
+    process, holding its GIL; a process that captures once, as ``toolswap run``, gains
+    nothing from a helper)."""
     bash_tools: frozenset[str] = frozenset({"bash"})
     tools: Mapping[str, ToolThreshold] = field(default_factory=dict)
     """Per-tool rules, by exact tool name; they win over the bash and default thresholds."""
@@ -357,10 +365,9 @@ class ExternalizerSettings:
                 f"head_bytes + tail_bytes must leave 1 KiB of the {POINTER_MAX_BYTES}-byte "
                 "pointer for its header"
             )
-        if not isinstance(self.structured_outline, bool):
-            raise ConfigurationError(
-                f"structured_outline must be a bool, not {self.structured_outline!r}"
-            )
+        for name in ("structured_outline", "outline_process"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(f"{name} must be a bool, not {getattr(self, name)!r}")
         for tool, rule in self.tools.items():
             if not isinstance(rule, ToolThreshold):
                 raise ConfigurationError(f"tools[{tool!r}] must be a ToolThreshold")
@@ -400,15 +407,17 @@ class ExternalizerSettings:
                     changes[attr] = (
                         _env_size(name, raw) if scale is None else _positive_int(name, raw) * scale
                     )
-        raw_outline = env.get("TOOLSWAP_OUTLINE")
-        if raw_outline is not None and raw_outline.strip():
-            word = raw_outline.strip().lower()
-            if word in ("off", "0", "false", "no"):
-                changes["structured_outline"] = False
-            elif word not in ("on", "1", "true", "yes"):
-                raise ConfigurationError(
-                    f"TOOLSWAP_OUTLINE={raw_outline!r}: expected 'on' or 'off'"
-                )
+        for name, attr in (
+            ("TOOLSWAP_OUTLINE", "structured_outline"),
+            ("TOOLSWAP_OUTLINE_PROCESS", "outline_process"),
+        ):
+            raw_switch = env.get(name)
+            if raw_switch is not None and raw_switch.strip():
+                word = raw_switch.strip().lower()
+                if word in ("off", "0", "false", "no"):
+                    changes[attr] = False
+                elif word not in ("on", "1", "true", "yes"):
+                    raise ConfigurationError(f"{name}={raw_switch!r}: expected 'on' or 'off'")
         raw_rules = env.get("TOOLSWAP_TOOL_THRESHOLDS")
         if raw_rules:
             changes["tools"] = _parse_tool_rules(raw_rules)

@@ -314,7 +314,11 @@ def _preview_problems(output: bytes, preview: str) -> list[str]:
 
 
 def _join_helper_threads() -> None:
+    from toolswap.structured.outline_process import SERVICE_THREAD
+
     for thread in threading.enumerate():
+        if thread.name == SERVICE_THREAD:
+            continue  # (the outline helper's, which serves every capture after the first)
         if thread.name.startswith(_THREAD_PREFIX) and thread is not threading.current_thread():
             thread.join(10)
             if thread.is_alive():

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from typing import TextIO
 
     from ..artifact import ExternalizedToolResult
+    from ..settings import ExternalizerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -123,7 +124,21 @@ def open_externalizer(
     read_hint: str = "cli",
 ) -> ToolResultExternalizer:
     session = resolve_session(session_id, workspace, session_dir, create=create)
-    return ToolResultExternalizer(session, read_hint=read_hint)  # type: ignore[arg-type]
+    return ToolResultExternalizer(
+        session,
+        read_hint=read_hint,  # type: ignore[arg-type]
+        settings=_one_shot_settings(),
+    )
+
+
+def _one_shot_settings() -> ExternalizerSettings:
+    """The environment's settings for a command that captures once and exits: no outline
+    helper process (it would start for the one output it can no longer serve)."""
+    from dataclasses import replace
+
+    from ..settings import ExternalizerSettings
+
+    return replace(ExternalizerSettings.from_env(), outline_process=False)
 
 
 def session_for_source(source_id: str, workspace: str | None, session_dir: Path | None) -> Session:
@@ -147,7 +162,7 @@ def save_if_large(
     or was cut (a query's results, a record), else None (print it)."""
     if not truncated and len(text.encode()) <= max_bytes:
         return None
-    ext = ToolResultExternalizer(session)
+    ext = ToolResultExternalizer(session, settings=_one_shot_settings())
     return ext.externalize(text, tool, summary=" ".join(summary.split())[:240])
 
 

@@ -1,0 +1,86 @@
+"""The helper process that outlines structured outputs beside the capture, on another core
+(``toolswap.structured.outline_process`` starts it and speaks to it).
+
+argv: FD, one end of a Unix ``SOCK_SEQPACKET`` socket pair. Once its imports are done it
+sends ``READY``; then it answers each request in turn. A request is one message: the
+output's size and the length of its head (``HEADER``), then the head's bytes, with the
+output's file descriptor attached (``SCM_RIGHTS``: the file is read with ``pread``, never
+opened by a name). The answer is one message, ``ANSWER`` and the outline's UTF-8 text (none
+for text, or for an output it could not read; a message is never empty, which would read
+as the socket's end). It exits when the socket closes: its parent closed it,
+exited or was killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import struct
+import sys
+from collections.abc import Callable
+
+Inspect = Callable[[bytes, Callable[[int, int], bytes], int], str]
+
+__all__ = ["ANSWER", "HEADER", "MAX_REQUEST", "READY", "main"]
+
+READY = b"R"
+ANSWER = b"="
+HEADER = struct.Struct("<QQ")
+"""A request's first bytes: the output's size, the head's length."""
+MAX_REQUEST = HEADER.size + (1 << 20)
+"""The longest request taken (a head is at most ``head_kept`` bytes: tens of KiB)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    # Its parent's terminal's signals are not for it (it is in a session of its own too):
+    # it ends when its socket does.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # (Started from a helper thread, which blocks every signal: the mask is inherited.)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    sock = socket.socket(fileno=int(args[0]))
+    from . import inspect_output
+
+    with contextlib.suppress(ImportError):  # (the readers import them on first use)
+        import ijson  # noqa: F401
+        import msgspec  # noqa: F401
+
+        from . import outline  # noqa: F401
+    try:
+        sock.send(READY)
+        while True:
+            message, fds, _flags, _address = socket.recv_fds(sock, MAX_REQUEST, 1)
+            if not message:
+                return 0
+            try:
+                text = _answer(message, fds, inspect_output)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            sock.send(ANSWER + text.encode("utf-8", "surrogateescape"))
+    except OSError:
+        return 0  # the parent went away
+
+
+def _answer(message: bytes, fds: list[int], inspect: Inspect) -> str:
+    if len(fds) != 1 or len(message) < HEADER.size:
+        return ""
+    size, head_length = HEADER.unpack_from(message)
+    head = message[HEADER.size :]
+    if len(head) != head_length:
+        return ""
+    fd = fds[0]
+
+    def read(count: int, offset: int) -> bytes:
+        return os.pread(fd, count, offset)
+
+    try:
+        return inspect(head, read, size)
+    except Exception:  # an outline is a convenience: the capture goes on without one
+        return ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""Outlines computed in a helper process, on another core, while the capture goes on.
+
+The outline is Python that holds the GIL (0.5 us a value: 40 ms for `npm ls --all --json`'s
+840 KB), so on a thread it adds its whole time to the capture's. One helper process per
+Python process (``OUTLINES``) takes it beside the capture instead: the capture hands it the
+output's file descriptor as soon as the output is written, and goes on with its failure
+lines, its fsync and its record meanwhile. The helper (``_outline_worker``) runs the same
+``inspect_output``, so the outline is the same text either way.
+
+It is started once the first structured output's outline is done on the capture's thread
+(``warm``: not sooner, where it would compete with that capture for the cores) and serves
+the outputs after it; a process that captures once (``toolswap run``) does not start it. When it is
+not ready, is busy with another capture's outline, cannot start or has died, ``submit``
+says so and the capture outlines on its thread, as without it. It runs in a session of its
+own (a terminal's Ctrl-C is not for it) and ends when its socket closes: when this process
+exits or is killed, or forks (the child starts its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from .._threads import start_helper_thread
+from ._outline_worker import ANSWER, HEADER, MAX_REQUEST, READY
+
+__all__ = ["OUTLINES", "SERVICE_THREAD", "OutlineProcess"]
+
+SERVICE_THREAD = "toolswap-outline-process"
+"""The name of the thread that starts the helper and takes its answers: it lives as long as
+the helper does, not as long as one capture."""
+
+_DEADLINE = 60.0
+"""Seconds an outline may take in the helper before it is stopped (it is then stuck: the
+largest part an outline parses takes a few seconds) and the pointer goes without one."""
+_MAX_STARTS = 3
+"""Helpers one process starts at most: one that keeps dying is not started again."""
+_MAX_ANSWER = 1 << 20
+
+
+class _Pending:
+    """One outline asked of the helper: its answer, once it came (or "" if it never will)."""
+
+    __slots__ = ("done", "text")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.text = ""
+
+    def answer(self, text: str) -> None:
+        self.text = text
+        self.done.set()
+
+
+class OutlineProcess:
+    """The helper process that outlines structured outputs (see the module's text)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid = 0
+        """The process that started the helper (a forked child does not use it)."""
+        self._ready = False
+        self._pending: _Pending | None = None
+        """The outline in flight: one at a time (a second capture outlines on its thread)."""
+        self._starts = 0
+
+    @property
+    def ready(self) -> bool:
+        """Whether the helper runs here and has started (it may still be busy)."""
+        with self._lock:
+            return self._own() and self._ready
+
+    def warm(self) -> None:
+        """Start the helper, unless it runs here already, is starting, or cannot help (one
+        core, no interpreter to start, or it died ``_MAX_STARTS`` times)."""
+        with self._lock:
+            if self._own() or self._starts >= _MAX_STARTS or not _worth_starting():
+                return
+            self._starts += 1
+            try:
+                parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            except OSError:
+                return
+            self._sock, self._pid, self._ready, self._proc = parent, os.getpid(), False, None
+        try:
+            # (Started and read on a thread of its own: the capture does not wait for it.)
+            start_helper_thread(lambda: self._serve(parent, child), SERVICE_THREAD)
+        except RuntimeError:
+            child.close()
+            self._forget(parent)
+
+    def submit(self, head: bytes, fd: int, size: int) -> Callable[[], str] | None:
+        """Hand the outline of the output in ``fd`` (``size`` bytes, its first bytes
+        ``head``) to the helper: return what waits for the outline's text, or None when the
+        helper cannot take it now (the caller outlines it itself)."""
+        with self._lock:
+            sock = self._sock
+            if sock is None or not self._own() or not self._ready or self._pending is not None:
+                return None
+            if HEADER.size + len(head) > MAX_REQUEST:
+                return None
+            pending = _Pending()
+            try:
+                socket.send_fds(sock, [HEADER.pack(size, len(head)) + head], [fd])
+            except OSError:
+                self._close(sock)
+                return None
+            self._pending = pending
+
+        def wait() -> str:
+            if not pending.done.wait(_DEADLINE):
+                with self._lock:
+                    if self._sock is sock:
+                        self._close(sock)  # stuck: stopped (its socket closes, it ends)
+                pending.answer("")
+            return pending.text
+
+        return wait
+
+    def _own(self) -> bool:
+        return self._sock is not None and self._pid == os.getpid()
+
+    def _serve(self, parent: socket.socket, child: socket.socket) -> None:
+        """Start the helper, then take its answers until its socket closes."""
+        # The directory this toolswap is imported from comes first on the helper's path.
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        try:
+            with child:
+                proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "toolswap.structured._outline_worker",
+                        str(child.fileno()),
+                    ],
+                    pass_fds=(child.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env=env,
+                )
+        except (OSError, ValueError, subprocess.SubprocessError):
+            self._forget(parent)
+            return
+        with self._lock:
+            if self._sock is parent:
+                self._proc = proc
+        try:
+            while message := parent.recv(_MAX_ANSWER):
+                with self._lock:
+                    if message == READY and not self._ready:
+                        self._ready = True
+                        continue
+                    pending, self._pending = self._pending, None
+                if pending is not None and message[:1] == ANSWER:
+                    pending.answer(message[1:].decode("utf-8", "surrogateescape"))
+        except OSError:
+            pass
+        finally:
+            self._forget(parent)
+            proc.wait()
+
+    def _forget(self, sock: socket.socket) -> None:
+        """The helper behind ``sock`` is gone: its outline in flight gets none."""
+        with self._lock:
+            pending = None
+            if self._sock is sock:
+                pending, self._pending = self._pending, None
+                self._sock, self._ready = None, False
+        sock.close()
+        if pending is not None:
+            pending.answer("")
+
+    def _close(self, sock: socket.socket) -> None:
+        """Stop the helper behind ``sock`` (the lock is held): its reader sees the end, and
+        the outline in flight gets none."""
+        pending, self._pending = self._pending, None
+        self._sock, self._ready = None, False
+        with contextlib.suppress(OSError):  # (already closed)
+            sock.shutdown(socket.SHUT_RDWR)
+        if self._proc is not None:
+            self._proc.kill()
+        if pending is not None:
+            pending.answer("")
+
+
+def _worth_starting() -> bool:
+    """A helper needs another core to run on, and an interpreter to start."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return cores >= 2 and bool(sys.executable)
+
+
+OUTLINES = OutlineProcess()
+"""This process's helper."""
+
+
+def _after_fork() -> None:
+    global OUTLINES
+    OUTLINES = OutlineProcess()  # (the parent's is the parent's: its lock may be held)
+
+
+os.register_at_fork(after_in_child=_after_fork)

@@ -1,0 +1,242 @@
+"""The outline helper process: the same outline as the capture's thread, computed on another
+core; it declines what it cannot take (not ready, busy, gone) and the capture outlines on its
+thread then; it ends with the process that started it; one-shot commands never start it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from toolswap import ExternalizerSettings, ToolResultExternalizer
+from toolswap.structured import inspect_output
+from toolswap.structured.outline_process import OutlineProcess
+
+pytest.importorskip("msgspec")
+
+if len(os.sched_getaffinity(0)) < 2:  # pragma: no cover - (CI machines have two cores)
+    pytest.skip("the helper is started only with a second core", allow_module_level=True)
+
+
+def _outputs() -> dict[str, bytes]:
+    items = [{"id": n, "name": f"item-{n}", "status": "ok"} for n in range(5_000)]
+    items[3_777] = {"id": 3_777, "name": "item-3777", "status": "failed", "error": "timed out"}
+    deps = {
+        f"pkg-{n}": {"version": f"1.{n}.0", "dependencies": {f"sub-{n}": {"version": "2.0.0"}}}
+        for n in range(300)
+    }
+    rows = "\n".join(f"{n},name-{n},{'FAILED' if n == 900 else 'ok'}" for n in range(2_000))
+    return {
+        "array": json.dumps(items).encode(),
+        "tree": json.dumps({"name": "app", "dependencies": deps}, indent=2).encode(),
+        "lines": b"\n".join(json.dumps(item).encode() for item in items) + b"\n",
+        "table": f"id,name,status\n{rows}\n".encode(),
+        "text": b"just some text\n" * 5_000,
+        "cut": json.dumps(items).encode()[:-100_000],
+    }
+
+
+def _reader(data: bytes) -> Callable[[int, int], bytes]:
+    return lambda count, offset: data[offset : offset + count]
+
+
+@pytest.fixture
+def helper() -> Iterator[OutlineProcess]:
+    process = OutlineProcess()
+    process.warm()
+    yield process
+    with process._lock:
+        if process._sock is not None:
+            process._close(process._sock)
+
+
+def _submit(
+    helper: OutlineProcess, path: Path, head: bytes, *, wait: float = 30.0
+) -> Callable[[], str]:
+    """Hand ``path`` to the helper once it is ready (it starts in the background)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + wait
+        while (waiter := helper.submit(head, fd, path.stat().st_size)) is None:
+            assert time.monotonic() < deadline, "the helper never became ready"
+            time.sleep(0.02)
+        return waiter
+    finally:
+        os.close(fd)  # (the helper has its own copy of the descriptor)
+
+
+def test_the_helper_s_outline_is_the_thread_s(helper: OutlineProcess, tmp_path: Path) -> None:
+    for name, data in _outputs().items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        head = data[: 32 << 10]
+        expected = inspect_output(head, _reader(data), len(data))
+        assert _submit(helper, path, head)() == expected, name
+        assert (expected != "") == (name not in ("text", "cut")), name  # (cut: not valid)
+
+
+def test_a_busy_helper_declines_and_takes_the_next(helper: OutlineProcess, tmp_path: Path) -> None:
+    data = _outputs()["tree"]
+    path = tmp_path / "tree.json"
+    path.write_bytes(data)
+    head = data[: 32 << 10]
+    first = _submit(helper, path, head)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert helper.submit(head, fd, len(data)) is None  # one outline at a time
+    finally:
+        os.close(fd)
+    assert "--- structure" in first()
+    assert "--- structure" in _submit(helper, path, head, wait=5)()
+
+
+def test_a_dead_helper_declines_and_is_started_again(
+    helper: OutlineProcess, tmp_path: Path
+) -> None:
+    data = _outputs()["array"]
+    path = tmp_path / "array.json"
+    path.write_bytes(data)
+    head = data[: 32 << 10]
+    assert _submit(helper, path, head)()
+    proc = helper._proc
+    assert proc is not None
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while helper._sock is not None:  # its reader sees the socket's end
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert helper.submit(head, fd, len(data)) is None
+    finally:
+        os.close(fd)
+    helper.warm()
+    assert "--- structure" in _submit(helper, path, head)()
+    assert helper._proc is not None and helper._proc.pid != proc.pid
+
+
+def test_an_outline_abandoned_by_its_capture_frees_the_helper(
+    helper: OutlineProcess, tmp_path: Path
+) -> None:
+    """A capture that failed after handing its outline over never waits for it: the
+    helper's answer still ends the request, and the next capture's outline is taken."""
+    data = _outputs()["lines"]
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(data)
+    head = data[: 32 << 10]
+    _submit(helper, path, head)  # (never waited for)
+    assert "--- structure" in _submit(helper, path, head, wait=10)()
+
+
+_CHILD = """
+import json, os, sys, tempfile, time
+from pathlib import Path
+from toolswap import ToolResultExternalizer
+from toolswap.structured import outline_process
+ext = ToolResultExternalizer(Path(sys.argv[1]))
+data = json.dumps([{"id": n, "status": "ok"} for n in range(20_000)]).encode()
+ext.externalize(data, "api")
+while not outline_process.OUTLINES._ready:
+    time.sleep(0.01)
+print(outline_process.OUTLINES._proc.pid, flush=True)
+if sys.argv[2] == "fork":
+    pid = os.fork()
+    if pid == 0:
+        ext.externalize(data, "api")
+        while outline_process.OUTLINES._proc is None:  # (started on a thread)
+            time.sleep(0.01)
+        print(outline_process.OUTLINES._proc.pid, flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+sys.stdin.read()
+"""
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return True  # (exited; its parent, init, reaps it)
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_the_helper_ends_with_its_process(how: str, tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(tmp_path / "session"), "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stdin is not None
+    helper = int(child.stdout.readline())
+    # In a session of its own: a terminal's Ctrl-C, sent to the foreground group, is not for it.
+    assert os.getsid(helper) == helper != os.getsid(child.pid)
+    if how == "kill":
+        child.kill()
+    child.stdin.close()
+    child.wait(10)
+    child.stdout.close()
+    assert _gone(helper)
+
+
+def test_a_forked_child_starts_a_helper_of_its_own(tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(tmp_path / "session"), "fork"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stdin is not None
+    parents, forked = int(child.stdout.readline()), int(child.stdout.readline())
+    assert forked not in (0, parents)
+    assert _gone(forked)  # (the forked child exited: its helper ends)
+    child.stdin.close()
+    child.wait(10)
+    child.stdout.close()
+    assert _gone(parents)
+
+
+def test_one_core_starts_no_helper(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    process = OutlineProcess()
+    process.warm()
+    assert process._sock is None and process.submit(b"[]", 0, 2) is None
+
+
+def test_the_setting_and_one_shot_commands(tmp_path: Path) -> None:
+    assert ExternalizerSettings().outline_process is True
+    off = ExternalizerSettings.from_env({"TOOLSWAP_OUTLINE_PROCESS": "off"})
+    assert off.outline_process is False and off.structured_outline is True
+    with pytest.raises(Exception, match="TOOLSWAP_OUTLINE_PROCESS"):
+        ExternalizerSettings.from_env({"TOOLSWAP_OUTLINE_PROCESS": "later"})
+    with pytest.raises(Exception, match="outline_process must be a bool"):
+        ExternalizerSettings(outline_process=1)  # type: ignore[arg-type]
+    # `toolswap run` and `toolswap query` capture once: no helper is started for them.
+    from toolswap.cli._common import open_externalizer
+
+    ext = open_externalizer("one-shot", None, tmp_path / "s")
+    assert ext.settings.outline_process is False and ext.settings.structured_outline is True
+    produce = "import json; print(json.dumps([{'id': n} for n in range(20_000)]))"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "toolswap", "run", "--session-dir", str(tmp_path / "s")),
+            *("--", sys.executable, "-c", produce),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert "--- structure" in done.stdout, done.stderr[-2000:]
+    data = json.dumps([{"id": n} for n in range(20_000)])
+    ext = ToolResultExternalizer(tmp_path / "s2", settings=off)
+    assert "--- structure" in ext.externalize(data.encode(), "api").context_text
