@@ -240,3 +240,25 @@ def test_the_setting_and_one_shot_commands(tmp_path: Path) -> None:
     data = json.dumps([{"id": n} for n in range(20_000)])
     ext = ToolResultExternalizer(tmp_path / "s2", settings=off)
     assert "--- structure" in ext.externalize(data.encode(), "api").context_text
+
+
+def test_a_helper_of_another_python_exits_without_a_word() -> None:
+    """An embedding's ``sys.executable`` may be another Python: the helper checks the
+    version it was started for, and exits before ``READY`` (its parent outlines on threads)."""
+    import socket
+
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with parent, child:
+        args = ["-m", "toolswap.structured._outline_worker", str(child.fileno())]
+        for version, code, said in ((sys.hexversion + 1, 1, b""), (sys.hexversion, 0, b"R")):
+            argv = [sys.executable, *args, str(version)]
+            proc = subprocess.Popen(argv, pass_fds=[child.fileno()])
+            parent.settimeout(30)
+            if said:
+                assert parent.recv(16) == said
+                parent.shutdown(socket.SHUT_WR)  # (its socket's end: it exits)
+            assert proc.wait(30) == code
+            if not said:
+                parent.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    parent.recv(16)

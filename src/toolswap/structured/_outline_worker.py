@@ -1,14 +1,16 @@
 """The helper process that outlines structured outputs beside the capture, on another core
 (``toolswap.structured.outline_process`` starts it and speaks to it).
 
-argv: FD, one end of a Unix ``SOCK_SEQPACKET`` socket pair. Once its imports are done it
-sends ``READY``; then it answers each request in turn. A request is one message: the
-output's size and the length of its head (``HEADER``), then the head's bytes, with the
-output's file descriptor attached (``SCM_RIGHTS``: the file is read with ``pread``, never
-opened by a name). The answer is one message, ``ANSWER`` and the outline's UTF-8 text (none
-for text, or for an output it could not read; a message is never empty, which would read
-as the socket's end). It exits when the socket closes: its parent closed it,
-exited or was killed.
+argv: FD, one end of a Unix ``SOCK_SEQPACKET`` socket pair, and the ``sys.hexversion`` of
+the process that started it: an interpreter of another version (an embedding's
+``sys.executable``), or one that cannot import the parsers, exits without a word, and that
+process outlines on its threads. Once its imports are done it sends ``READY``; then it
+answers each request in turn. A request is one message: the output's size and the length
+of its head (``HEADER``), then the head's bytes, with the output's file descriptor attached
+(``SCM_RIGHTS``: the file is read with ``pread``, never opened by a name). The answer is one
+message, ``ANSWER`` and the outline's UTF-8 text (none for text, or for an output it could
+not read; a message is never empty, which would read as the socket's end). It exits when
+the socket closes: its parent closed it, exited or was killed.
 """
 
 from __future__ import annotations
@@ -41,13 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     # (Started from a helper thread, which blocks every signal: the mask is inherited.)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     sock = socket.socket(fileno=int(args[0]))
-    from . import inspect_output
+    if len(args) > 1 and int(args[1]) != sys.hexversion:
+        return 1
+    import ijson  # noqa: F401  (the readers import it on first use: here, before READY)
 
-    with contextlib.suppress(ImportError):  # (the readers import them on first use)
-        import ijson  # noqa: F401
+    from . import inspect_output, outline  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # (without it the readers use json: the same)
         import msgspec  # noqa: F401
-
-        from . import outline  # noqa: F401
     try:
         sock.send(READY)
         while True:

@@ -19,6 +19,7 @@ exits or is killed, or forks (the child starts its own).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import subprocess
@@ -110,8 +111,9 @@ class OutlineProcess:
             pending = _Pending()
             try:
                 socket.send_fds(sock, [HEADER.pack(size, len(head)) + head], [fd])
-            except OSError:
-                self._close(sock)
+            except OSError as exc:
+                if exc.errno != errno.EMSGSIZE:  # (a head past the socket's buffer: not it)
+                    self._close(sock)  # the helper is gone
                 return None
             self._pending = pending
 
@@ -130,10 +132,11 @@ class OutlineProcess:
 
     def _serve(self, parent: socket.socket, child: socket.socket) -> None:
         """Start the helper, then take its answers until its socket closes."""
-        # The directory this toolswap is imported from comes first on the helper's path.
+        # The helper imports what this process would: this toolswap first, then the rest of
+        # this process's path (where its parsers were found).
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, sys.path)])
         try:
             with child:
                 proc = subprocess.Popen(
@@ -142,6 +145,7 @@ class OutlineProcess:
                         "-m",
                         "toolswap.structured._outline_worker",
                         str(child.fileno()),
+                        str(sys.hexversion),
                     ],
                     pass_fds=(child.fileno(),),
                     stdin=subprocess.DEVNULL,
