@@ -316,6 +316,21 @@ def test_a_wrapper_s_element_keeps_its_collections_in_place(
     assert f'.runs[0].results[0]: {{"ruleId":"X",{shown}}}' in lines, found.text
 
 
+_HUGE_FLOWS = {"ruleId": "X", "codeFlows": [{"step": n} for n in range(25_000)]}
+_SMALL_FLOWS = {"ruleId": "Y", "codeFlows": [{"step": 0}, {"step": 1}]}
+
+
+def _flows(
+    runs: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Outline, list[str]]:
+    """The outline of a SARIF-like log of these runs' results (both readers agree on it)."""
+    data = json.dumps({"runs": [{"results": results} for results in runs]}).encode()
+    found = _outline(data)
+    assert found is not None
+    assert found == _by_events(data, monkeypatch)
+    return found, found.text.splitlines()
+
+
 def test_a_collection_that_is_also_a_field_of_other_records_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -323,14 +338,7 @@ def test_a_collection_that_is_also_a_field_of_other_records_says_so(
     run 1's 5,000 results are records whose codeFlows are fields: jq's
     ``.runs[].results[].codeFlows[]`` matches both, and the outline says it counts more than
     the collection's 25,000 (before, it said 25,000 where jq finds 35,000)."""
-    huge = {"ruleId": "X", "codeFlows": [{"step": n} for n in range(25_000)]}
-    small = {"ruleId": "Y", "codeFlows": [{"step": 0}, {"step": 1}]}
-    doc = {"runs": [{"results": [huge]}, {"results": [small] * 5_000}]}
-    data = json.dumps(doc).encode()
-    found = _outline(data)
-    assert found is not None
-    assert found == _by_events(data, monkeypatch)
-    lines = found.text.splitlines()
+    found, lines = _flows([[_HUGE_FLOWS], [_SMALL_FLOWS] * 5_000], monkeypatch)
     at = lines.index(".runs[].results[].codeFlows[]: 25,000 objects {step: int}")
     assert lines[at + 1] == (
         "  (.runs[].results[].codeFlows[] also matches 398 elements of arrays in other records"
@@ -347,14 +355,7 @@ def test_a_collection_in_records_too_large_to_walk_says_it_may_count_fewer(
     run 1's ten results are records, one of them too large to walk, with 25,000 more
     codeFlows that nothing counts: the collection says so (jq finds 50,018; it said 25,018
     or more from the records walked, a review's fuzzing found such counts short)."""
-    huge = {"ruleId": "X", "codeFlows": [{"step": n} for n in range(25_000)]}
-    small = {"ruleId": "Y", "codeFlows": [{"step": 0}, {"step": 1}]}
-    doc = {"runs": [{"results": [huge]}, {"results": [small] * 9 + [huge]}]}
-    data = json.dumps(doc).encode()
-    found = _outline(data)
-    assert found is not None
-    assert found == _by_events(data, monkeypatch)
-    lines = found.text.splitlines()
+    found, lines = _flows([[_HUGE_FLOWS], [_SMALL_FLOWS] * 9 + [_HUGE_FLOWS]], monkeypatch)
     at = lines.index(".runs[].results[].codeFlows[]: 25,000 objects {step: int}")
     notes = lines[
         at + 1 : lines.index(".runs[].results[]: 11 objects {ruleId: str, codeFlows: [object]}")
@@ -366,8 +367,9 @@ def test_a_collection_in_records_too_large_to_walk_says_it_may_count_fewer(
         lines.index(".runs[].results[]: 11 objects {ruleId: str, codeFlows: [object]}") + 1
     ] == ("  (1 record too large to outline)")
     # A collection with no such records above it says nothing of the kind.
-    plain = json.dumps({"runs": [{"results": [huge]}, {"results": [small] * 9}]}).encode()
-    shown = _outline(plain)
+    plain = json.dumps({"runs": [{"results": [_HUGE_FLOWS]}, {"results": [_SMALL_FLOWS] * 9}]})
+    plain_data = plain.encode()
+    shown = _outline(plain_data)
     assert shown is not None and "more may be in" not in shown.text, shown.text
 
 
