@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,8 +21,9 @@ from toolswap.structured.outline_process import OutlineProcess
 
 pytest.importorskip("msgspec")
 
-if len(os.sched_getaffinity(0)) < 2:  # pragma: no cover - (CI machines have two cores)
-    pytest.skip("the helper is started only with a second core", allow_module_level=True)
+two_cores = pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="the helper is started only with a second core"
+)
 
 
 def _outputs() -> dict[str, bytes]:
@@ -71,6 +73,7 @@ def _submit(
         os.close(fd)  # (the helper has its own copy of the descriptor)
 
 
+@two_cores
 def test_the_helper_s_outline_is_the_thread_s(helper: OutlineProcess, tmp_path: Path) -> None:
     for name, data in _outputs().items():
         path = tmp_path / name
@@ -81,21 +84,30 @@ def test_the_helper_s_outline_is_the_thread_s(helper: OutlineProcess, tmp_path: 
         assert (expected != "") == (name not in ("text", "cut")), name  # (cut: not valid)
 
 
+@two_cores
 def test_a_busy_helper_declines_and_takes_the_next(helper: OutlineProcess, tmp_path: Path) -> None:
     data = _outputs()["tree"]
     path = tmp_path / "tree.json"
     path.write_bytes(data)
     head = data[: 32 << 10]
-    first = _submit(helper, path, head)
-    fd = os.open(path, os.O_RDONLY)
+    proc = helper._proc
+    assert proc is not None
+    _submit(helper, path, head)()  # (ready)
+    os.kill(proc.pid, signal.SIGSTOP)  # (busy with the next for as long as this test says)
     try:
-        assert helper.submit(head, fd, len(data)) is None  # one outline at a time
+        first = _submit(helper, path, head, wait=5)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            assert helper.submit(head, fd, len(data)) is None  # one outline at a time
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
+        os.kill(proc.pid, signal.SIGCONT)
     assert "--- structure" in first()
     assert "--- structure" in _submit(helper, path, head, wait=5)()
 
 
+@two_cores
 def test_a_dead_helper_declines_and_is_started_again(
     helper: OutlineProcess, tmp_path: Path
 ) -> None:
@@ -122,6 +134,7 @@ def test_a_dead_helper_declines_and_is_started_again(
     assert helper._proc is not None and helper._proc.pid != proc.pid
 
 
+@two_cores
 def test_an_outline_abandoned_by_its_capture_frees_the_helper(
     helper: OutlineProcess, tmp_path: Path
 ) -> None:
@@ -143,14 +156,19 @@ from toolswap.structured import outline_process
 ext = ToolResultExternalizer(Path(sys.argv[1]))
 data = json.dumps([{"id": n, "status": "ok"} for n in range(20_000)]).encode()
 ext.externalize(data, "api")
-while not outline_process.OUTLINES._ready:
+deadline = time.monotonic() + 30
+while not outline_process.OUTLINES.ready:
+    assert time.monotonic() < deadline, "no helper"
     time.sleep(0.01)
 print(outline_process.OUTLINES._proc.pid, flush=True)
 if sys.argv[2] == "fork":
     pid = os.fork()
     if pid == 0:
+        deadline = time.monotonic() + 30
         ext.externalize(data, "api")
         while outline_process.OUTLINES._proc is None:  # (started on a thread)
+            if time.monotonic() > deadline:
+                os._exit(1)
             time.sleep(0.01)
         print(outline_process.OUTLINES._proc.pid, flush=True)
         os._exit(0)
@@ -172,6 +190,7 @@ def _gone(pid: int, within: float = 10.0) -> bool:
     return False
 
 
+@two_cores
 @pytest.mark.parametrize("how", ["exit", "kill"])
 def test_the_helper_ends_with_its_process(how: str, tmp_path: Path) -> None:
     child = subprocess.Popen(
@@ -191,6 +210,7 @@ def test_the_helper_ends_with_its_process(how: str, tmp_path: Path) -> None:
     assert _gone(helper)
 
 
+@two_cores
 def test_a_forked_child_starts_a_helper_of_its_own(tmp_path: Path) -> None:
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, str(tmp_path / "session"), "fork"],
@@ -262,3 +282,128 @@ def test_a_helper_of_another_python_exits_without_a_word() -> None:
                 parent.setblocking(False)
                 with pytest.raises(BlockingIOError):
                     parent.recv(16)
+
+
+_SERVED = """
+import json, sys, time
+from pathlib import Path
+from toolswap import ToolResultExternalizer
+from toolswap.cli._common import open_externalizer
+from toolswap.structured import outline_process
+if sys.argv[2] == "cli":
+    ext = open_externalizer("s", None, Path(sys.argv[1]))
+else:
+    ext = ToolResultExternalizer(Path(sys.argv[1]))
+data = json.dumps([{"id": n, "status": "ok"} for n in range(20_000)]).encode()
+first = ext.externalize(data, "api").context_text
+deadline = time.monotonic() + (1 if sys.argv[2] == "cli" else 30)
+while not outline_process.OUTLINES.ready and time.monotonic() < deadline:
+    time.sleep(0.01)
+second = ext.externalize(data, "api").context_text
+cut = lambda text: text.split("--- structure")[1].split("Record:")[0]
+print(json.dumps({"served": outline_process.OUTLINES.served, "same": cut(first) == cut(second),
+                  "started": outline_process.OUTLINES._starts}))
+"""
+
+
+@pytest.mark.parametrize("how", ["library", "cli"])
+def test_the_second_capture_s_outline_comes_from_the_helper(how: str, tmp_path: Path) -> None:
+    """A process's first structured output is outlined on its thread and starts the helper,
+    which outlines the next one (the same outline); a one-shot command's starts none."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVED, str(tmp_path / "s"), how],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    said = json.loads(done.stdout.splitlines()[-1]) if done.stdout else {}
+    assert said.get("same") is True, done.stderr[-2000:]
+    two = len(os.sched_getaffinity(0)) >= 2
+    if how == "cli" or not two:
+        assert said["served"] == said["started"] == 0
+    else:
+        assert said["served"] == said["started"] == 1
+
+
+@two_cores
+def test_a_helper_that_dies_mid_outline_leaves_the_capture_its_outline(
+    helper: OutlineProcess, tmp_path: Path
+) -> None:
+    data = _outputs()["tree"]
+    path = tmp_path / "tree.json"
+    path.write_bytes(data)
+    head = data[: 32 << 10]
+    expected = inspect_output(head, _reader(data), len(data))
+    assert _submit(helper, path, head)() == expected
+    proc = helper._proc
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGSTOP)
+    waiter = _submit(helper, path, head, wait=5)
+    proc.kill()  # (the OOM killer, a stray kill -9)
+    assert waiter() == expected  # outlined on this thread, from its own descriptor
+    path.unlink()
+
+
+@two_cores
+def test_the_working_directory_s_modules_are_not_the_helper_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m`` would put the working directory first on the helper's path: a
+    workspace's ``csv.py`` or ``ijson.py`` would run there, and outlines come back empty."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("csv", "ijson", "msgspec", "json"):
+        (work / f"{name}.py").write_text("raise SystemExit('a module of the workspace')\n")
+    monkeypatch.chdir(work)
+    helper = OutlineProcess()
+    helper.warm()
+    try:
+        for name in ("table", "tree"):
+            data = _outputs()[name]
+            path = tmp_path / name
+            path.write_bytes(data)
+            head = data[: 32 << 10]
+            expected = inspect_output(head, _reader(data), len(data))
+            assert expected and _submit(helper, path, head)() == expected, name
+    finally:
+        with helper._lock:
+            if helper._sock is not None:
+                helper._close(helper._sock)
+
+
+_ORPHAN = """
+import json, os, sys, time
+from pathlib import Path
+from toolswap import ToolResultExternalizer
+from toolswap.structured import outline_process
+ext = ToolResultExternalizer(Path(sys.argv[1]))
+ext.externalize(json.dumps([{"id": n} for n in range(20_000)]).encode(), "api")
+deadline = time.monotonic() + 30
+while not outline_process.OUTLINES.ready:
+    assert time.monotonic() < deadline, "no helper"
+    time.sleep(0.01)
+print(outline_process.OUTLINES._proc.pid, flush=True)
+pid = os.fork()
+if pid == 0:  # a child that lives on, as a fork-mode worker pool's would
+    os.close(1)
+    time.sleep(60)
+    os._exit(0)
+print(pid, flush=True)
+"""
+
+
+@two_cores
+def test_the_helper_ends_with_its_process_though_a_forked_child_lives_on(
+    tmp_path: Path,
+) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN, str(tmp_path / "s")], stdout=subprocess.PIPE
+    )
+    assert child.stdout is not None
+    helper, forked = int(child.stdout.readline()), int(child.stdout.readline())
+    child.wait(30)
+    child.stdout.close()
+    try:
+        assert _gone(helper, within=3.0)  # (not the helper's idle look at its parent: 5 s)
+    finally:
+        os.kill(forked, signal.SIGKILL)

@@ -25,11 +25,12 @@ import socket
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
 from .._threads import start_helper_thread
-from ._outline_worker import ANSWER, HEADER, MAX_REQUEST, READY
+from ._outline_worker import ANSWER, HEADER, MAX_REQUEST, NUMBER, READY
 
 __all__ = ["OUTLINES", "SERVICE_THREAD", "OutlineProcess"]
 
@@ -39,23 +40,30 @@ the helper does, not as long as one capture."""
 
 _DEADLINE = 60.0
 """Seconds an outline may take in the helper before it is stopped (it is then stuck: the
-largest part an outline parses takes a few seconds) and the pointer goes without one."""
+largest part an outline parses takes a few seconds) and the capture outlines on its own."""
 _MAX_STARTS = 3
 """Helpers one process starts at most: one that keeps dying is not started again."""
 _MAX_ANSWER = 1 << 20
 
 
 class _Pending:
-    """One outline asked of the helper: its answer, once it came (or "" if it never will)."""
+    """One outline asked of the helper: its text once answered, or ``gone`` (the helper
+    died or was stopped first: the capture outlines the output itself)."""
 
-    __slots__ = ("done", "text")
+    __slots__ = ("done", "gone", "number", "text")
 
-    def __init__(self) -> None:
+    def __init__(self, number: int) -> None:
+        self.number = number
         self.done = threading.Event()
+        self.gone = False
         self.text = ""
 
     def answer(self, text: str) -> None:
         self.text = text
+        self.done.set()
+
+    def lose(self) -> None:
+        self.gone = True
         self.done.set()
 
 
@@ -72,6 +80,10 @@ class OutlineProcess:
         self._pending: _Pending | None = None
         """The outline in flight: one at a time (a second capture outlines on its thread)."""
         self._starts = 0
+        self._number = 0
+        """The last request's number (answers carry theirs)."""
+        self.served = 0
+        """Outlines the helpers of this process answered."""
 
     @property
     def ready(self) -> bool:
@@ -101,30 +113,52 @@ class OutlineProcess:
     def submit(self, head: bytes, fd: int, size: int) -> Callable[[], str] | None:
         """Hand the outline of the output in ``fd`` (``size`` bytes, its first bytes
         ``head``) to the helper: return what waits for the outline's text, or None when the
-        helper cannot take it now (the caller outlines it itself)."""
+        helper cannot take it now (the caller outlines it itself). If the helper dies or is
+        stopped before it answers, the waiting caller outlines it after all (from its own
+        copy of the descriptor)."""
         with self._lock:
             sock = self._sock
             if sock is None or not self._own() or not self._ready or self._pending is not None:
                 return None
             if HEADER.size + len(head) > MAX_REQUEST:
                 return None
-            pending = _Pending()
             try:
-                socket.send_fds(sock, [HEADER.pack(size, len(head)) + head], [fd])
+                own = os.dup(fd)
+            except OSError:
+                return None
+            self._number += 1
+            pending = _Pending(self._number)
+            self._pending = pending  # (before the send: an answer is never unclaimed)
+            try:
+                socket.send_fds(sock, [HEADER.pack(pending.number, size, len(head)) + head], [fd])
             except OSError as exc:
+                self._pending = None
+                os.close(own)
                 if exc.errno != errno.EMSGSIZE:  # (a head past the socket's buffer: not it)
                     self._close(sock)  # the helper is gone
                 return None
-            self._pending = pending
 
         def wait() -> str:
-            if not pending.done.wait(_DEADLINE):
-                with self._lock:
-                    if self._sock is sock:
-                        self._close(sock)  # stuck: stopped (its socket closes, it ends)
-                pending.answer("")
-            return pending.text
+            try:
+                if not pending.done.wait(_DEADLINE):
+                    with self._lock:
+                        if self._sock is sock:
+                            self._close(sock)  # stuck: stopped (its socket closes, it ends)
+                    pending.lose()
+                if not pending.gone:
+                    return pending.text
+                from . import inspect_output
 
+                try:
+                    return inspect_output(head, lambda count, at: os.pread(own, count, at), size)
+                except Exception:  # (as on the capture's thread)
+                    return ""
+            finally:
+                release()
+
+        # The copy is closed once the outline is had, or with ``wait`` (a capture that failed
+        # after handing its outline over never waits for it).
+        release = weakref.finalize(wait, os.close, own)
         return wait
 
     def _own(self) -> bool:
@@ -133,15 +167,18 @@ class OutlineProcess:
     def _serve(self, parent: socket.socket, child: socket.socket) -> None:
         """Start the helper, then take its answers until its socket closes."""
         # The helper imports what this process would: this toolswap first, then the rest of
-        # this process's path (where its parsers were found).
+        # this process's path (where its parsers were found), never a module of the working
+        # directory (``-m`` would put it first: a checkout's toolswap, a stray json.py).
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, sys.path)])
+        path = [os.path.abspath(entry) for entry in sys.path if entry]  # (it runs in /)
+        env["PYTHONPATH"] = os.pathsep.join([root, *path])
         try:
             with child:
                 proc = subprocess.Popen(
                     [
                         sys.executable,
+                        "-P",  # (not the working directory first on its path: see below)
                         "-m",
                         "toolswap.structured._outline_worker",
                         str(child.fileno()),
@@ -153,6 +190,7 @@ class OutlineProcess:
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,
                     env=env,
+                    cwd="/",  # (it opens no file by name, and holds no directory busy)
                 )
         except (OSError, ValueError, subprocess.SubprocessError):
             self._forget(parent)
@@ -162,13 +200,17 @@ class OutlineProcess:
                 self._proc = proc
         try:
             while message := parent.recv(_MAX_ANSWER):
+                number = NUMBER.unpack_from(message, 1)[0] if len(message) > NUMBER.size else 0
                 with self._lock:
                     if message == READY and not self._ready:
                         self._ready = True
                         continue
-                    pending, self._pending = self._pending, None
-                if pending is not None and message[:1] == ANSWER:
-                    pending.answer(message[1:].decode("utf-8", "surrogateescape"))
+                    pending = self._pending
+                    if pending is None or message[:1] != ANSWER or number != pending.number:
+                        continue  # (not this request's answer)
+                    self._pending = None
+                    self.served += 1
+                pending.answer(message[1 + NUMBER.size :].decode("utf-8", "surrogateescape"))
         except OSError:
             pass
         finally:
@@ -184,7 +226,7 @@ class OutlineProcess:
                 self._sock, self._ready = None, False
         sock.close()
         if pending is not None:
-            pending.answer("")
+            pending.lose()
 
     def _close(self, sock: socket.socket) -> None:
         """Stop the helper behind ``sock`` (the lock is held): its reader sees the end, and
@@ -196,7 +238,7 @@ class OutlineProcess:
         if self._proc is not None:
             self._proc.kill()
         if pending is not None:
-            pending.answer("")
+            pending.lose()
 
 
 def _worth_starting() -> bool:
@@ -214,7 +256,13 @@ OUTLINES = OutlineProcess()
 
 def _after_fork() -> None:
     global OUTLINES
+    inherited = OUTLINES._sock
     OUTLINES = OutlineProcess()  # (the parent's is the parent's: its lock may be held)
+    if inherited is not None:
+        # This copy of the parent's end would keep the helper's socket open after the parent
+        # is gone (closed, not shut down: that would cut the parent's too).
+        with contextlib.suppress(OSError):
+            inherited.close()
 
 
 os.register_at_fork(after_in_child=_after_fork)
