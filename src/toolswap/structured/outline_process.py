@@ -9,11 +9,14 @@ lines, its fsync and its record meanwhile. The helper (``_outline_worker``) runs
 
 It is started once the first structured output's outline is done on the capture's thread
 (``warm``: not sooner, where it would compete with that capture for the cores) and serves
-the outputs after it; a process that captures once (``toolswap run``) does not start it. When it is
-not ready, is busy with another capture's outline, cannot start or has died, ``submit``
-says so and the capture outlines on its thread, as without it. It runs in a session of its
-own (a terminal's Ctrl-C is not for it) and ends when its socket closes: when this process
-exits or is killed, or forks (the child starts its own).
+the outputs after it; a process that captures once (``toolswap run``) does not start it.
+When it is not ready, is busy with another capture's outline, cannot start or has died,
+``submit`` says so and the capture outlines on its thread, as without it; one that dies or
+is stopped mid-outline leaves the waiting capture to outline the output itself. It runs in
+a session of its own (a terminal's Ctrl-C is not for it), in ``/`` with this process's path
+(never the working directory's modules), and ends when its socket closes (this process
+exits or is killed; a forked child closes its copy and starts its own) or its parent is
+gone.
 """
 
 from __future__ import annotations
