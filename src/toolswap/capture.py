@@ -609,7 +609,8 @@ class StreamCapture:
         if self._worker is not None:
             self._written.wait()
         # Every byte is in the file: another process can outline it now, beside the rest.
-        outline = self._submit_outline() if self._structured else None
+        head = self._outline_head()
+        outline = self._submit_outline(head) if self._structured else None
         if self._worker is not None:
             self._join_feeder()  # grep has every byte before the scan ends its input
         # The scan reads back what was just written (from the page cache) and holds the
@@ -625,7 +626,7 @@ class StreamCapture:
                 tail_zone=self._zones[1],
             )
         if outline is None:
-            outline = self._start_outline()
+            outline = self._start_outline(head)
         if self._worker is not None:
             self._worker.join()
             self._worker = None
@@ -687,25 +688,22 @@ class StreamCapture:
             return None
         return None if kind is None else head
 
-    def _submit_outline(self) -> Callable[[], str] | None:
-        """Hand the outline to the outliner, if there is one and it can take it now; return
-        what waits for it."""
-        if self._outliner is None:
-            return None
-        head = self._outline_head()
-        if head is None:
+    def _submit_outline(self, head: bytes | None) -> Callable[[], str] | None:
+        """Hand the outline (of ``head``, ``_outline_head``'s) to the outliner, if there is
+        one and it can take it now; return what waits for it."""
+        if self._outliner is None or head is None:
             return None
         try:
             return self._outliner.submit(head, self._fd, self._counter.size)
         except Exception:  # (as on the thread: the capture goes on, outlined there)
             return None
 
-    def _start_outline(self) -> Callable[[], str] | None:
-        """Start outlining the written file on a thread; return what waits for it. It runs
-        beside the fsync and the artifact's record, after the failure-line scan: a thread
-        started earlier held the GIL the scan needed, and each made the other wait."""
-        head = self._outline_head()
-        if head is None:
+    def _start_outline(self, head: bytes | None) -> Callable[[], str] | None:
+        """Start outlining the written file (of ``head``, ``_outline_head``'s) on a thread;
+        return what waits for it. It runs beside the fsync and the artifact's record, after
+        the failure-line scan: a thread started earlier held the GIL the scan needed, and
+        each made the other wait."""
+        if head is None or self._error is not None:
             return None
         assert self._inspect is not None
         inspect, size = self._inspect, self._counter.size

@@ -53,9 +53,21 @@ def helper() -> Iterator[OutlineProcess]:
     process = OutlineProcess()
     process.warm()
     yield process
+    _stop(process)
+
+
+def _stop(process: OutlineProcess) -> None:
     with process._lock:
         if process._sock is not None:
             process._close(process._sock)
+
+
+def _written(tmp_path: Path, name: str) -> tuple[bytes, Path, bytes]:
+    """One of ``_outputs`` in a file: its bytes, its path and the head a capture keeps."""
+    data = _outputs()[name]
+    path = tmp_path / name
+    path.write_bytes(data)
+    return data, path, data[: 32 << 10]
 
 
 def _submit(
@@ -75,10 +87,8 @@ def _submit(
 
 @two_cores
 def test_the_helper_s_outline_is_the_thread_s(helper: OutlineProcess, tmp_path: Path) -> None:
-    for name, data in _outputs().items():
-        path = tmp_path / name
-        path.write_bytes(data)
-        head = data[: 32 << 10]
+    for name in _outputs():
+        data, path, head = _written(tmp_path, name)
         expected = inspect_output(head, _reader(data), len(data))
         assert _submit(helper, path, head)() == expected, name
         assert (expected != "") == (name not in ("text", "cut")), name  # (cut: not valid)
@@ -86,10 +96,7 @@ def test_the_helper_s_outline_is_the_thread_s(helper: OutlineProcess, tmp_path: 
 
 @two_cores
 def test_a_busy_helper_declines_and_takes_the_next(helper: OutlineProcess, tmp_path: Path) -> None:
-    data = _outputs()["tree"]
-    path = tmp_path / "tree.json"
-    path.write_bytes(data)
-    head = data[: 32 << 10]
+    data, path, head = _written(tmp_path, "tree")
     proc = helper._proc
     assert proc is not None
     _submit(helper, path, head)()  # (ready)
@@ -111,10 +118,7 @@ def test_a_busy_helper_declines_and_takes_the_next(helper: OutlineProcess, tmp_p
 def test_a_dead_helper_declines_and_is_started_again(
     helper: OutlineProcess, tmp_path: Path
 ) -> None:
-    data = _outputs()["array"]
-    path = tmp_path / "array.json"
-    path.write_bytes(data)
-    head = data[: 32 << 10]
+    data, path, head = _written(tmp_path, "array")
     assert _submit(helper, path, head)()
     proc = helper._proc
     assert proc is not None
@@ -140,10 +144,7 @@ def test_an_outline_abandoned_by_its_capture_frees_the_helper(
 ) -> None:
     """A capture that failed after handing its outline over never waits for it: the
     helper's answer still ends the request, and the next capture's outline is taken."""
-    data = _outputs()["lines"]
-    path = tmp_path / "lines.jsonl"
-    path.write_bytes(data)
-    head = data[: 32 << 10]
+    _, path, head = _written(tmp_path, "lines")
     _submit(helper, path, head)  # (never waited for)
     assert "--- structure" in _submit(helper, path, head, wait=10)()
 
@@ -329,10 +330,7 @@ def test_the_second_capture_s_outline_comes_from_the_helper(how: str, tmp_path: 
 def test_a_helper_that_dies_mid_outline_leaves_the_capture_its_outline(
     helper: OutlineProcess, tmp_path: Path
 ) -> None:
-    data = _outputs()["tree"]
-    path = tmp_path / "tree.json"
-    path.write_bytes(data)
-    head = data[: 32 << 10]
+    data, path, head = _written(tmp_path, "tree")
     expected = inspect_output(head, _reader(data), len(data))
     assert _submit(helper, path, head)() == expected
     proc = helper._proc
@@ -359,16 +357,11 @@ def test_the_working_directory_s_modules_are_not_the_helper_s(
     helper.warm()
     try:
         for name in ("table", "tree"):
-            data = _outputs()[name]
-            path = tmp_path / name
-            path.write_bytes(data)
-            head = data[: 32 << 10]
+            data, path, head = _written(tmp_path, name)
             expected = inspect_output(head, _reader(data), len(data))
             assert expected and _submit(helper, path, head)() == expected, name
     finally:
-        with helper._lock:
-            if helper._sock is not None:
-                helper._close(helper._sock)
+        _stop(helper)
 
 
 _ORPHAN = """

@@ -16,7 +16,7 @@ import pytest
 
 from toolswap import ArtifactQueryError, ArtifactQueryTimeoutError, ToolResultExternalizer
 from toolswap.structured import Format, inspect_output, sniff
-from toolswap.structured.outline import outline
+from toolswap.structured.outline import Outline, outline
 from toolswap.structured.query import query_artifact
 from toolswap.tools import ArtifactTools, artifact_tools
 
@@ -157,15 +157,20 @@ def test_failures_in_a_tree_s_nested_entries_are_weighed_against_all_its_entries
     assert '.dependencies["pkg-7"].dependencies["sub-7-0"]: {' in text
 
 
+def _outlined(records: object) -> Outline:
+    data = json.dumps(records).encode()
+    found = outline("json", _read(data), len(data))
+    assert found is not None
+    return found
+
+
 def test_a_boolean_field_s_values_are_shown_as_json_has_them() -> None:
     """A tally keeps each value as text: a boolean's is shown unquoted (``always true``),
     a string's quoted, so the two never read alike."""
     records = [
         {"id": n, "ok": n != 120, "flag": True, "kind": "a" if n % 60 else "b"} for n in range(300)
     ]
-    data = json.dumps(records).encode()
-    found = outline("json", _read(data), len(data))
-    assert found is not None
+    found = _outlined(records)
     lines = found.text.splitlines()
     assert "  .[].flag  bool  100%  always true" in lines, found.text
     assert "  .[].ok  bool  100%  values: true ×299, false ×1" in lines, found.text
@@ -174,9 +179,7 @@ def test_a_boolean_field_s_values_are_shown_as_json_has_them() -> None:
 
 def test_a_count_of_one_is_singular() -> None:
     records = [{"id": n, "tags": ["a"] if n == 3 else []} for n in range(30)]
-    data = json.dumps(records).encode()
-    found = outline("json", _read(data), len(data))
-    assert found is not None
+    found = _outlined(records)
     assert '  .[].tags[]  str  1 item  always "a"' in found.text.splitlines(), found.text
 
 
@@ -192,9 +195,7 @@ def test_arrays_and_maps_of_scalars_are_counted_and_tallied() -> None:
         }
         for n in range(30)
     ]
-    data = json.dumps(records).encode()
-    found = outline("json", _read(data), len(data))
-    assert found is not None
+    found = _outlined(records)
     lines = found.text.splitlines()
     assert '  .[].tags[]  str  30 items  values: "b" ×20, "a" ×10' in lines, found.text
     assert "  .[].ids[]  int|str  60 items" in lines, found.text
@@ -205,9 +206,7 @@ def test_a_share_of_100_percent_means_every_record() -> None:
     """A field one record of the 200 walked lacks is at 99.5%, not rounded up to 100%."""
     records: list[dict[str, object]] = [{"id": n, "pkg": "x"} for n in range(300)]
     del records[150]["pkg"]
-    data = json.dumps(records).encode()
-    found = outline("json", _read(data), len(data))
-    assert found is not None
+    found = _outlined(records)
     lines = found.text.splitlines()
     assert '  .[].pkg  str  99.5%  always "x"' in lines, found.text
     assert "  .[].id  int  100%" in lines, found.text
@@ -215,9 +214,7 @@ def test_a_share_of_100_percent_means_every_record() -> None:
 
 def test_a_rare_value_is_shown_as_the_field_s_values_are() -> None:
     records = [{"id": n, "kind": "z" if n == 77 else "a", "ok": n != 78} for n in range(300)]
-    data = json.dumps(records).encode()
-    found = outline("json", _read(data), len(data))
-    assert found is not None
+    found = _outlined(records)
     assert '.[77]: {"id":77,"kind":"z","ok":true}  <- rare kind="z" (×1)' in found.text, found.text
     assert "<- rare ok=false (×1)" in found.text or "<- ok=false" in found.text, found.text
 

@@ -22,9 +22,8 @@ import signal
 import socket
 import struct
 import sys
-from collections.abc import Callable
 
-Inspect = Callable[[bytes, Callable[[int, int], bytes], int], str]
+from . import inspect_output
 
 __all__ = ["ANSWER", "HEADER", "MAX_REQUEST", "NUMBER", "READY", "main"]
 
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import ijson  # noqa: F401  (the readers import it on first use: here, before READY)
 
-    from . import inspect_output, outline  # noqa: F401
+    from . import outline  # noqa: F401
 
     with contextlib.suppress(ImportError):  # (without it the readers use json: the same)
         import msgspec  # noqa: F401
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             if not message:
                 return 0
             try:
-                number, text = _answer(message, fds, inspect_output)
+                number, text = _answer(message, fds)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # the parent went away
 
 
-def _answer(message: bytes, fds: list[int], inspect: Inspect) -> tuple[int, str]:
+def _answer(message: bytes, fds: list[int]) -> tuple[int, str]:
     if len(message) < HEADER.size:
         return 0, ""
     number, size, head_length = HEADER.unpack_from(message)
@@ -94,7 +93,7 @@ def _answer(message: bytes, fds: list[int], inspect: Inspect) -> tuple[int, str]
         return os.pread(fd, count, offset)
 
     try:
-        return number, inspect(head, read, size)
+        return number, inspect_output(head, read, size)
     except Exception:  # an outline is a convenience: the capture goes on without one
         return number, ""
 
