@@ -97,9 +97,9 @@ def test_the_helper_s_outline_is_the_thread_s(helper: OutlineProcess, tmp_path: 
 @two_cores
 def test_a_busy_helper_declines_and_takes_the_next(helper: OutlineProcess, tmp_path: Path) -> None:
     data, path, head = _written(tmp_path, "tree")
+    _submit(helper, path, head)()  # (ready: its process is known from here on)
     proc = helper._proc
     assert proc is not None
-    _submit(helper, path, head)()  # (ready)
     os.kill(proc.pid, signal.SIGSTOP)  # (busy with the next for as long as this test says)
     try:
         first = _submit(helper, path, head, wait=5)
