@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import queue
@@ -694,9 +695,11 @@ class StreamCapture:
         if self._outliner is None or head is None:
             return None
         try:
-            return self._outliner.submit(head, self._fd, self._counter.size)
+            waiter = self._outliner.submit(head, self._fd, self._counter.size)
         except Exception:  # (as on the thread: the capture goes on, outlined there)
             return None
+        # Its text is asked for more than once (``CaptureStats.outline``): it is had once.
+        return None if waiter is None else functools.cache(waiter)
 
     def _start_outline(self, head: bytes | None) -> Callable[[], str] | None:
         """Start outlining the written file (of ``head``, ``_outline_head``'s) on a thread;

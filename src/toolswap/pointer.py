@@ -400,8 +400,9 @@ def make_pointer(
     # tail and failure lines shrink to a glimpse of the bytes themselves. Failure lines get
     # what the outline leaves of a structured pointer's bytes when it lists no failure: it
     # may have read a log for a table, or the failure may be in a field that names none.
-    outline = structured_section(stats.outline, hint, fields)
-    failures_listed = bool(outline) and lists_failures(stats.outline)
+    source = stats.outline
+    outline = structured_section(source, hint, fields)
+    failures_listed = bool(outline) and lists_failures(source)
     raw_salient = salient_bytes
     if outline:
         head_bytes = min(head_bytes, STRUCTURED_RAW_BYTES)

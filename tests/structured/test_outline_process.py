@@ -400,3 +400,38 @@ def test_the_helper_ends_with_its_process_though_a_forked_child_lives_on(
         assert _gone(helper, within=3.0)  # (not the helper's idle look at its parent: 5 s)
     finally:
         os.kill(forked, signal.SIGKILL)
+
+
+@two_cores
+def test_a_capture_whose_helper_died_gives_its_outline_each_time_it_is_asked(
+    helper: OutlineProcess, tmp_path: Path
+) -> None:
+    """The pointer asks a capture for its outline more than once: a helper that died
+    mid-outline leaves it computed once, from the capture's own copy of the descriptor
+    (asked again, that copy was closed: the outline came back empty)."""
+    from toolswap.capture import StreamCapture
+
+    data, path, head = _written(tmp_path, "tree")
+    expected = inspect_output(head, _reader(data), len(data))
+    _submit(helper, path, head)()  # (ready)
+    proc = helper._proc
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGSTOP)  # (busy when asked, then killed)
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        capture = StreamCapture(
+            directory,
+            head_keep=len(head),
+            tail_keep=0,
+            scan_limit=0,
+            inspect=inspect_output,
+            outliner=helper,
+        )
+        capture.write(data)
+        stats = capture.finish()
+        proc.kill()
+        assert stats.outline == expected
+        assert stats.outline == expected
+        capture.discard()
+    finally:
+        os.close(directory)
