@@ -22,6 +22,7 @@ import json
 import os
 import stat
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,14 @@ def canonical_json(value: object) -> bytes:
 class ChainLog:
     """One hash-chained JSONL file. Appends must be made under the session lock."""
 
+    def _forked(self) -> None:
+        """In a forked child: a new lock (a thread that held this one is not here), and the
+        position forgotten (it may have been half-way through an update): the next refresh
+        verifies the whole log, and says so (``reset``): its reader folds every record again."""
+        self.lock = threading.RLock()
+        self.reset()
+        self._refold = True
+
     def __init__(
         self,
         path: Path,
@@ -91,6 +100,9 @@ class ChainLog:
         self.lock = threading.RLock()
         """Serializes this object's refreshes and appends between threads; callers that
         fold records hold it across refresh and fold."""
+        self._refold = False
+        """The next refresh says ``reset`` (this is a forked child: see ``_forked``)."""
+        _LOGS.add(self)
 
     @property
     def head(self) -> tuple[int, str]:
@@ -194,7 +206,7 @@ class ChainLog:
         try:
             st = os.fstat(fd)
             identity = (st.st_dev, st.st_ino)
-            reset = False
+            reset, self._refold = self._refold, False
             if self._identity is not None and identity != self._identity:
                 self.reset()
                 reset = True
@@ -474,3 +486,15 @@ class ChainLog:
         io.ftruncate(fd, offset)
         io.fsync(fd)
         self._torn = None
+
+
+_LOGS: weakref.WeakSet[ChainLog] = weakref.WeakSet()
+"""Every log of this process (see ``ChainLog._forked``)."""
+
+
+def _after_fork() -> None:
+    for log in list(_LOGS):
+        log._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ._fork import renew_in_child
 from .crashpoints import crash_point
 from .errors import ArtifactAccessError
 
@@ -161,6 +162,7 @@ def _writeback_call() -> Callable[[int, int, int, int], int] | None:
 _DEFAULT = DurableIO()
 _current = _DEFAULT
 _SWAP_GUARD = threading.Lock()
+renew_in_child(globals(), "_SWAP_GUARD")  # (see _fork)
 
 
 def current() -> DurableIO:

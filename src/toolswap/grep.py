@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from ._ere import check_searchable, is_literal, translate
+from ._fork import renew_in_child
 from ._gc import collector_paused
 from ._json_form import JsonRecord, fields_form, json_form
 from ._window import CONTINUATION_MARKER, window
@@ -286,6 +287,7 @@ class _Engine:
 
 _GNU: dict[str, bool] = {}
 _GNU_GUARD = threading.Lock()
+renew_in_child(globals(), "_GNU_GUARD")  # (see _fork)
 
 
 def _gnu_grep() -> str | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from . import durable
+from ._fork import renew_in_child
 from ._invocation import cli_command
 from ._json_form import JsonRecord
 from ._keywords import refuse_unknown
@@ -130,6 +131,7 @@ class _Verified:
 _Identity = tuple[int, int, int, int, int]
 _VERIFIED: dict[_Identity, _Verified] = {}
 _VERIFIED_GUARD = threading.Lock()
+renew_in_child(globals(), "_VERIFIED_GUARD")  # (see _fork)
 _VERIFIED_MAX = 4096
 
 

@@ -8,6 +8,7 @@ carry paths that anything trusts.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -314,6 +315,23 @@ class _LockState:
 
 _LOCKS: dict[str, _LockState] = {}
 _LOCKS_GUARD = threading.Lock()
+
+
+def _after_fork() -> None:
+    """In a forked child: its parent's session locks are not its own (a thread that held
+    one is not here; a held ``flock`` is its parent's). Each is taken afresh: a new
+    in-process lock, and a ``flock`` of its own, which waits for the parent's. The copy of a
+    held lock's descriptor is closed, never unlocked: that would unlock the parent's."""
+    global _LOCKS, _LOCKS_GUARD
+    for state in _LOCKS.values():
+        fd, state.fd = state.fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _LOCKS, _LOCKS_GUARD = {}, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 @contextmanager

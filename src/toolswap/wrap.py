@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast, overload
 
+from ._fork import renew_in_child
 from .errors import InvalidArgumentError
 from .externalizer import ToolResultExternalizer
 from .session import Session, toolswap_home, workspace_slug
@@ -43,6 +44,7 @@ ExternalizerSource = ToolResultExternalizer | Callable[[], ToolResultExternalize
 
 _DEFAULTS: dict[tuple[str, str, str], ToolResultExternalizer] = {}
 _DEFAULTS_LOCK = threading.Lock()
+renew_in_child(globals(), "_DEFAULTS_LOCK")  # (see _fork)
 _MARK = "__toolswap_externalized__"
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from .. import durable
+from .._fork import renew_in_child
 from ..artifact import validate_session_id
 from ..crashpoints import crash_point
 from ..errors import ArtifactAccessError, ConfigurationError, SourceIdError
@@ -175,6 +176,7 @@ _BACKENDS: dict[str, tuple[str, str]] = {"s3://": ("toolswap.backends.s3store", 
 the core needs none of their packages."""
 _STORES: dict[str, ArtifactStore] = {}
 _STORES_GUARD = threading.Lock()
+renew_in_child(globals(), "_STORES_GUARD")  # (see _fork)
 
 
 def open_store(url: str) -> ArtifactStore:
