@@ -135,6 +135,7 @@ class ChainLog:
             if self._floor[0] > seq or (self._floor[0] == seq and self._floor[1] != digest):
                 return False
             self._offset, self._seq, self._hash, self._identity = offset, seq, digest, identity
+            self._refold = False  # (its caller starts its fold afresh, from the checkpoint)
             self._floor = (seq, digest)
             return True
 
@@ -189,13 +190,15 @@ class ChainLog:
         with self.lock:
             saved = (self._offset, self._seq, self._hash, self._identity, self._torn)
             try:
-                return self._refresh()
+                reset, records = self._refresh()
             except ChainLogError:
                 # Back to the last verified position: the next refresh meets the same
                 # defect again (a shrunk, replaced or vanished log stays refused).
                 self._offset, self._seq, self._hash, self._identity, self._torn = saved
                 self._whole = None
                 raise
+            reset, self._refold = reset or self._refold, False
+            return reset, records
 
     def _refresh(self) -> tuple[bool, list[dict[str, Any]]]:
         fd = self._open_read()
@@ -206,7 +209,7 @@ class ChainLog:
         try:
             st = os.fstat(fd)
             identity = (st.st_dev, st.st_ino)
-            reset, self._refold = self._refold, False
+            reset = False
             if self._identity is not None and identity != self._identity:
                 self.reset()
                 reset = True
