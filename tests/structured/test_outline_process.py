@@ -435,3 +435,53 @@ def test_a_capture_whose_helper_died_gives_its_outline_each_time_it_is_asked(
         capture.discard()
     finally:
         os.close(directory)
+
+
+@pytest.mark.parametrize(
+    ("own", "files", "quota"),
+    [
+        # cgroup v2: the tightest level from its own cgroup up to the root counts.
+        ("0::/box/job\n", {"box/cpu.max": "150000 100000", "box/job/cpu.max": "max 100000"}, 1.5),
+        ("0::/box/job\n", {"cpu.max": "max 100000", "box/job/cpu.max": "400000 100000"}, 4.0),
+        # cgroup v1, as a hybrid host mounts it (the memory line names another hierarchy).
+        (
+            "4:memory:/m\n2:cpu,cpuacct:/ci\n0::/\n",
+            {
+                "cpu,cpuacct/ci/cpu.cfs_quota_us": "50000",
+                "cpu,cpuacct/ci/cpu.cfs_period_us": "100000",
+            },
+            0.5,
+        ),
+        (
+            "2:cpu,cpuacct:/\n0::/\n",
+            {"cpu,cpuacct/cpu.cfs_quota_us": "-1", "cpu,cpuacct/cpu.cfs_period_us": "100000"},
+            None,
+        ),
+        ("0::/gone\n", {}, None),  # (a path this mount does not show)
+    ],
+)
+def test_a_cgroup_s_cpu_quota_counts_as_cores(
+    own: str,
+    files: dict[str, str],
+    quota: float | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A container given fewer than two CPUs' time starts no helper, however many cores its
+    host shows: the helper would only take the capture's time."""
+    from toolswap.structured import outline_process
+
+    root = tmp_path / "cgroup"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text + "\n")
+    (tmp_path / "self").write_text(own)
+    monkeypatch.setattr(outline_process, "_CGROUP_ROOT", root)
+    monkeypatch.setattr(outline_process, "_OWN_CGROUP", tmp_path / "self")
+    assert outline_process._quota_cores() == quota
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert outline_process._worth_starting() == (quota is None or quota >= 2)
+    process = OutlineProcess()
+    process.warm()
+    assert (process._sock is None) == (quota is not None and quota < 2)
+    _stop(process)
