@@ -142,22 +142,24 @@ class OutlineProcess:
                 return None
 
         def wait() -> str:
-            try:
-                if not pending.done.wait(_DEADLINE):
-                    with self._lock:
-                        if self._sock is sock:
-                            self._close(sock)  # stuck: stopped (its socket closes, it ends)
-                    pending.lose()
-                if not pending.gone:
-                    return pending.text
-                from . import inspect_output
-
-                try:
-                    return inspect_output(head, lambda count, at: os.pread(own, count, at), size)
-                except Exception:  # (as on the capture's thread)
-                    return ""
-            finally:
+            # (The copy is closed once the text is had: a wait cut short by an interrupt
+            # may be asked again, and reads it then.)
+            if not pending.done.wait(_DEADLINE):
+                with self._lock:
+                    if self._sock is sock:
+                        self._close(sock)  # stuck: stopped (its socket closes, it ends)
+                pending.lose()
+            if not pending.gone:
                 release()
+                return pending.text
+            from . import inspect_output
+
+            try:
+                text = inspect_output(head, lambda count, at: os.pread(own, count, at), size)
+            except Exception:  # (as on the capture's thread)
+                text = ""
+            release()
+            return text
 
         # The copy is closed once the outline is had, or with ``wait`` (a capture that failed
         # after handing its outline over never waits for it).
