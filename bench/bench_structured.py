@@ -14,6 +14,9 @@ The captures run as a process that captures many outputs does (the MCP server, a
 using the library): its outlines in the helper process (``structured.outline_process``),
 started before the first measure. "thread" is the same capture with the outline on the
 capturing process's thread, as a one-shot command (``toolswap run``) has it, against text.
+"run" is the whole one-shot command, ``toolswap run -- cat FILE`` in a new process each
+time (its start, its imports and its outline on the thread), against the same command with
+the outline off: the wall time's ratio and the median of the paired differences.
 
 A tree's entries nested under the key that holds them (npm's dependencies within
 dependencies) are records of the same kind: counted as records, with their field paths
@@ -27,6 +30,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import statistics
@@ -369,6 +373,28 @@ def _warm(ext: ToolResultExternalizer, work: Path, data: bytes) -> None:
         time.sleep(0.01)
 
 
+def _one_shot(path: Path, work: Path) -> tuple[float, float]:
+    """``toolswap run -- cat FILE`` against the same command with the outline off (min
+    against min, and the median of the paired differences), in seconds."""
+    toolswap = Path(sys.executable).with_name("toolswap")
+    argv = [str(toolswap), "run", "--session-dir", str(work / "run-session"), "--"]
+    off = {**os.environ, "TOOLSWAP_OUTLINE": "off"}
+    runs: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(REPEATS):
+        for outlined in (True, False):
+            start = time.perf_counter()
+            subprocess.run(
+                [*argv, "cat", str(path)],
+                stdout=subprocess.DEVNULL,
+                env=None if outlined else off,
+                check=True,
+            )
+            runs[outlined].append(time.perf_counter() - start)
+    shutil.rmtree(work / "run-session")
+    added = statistics.median(a - b for a, b in zip(runs[True], runs[False], strict=True))
+    return min(runs[True]) / min(runs[False]), added
+
+
 def _outline_alone(data: bytes, head: int) -> float:
     """Seconds to outline ``data`` from memory, as the capture's thread does from the file
     (``head``: the bytes of it the capture keeps, which decide its format)."""
@@ -398,7 +424,7 @@ def main() -> int:
         print(
             f"{'output':28} {'size':>9} {'records':>8} {'paths':>7} {'count':>5} "
             f"{'anomaly':>7} {'pointer':>8} {'capture/floor':>13} {'s':>9} {'vs text':>7} "
-            f"{'added':>8} {'thread':>6} {'outline':>8}"
+            f"{'added':>8} {'thread':>6} {'outline':>8} {'run':>6} {'added':>8}"
         )
         named_all = total_all = 0
         for name, fmt, data, anomaly in outputs:
@@ -431,12 +457,13 @@ def main() -> int:
             # time, computed alone from memory (min of the repeats).
             added = statistics.median(c - t for c, t in zip(captures, texts, strict=True))
             alone = min(_outline_alone(data, head) for _ in range(REPEATS))
+            run_ratio, run_added = _one_shot(path, work)
             print(
                 f"{name:28} {len(data):>9,} {record_count:>8,} {named:>3}/{len(paths):<3} "
                 f"{'yes' if count_shown else 'NO':>5} {shown:>7} {len(pointer.encode()):>8,} "
                 f"{ratio:>12.2f}x {min(captures):>9.3f} {min(captures) / min(texts):>6.2f}x "
                 f"{added * 1e3:>+6.1f}ms {min(threads) / min(texts):>5.2f}x "
-                f"{alone * 1e3:>6.1f}ms"
+                f"{alone * 1e3:>6.1f}ms {run_ratio:>5.2f}x {run_added * 1e3:>+6.1f}ms"
             )
         if total_all:
             print(
