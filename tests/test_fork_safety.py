@@ -8,12 +8,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 _SCRIPT = """
 import json, os, signal, sys, threading, time
 from pathlib import Path
+from typing import Any
 from toolswap import ToolResultExternalizer
 from toolswap.manifest import Manifest
 
@@ -66,8 +68,9 @@ def test_a_child_forked_while_a_lock_is_held_captures(lock: str, tmp_path: Path)
 
 
 _LOG = """
-import json, os, sys
+import json, os, sys, threading
 from pathlib import Path
+from typing import Any
 from toolswap.chainlog import ChainLog
 
 log = ChainLog(Path(sys.argv[1]), "s1")
@@ -75,10 +78,17 @@ for n in range(3):
     log.append({"n": n}, crash_prefix="manifest")
 log.refresh()
 offset, (seq, digest), identity = log.offset, log.head, log.identity
+held, release = threading.Event(), threading.Event()
+
+
+def hold():
+    with log.lock:
+        held.set()
+        release.wait()
 
 
 def child(how):
-    if how == "resumed":  # (from a checkpoint: its reader restores its fold from there)
+    if how == "held, resumed":  # (from a checkpoint: its reader restores its fold there)
         assert log.resume(offset, seq, digest, identity)
     said = []
     for _ in range(2):
@@ -88,19 +98,29 @@ def child(how):
     os._exit(0)
 
 
-for how in ("refreshed", "resumed"):
+for how in ("free", "held", "held, resumed"):
+    holder = None
+    if how != "free":
+        held.clear(), release.clear()
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait()
     pid = os.fork()
     if pid == 0:
         child(how)
     os.waitpid(pid, 0)
+    if holder is not None:
+        release.set()
+        holder.join()
 """
 
 
-def test_a_forked_child_s_log_says_reset_once_unless_it_resumes(tmp_path: Path) -> None:
-    """A parent's thread may have been half-way through an update of the log's position:
-    the child reads the log whole and says ``reset`` (its reader folds every record again),
-    once; a child that resumes from a checkpoint starts its fold there instead, and is told
-    nothing else (a reset would have it drop the fold it just restored)."""
+def test_a_forked_child_s_log_is_read_again_only_if_its_lock_was_held(tmp_path: Path) -> None:
+    """A log whose lock another thread held at the fork may have been half-way through an
+    update: the child reads it whole and says ``reset`` (its reader folds every record
+    again), once; a child that resumes from a checkpoint starts its fold there instead, and
+    is told nothing else (a reset would have it drop the fold it just restored). A log no
+    thread held is whole in the child: nothing is read again."""
     done = subprocess.run(
         [sys.executable, "-c", _LOG, str(tmp_path / "log.jsonl")],
         capture_output=True,
@@ -109,6 +129,287 @@ def test_a_forked_child_s_log_says_reset_once_unless_it_resumes(tmp_path: Path) 
     )
     said = [json.loads(line) for line in done.stdout.splitlines()]
     assert said == [
-        {"refreshed": [[True, 3], [False, 0]]},
-        {"resumed": [[False, 0], [False, 0]]},
+        {"free": [[False, 0], [False, 0]]},
+        {"held": [[True, 3], [False, 0]]},
+        {"held, resumed": [[False, 0], [False, 0]]},
     ], done.stderr[-2000:]
+
+
+def _said(script: str, *args: str) -> list[dict[str, object]]:
+    """What ``script`` printed, one JSON object a line (its children print theirs too)."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+_MODULE_LOCKS = """
+import importlib, json, os, signal, sys, threading
+names = [("toolswap.grep", "_GNU_GUARD"), ("toolswap.wrap", "_DEFAULTS_LOCK"),
+         ("toolswap.durable", "_SWAP_GUARD"), ("toolswap.reader", "_VERIFIED_GUARD"),
+         ("toolswap.backends.store", "_STORES_GUARD"), ("toolswap.session", "_LOCKS_GUARD")]
+locks = [getattr(importlib.import_module(module), name) for module, name in names]
+held, release = threading.Event(), threading.Event()
+
+
+def hold():
+    for lock in locks:
+        lock.acquire()
+    held.set()
+    release.wait()
+
+
+threading.Thread(target=hold, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)
+    free = {f"{module}.{name}": getattr(importlib.import_module(module), name).acquire(timeout=5)
+            for module, name in names}
+    os.write(1, (json.dumps(free) + "\\n").encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_each_module_lock_is_new_in_a_forked_child() -> None:
+    (free,) = _said(_MODULE_LOCKS)
+    assert len(free) == 6 and all(free.values()), free
+
+
+_WRAPPED = """
+import json, os, signal, sys, threading
+from pathlib import Path
+from typing import Any
+from toolswap import wrap
+
+at_path = wrap._resolver(Path(sys.argv[1]))  # (a tool wrapped with externalizer=<dir>)
+held, release = threading.Event(), threading.Event()
+
+
+def hold():  # (its first call, making the externalizer, on a slow disk)
+    with at_path._lock:
+        held.set()
+        release.wait()
+
+
+threading.Thread(target=hold, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)
+    ext = at_path()
+    said = ext.externalize(b"x" * 100_000, "bash").artifact.path.name
+    os.write(1, (json.dumps({"child": said}) + "\\n").encode())
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"status": os.waitstatus_to_exitcode(status)}))
+"""
+
+
+def test_a_tool_wrapped_with_a_session_directory_runs_in_a_forked_child(tmp_path: Path) -> None:
+    said = _said(_WRAPPED, str(tmp_path / "s"))
+    assert said == [{"child": "tool_result_001.txt"}, {"status": 0}]
+
+
+_INSIDE = """
+import fcntl, json, os, signal, sys
+from pathlib import Path
+from typing import Any
+from toolswap import ToolResultExternalizer
+
+ext = ToolResultExternalizer(Path(sys.argv[1]))
+data = b"a line of output\\n" * 40_000
+ext.externalize(data, "bash")
+
+
+def held_for_others():
+    fd = os.open(ext.session.lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+with ext.session.lock():
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+if pid == 0:
+    os._exit(0)  # (it has left the parent's `with`)
+os.waitpid(pid, 0)
+with ext.session.lock():
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+    else:
+        os.waitpid(pid, 0)
+        print(json.dumps({"held after the child left": held_for_others()}))
+if pid == 0:
+    os._exit(0)
+"""
+
+
+def test_a_child_forked_inside_a_held_session_lock_leaves_it_held(tmp_path: Path) -> None:
+    """The child leaves the ``with`` its parent entered: its copy of the lock's descriptor
+    is closed, never unlocked (that would unlock its parent's, which other processes would
+    then take while the parent appends)."""
+    assert _said(_INSIDE, str(tmp_path / "s")) == [{"held after the child left": True}]
+
+
+_IMPORTING = """
+import importlib.abc, json, os, signal, sys, threading, time
+from pathlib import Path
+from typing import Any
+from toolswap import ToolResultExternalizer
+
+importing = threading.Event()
+
+
+class Slow(importlib.abc.MetaPathFinder):  # (a cold disk: the capture's modules load slowly)
+    def find_spec(self, name, path, target=None):
+        if name == "toolswap.capture":
+            importing.set()
+            time.sleep(0.5)
+        return None
+
+
+sys.meta_path.insert(0, Slow())
+ext = ToolResultExternalizer(Path(sys.argv[1]))
+data = b"a line of output\\n" * 40_000
+threading.Thread(target=lambda: ext.externalize(data, "bash")).start()  # the first capture
+importing.wait()
+pid = os.fork()  # (while that thread imports what a capture needs)
+if pid == 0:
+    signal.alarm(20)
+    said = ext.externalize(data + b"child\\n", "bash").artifact.path.name
+    os.write(1, (json.dumps({"child": said}) + "\\n").encode())
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"status": os.waitstatus_to_exitcode(status)}))
+"""
+
+
+def test_a_child_forked_while_a_capture_s_modules_load_captures(tmp_path: Path) -> None:
+    """Those modules are imported before the fork: the child waits on no import that a
+    thread of its parent was in the middle of."""
+    said = _said(_IMPORTING, str(tmp_path / "s"))
+    assert said[-1] == {"status": 0} and said[0]["child"] in (
+        "tool_result_001.txt",
+        "tool_result_002.txt",
+    )
+
+
+_LEASES = """
+import json, os, signal, sys, threading
+from pathlib import Path
+from typing import Any
+from toolswap import ArtifactRetentionClaim, ArtifactRetentionJournal, ToolResultExternalizer
+
+root = Path(sys.argv[1])
+ext = ToolResultExternalizer(root)
+art = ext.externalize(b"x\\n" * 100_000, "bash")
+ref = ext.get_artifact(art.artifact.source_id).for_memory()
+journal = ArtifactRetentionJournal(root, owner=None, checkpoint_every=0)
+for n in range(3):
+    journal.publish_reference(
+        ArtifactRetentionClaim.from_memory_reference(ref), lambda: None, transaction_id=f"tx-{n}"
+    )
+assert journal.checkpoint() == journal.head
+print(json.dumps({"parent": len(journal.transactions())}), flush=True)
+held, release = threading.Event(), threading.Event()
+
+
+def hold():  # (a sync of another thread: the log may be half-way through it)
+    with journal.log.lock:
+        held.set()
+        release.wait()
+
+
+if sys.argv[2] == "held":
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)
+    os.write(1, (json.dumps({"child": len(journal.transactions())}) + "\\n").encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.parametrize("log", ["free", "held"])
+def test_a_forked_child_s_leases_are_its_parent_s(log: str, tmp_path: Path) -> None:
+    """The journal wrote a checkpoint at its head: a child whose log is read afresh (its
+    lock was held at the fork) resumes from that checkpoint, and keeps the fold it restored
+    there (a reset after the resume dropped it, and the child refused its own journal)."""
+    assert _said(_LEASES, str(tmp_path / "s"), log) == [{"parent": 3}, {"child": 3}]
+
+
+_SHARED = """
+import json, os, signal, sys, threading
+from pathlib import Path
+from typing import Any
+import psycopg
+from toolswap import ArtifactRetentionJournal, ToolResultExternalizer
+from toolswap.retention.postgres_journal import PostgresJournalStore
+
+dsn, root = sys.argv[1], Path(sys.argv[2])
+ToolResultExternalizer(root).externalize(b"x\\n" * 100_000, "bash")
+store = PostgresJournalStore(dsn, root, schema="forked")
+journal = ArtifactRetentionJournal(root, owner=None, store=store)
+journal.transactions()
+
+
+def advisory_locks():
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
+        return row[0]
+
+
+held, release = threading.Event(), threading.Event()
+
+
+def hold():
+    with journal.lock():
+        held.set()
+        release.wait()
+
+
+holder = threading.Thread(target=hold)
+holder.start()
+held.wait()
+pid = os.fork()
+if pid == 0:  # (another thread held the journal's lock: the child takes its own)
+    signal.alarm(20)
+    leases = len(journal.transactions())
+    os.write(1, (json.dumps({"child read": leases}) + "\\n").encode())
+    os._exit(0)
+threading.Timer(0.3, release.set).start()
+_, status = os.waitpid(pid, 0)
+holder.join()
+with journal.lock():
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+    else:
+        os.waitpid(pid, 0)
+        inside = advisory_locks()
+if pid == 0:
+    os._exit(0)  # (it has left the parent's `with`: the parent's lock is not its own)
+print(json.dumps({"status": os.waitstatus_to_exitcode(status), "inside": inside,
+                  "after": advisory_locks()}))
+store.close()
+"""
+
+
+def test_a_forked_child_takes_the_shared_journal_s_lock_afresh_and_never_frees_its_parent_s(
+    postgres_server: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("psycopg")
+    said = _said(_SHARED, postgres_server.dsn, str(tmp_path / "s"))
+    assert said == [{"child read": 0}, {"status": 0, "inside": 1, "after": 0}]

@@ -3,20 +3,29 @@
 A child forked while another thread of its parent held a lock inherits the lock held, by a
 thread that is not in the child: the first time the child takes it, it waits forever. A
 harness that forks (a ``multiprocessing`` pool's default start method on Linux) while one of
-its threads captures would lose its child so. Every module-level lock of toolswap is
-therefore made new in the child (``renew_in_child``); the objects that hold a lock of their
-own (the session locks, the manifest log) renew theirs, and forget what their parent knew
-half-way, in hooks of their own.
+its threads captures would lose its child so. Every lock of toolswap is therefore made new
+in the child: a module's (``renew_in_child``), or an object's (``track``: its ``_forked``
+runs in the child, and gives it new locks, and forgets what its parent held, such as a
+database connection: the parent's, never to be closed from here). The modules a capture
+imports when it first runs are imported before a fork (``_before_fork``): a child waits on
+no import its parent's other thread was in the middle of.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
+import weakref
 from collections.abc import Callable, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["renew_in_child"]
+__all__ = ["Forked", "expect_captures", "renew_in_child", "track"]
+
+
+class Forked(Protocol):
+    def _forked(self) -> None:
+        """Called in a forked child: new locks, and nothing of the parent's held."""
 
 
 def renew_in_child(
@@ -32,3 +41,44 @@ def renew_in_child(
             namespace[name] = factory()
 
     os.register_at_fork(after_in_child=renew)
+
+
+_TRACKED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def track(obj: Forked) -> None:
+    """Have ``obj._forked()`` called in every child this process forks, for as long as
+    ``obj`` lives (it is held weakly)."""
+    _TRACKED.add(obj)
+
+
+def _after_fork_in_child() -> None:
+    for obj in list(_TRACKED):
+        obj._forked()
+
+
+_CAPTURE_MODULES = (
+    "toolswap.artifact",
+    "toolswap.capture",
+    "toolswap.pointer",
+    "toolswap.records",
+    "toolswap._invocation",
+)
+"""What ``ToolResultExternalizer`` imports at its first capture (not at start-up)."""
+
+
+_CAPTURES = [False]
+
+
+def expect_captures() -> None:
+    """This process made an externalizer: it may capture, in a child it forks too."""
+    _CAPTURES[0] = True
+
+
+def _before_fork() -> None:
+    if _CAPTURES[0]:
+        for name in _CAPTURE_MODULES:
+            importlib.import_module(name)
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

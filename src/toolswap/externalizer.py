@@ -17,6 +17,7 @@ from . import durable
 from ._artifact_names import artifact_filename
 from ._externalizer_cleanup import CleanupMethods
 from ._externalizer_reads import PageFaults
+from ._fork import expect_captures
 from ._keywords import refuse_unknown
 from ._output import Output, chunks, prepend
 from ._results import InlineToolResult
@@ -137,6 +138,7 @@ class ToolResultExternalizer(PageFaults, CleanupMethods):
         self._now = now or _utc_now
         self.read_hint: ReadHint = read_hint
         self.manifest = Manifest.of(self.session)
+        expect_captures()
 
     @classmethod
     def open(

@@ -341,6 +341,11 @@ def session_lock(path: Path) -> Iterator[None]:
     Re-entrant within a thread (``publish_reference`` holds it while ``prepare`` takes it
     again); other threads of this process wait on an in-process lock, other processes on
     the ``flock``. The lock file is opened without following symlinks.
+
+    A forked child holds none of its parent's session locks, even inside a ``with`` its
+    parent entered: it takes the lock afresh where it needs it, and waits for its parent to
+    leave (a parent that waits for its child inside the lock waits forever, as with any
+    lock held across a fork).
     """
     key = os.path.abspath(path)
     with _LOCKS_GUARD:

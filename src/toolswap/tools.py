@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from ._fork import track
 from ._tool_descriptions import (
     GREP_ARTIFACT_DESCRIPTION,
     GREP_WIDTH,
@@ -191,6 +192,10 @@ class ArtifactTools:
         self._own = ArtifactReader(externalizer.session)
         self._readers: dict[str, ArtifactReader] = {externalizer.session.session_id: self._own}
         self._lock = threading.Lock()
+        track(self)
+
+    def _forked(self) -> None:
+        self._lock = threading.Lock()  # (see _fork)
 
     # -- resolving -------------------------------------------------------------------
 

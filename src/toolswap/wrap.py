@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast, overload
 
-from ._fork import renew_in_child
+from ._fork import renew_in_child, track
 from .errors import InvalidArgumentError
 from .externalizer import ToolResultExternalizer
 from .session import Session, toolswap_home, workspace_slug
@@ -76,23 +76,32 @@ def _resolver(source: ExternalizerSource | None) -> Callable[[], ToolResultExter
         ext = source
         return lambda: ext
     if isinstance(source, (str, Path)):
-        path = Path(source)
-        opened: list[ToolResultExternalizer] = []
-        lock = threading.Lock()
-
-        def at_path() -> ToolResultExternalizer:
-            with lock:
-                if not opened:
-                    opened.append(ToolResultExternalizer(path, read_hint="mcp"))
-                return opened[0]
-
-        return at_path
+        return _AtPath(Path(source))
     if callable(source):
         return source
     raise InvalidArgumentError(
         "externalizer must be a ToolResultExternalizer, a factory returning one, or a "
         f"session directory, not {type(source).__name__}"
     )
+
+
+class _AtPath:
+    """The externalizer of a session directory, made on the first call."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._opened: ToolResultExternalizer | None = None
+        self._lock = threading.Lock()
+        track(self)
+
+    def _forked(self) -> None:
+        self._lock = threading.Lock()
+
+    def __call__(self) -> ToolResultExternalizer:
+        with self._lock:
+            if self._opened is None:
+                self._opened = ToolResultExternalizer(self._path, read_hint="mcp")
+            return self._opened
 
 
 def _tool_name(func: Any) -> str:

@@ -39,6 +39,7 @@ import boto3  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
+from .._fork import track
 from ..artifact import parse_artifact_filename, validate_session_id
 from ..errors import (
     ArtifactNotFoundError,
@@ -176,9 +177,27 @@ class S3ArtifactStore:
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, part_size)
-        self._control = client if client is not None else _client(_CONTROL, self.url)
+        self._control_client = client if client is not None else _client(_CONTROL, self.url)
         self._bodies_client = client
         self._bodies_guard = threading.Lock()
+        self._own_clients = client is None
+        track(self)
+
+    def _forked(self) -> None:
+        """In a forked child: a new lock, and clients of its own, made on first use (a
+        client's pooled connections are the parent's; a client given to the store stays
+        the caller's)."""
+        self._bodies_guard = threading.Lock()
+        if self._own_clients:
+            self._control_client = self._bodies_client = None
+
+    @property
+    def _control(self) -> Any:
+        """The client for records, leases and checks."""
+        with self._bodies_guard:
+            if self._control_client is None:
+                self._control_client = _client(_CONTROL, self.url)
+            return self._control_client
 
     @property
     def _bodies(self) -> Any:

@@ -175,8 +175,11 @@ _BACKENDS: dict[str, tuple[str, str]] = {"s3://": ("toolswap.backends.s3store", 
 """URL scheme -> (module, class with a ``from_url``); a backend is imported on first use, so
 the core needs none of their packages."""
 _STORES: dict[str, ArtifactStore] = {}
+"""One store object per URL and process: a forked child opens its own (a client's pooled
+connections are its parent's)."""
 _STORES_GUARD = threading.Lock()
 renew_in_child(globals(), "_STORES_GUARD")  # (see _fork)
+renew_in_child(globals(), "_STORES", factory=dict)
 
 
 def open_store(url: str) -> ArtifactStore:

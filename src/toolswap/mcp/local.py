@@ -19,6 +19,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._fork import track
 from .._tool_table import TOOLS
 from ..errors import ToolswapError
 from ..externalizer import ToolResultExternalizer
@@ -93,6 +94,10 @@ class LocalTools:
         self._externalizer = externalizer
         self._made: ArtifactTools | None = None
         self._lock = threading.Lock()
+        track(self)
+
+    def _forked(self) -> None:
+        self._lock = threading.Lock()  # (see _fork)
 
     @property
     def _tools(self) -> ArtifactTools:

@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from .._fork import track
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -223,6 +224,14 @@ class PgConnections:
         self._idle: list[psycopg.Connection[Any]] = []
         self._idle_pid = os.getpid()
         self._lock = threading.Lock()
+        self._inherited: list[psycopg.Connection[Any]] = []
+        track(self)
+
+    def _forked(self) -> None:
+        """In a forked child: a new lock, and no idle connection (they are the parent's:
+        kept, never used or closed from here, which would end them on the server)."""
+        self._lock = threading.Lock()
+        self._inherited, self._idle, self._idle_pid = self._idle, [], os.getpid()
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new connection of its own (the caller closes it)."""

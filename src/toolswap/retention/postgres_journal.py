@@ -46,6 +46,7 @@ from typing import Any
 
 import psycopg
 
+from .._fork import track
 from ..chainlog import ChainLog
 from ..crashpoints import crash_point
 from ..errors import ArtifactLeaseJournalError, ChainLogError
@@ -58,6 +59,8 @@ from .lease import ArtifactLeaseTransaction
 
 __all__ = ["PostgresJournalStore"]
 
+_INHERITED: list[Any] = []
+"""Connections a forked child inherited holding its parent's lock: kept, never closed."""
 _PREFIX_BLOCK = 10_000
 """Records the server hashes per block for ``prefix_sha256`` (bounds its memory)."""
 
@@ -114,8 +117,18 @@ class PostgresJournalStore(JournalStore):
             )
         self._lock_key = "toolswap.journal:" + self.journal_key
         self._rlock = threading.RLock()
-        self._depth = 0
         self._lock_conn: psycopg.Connection[Any] | None = None
+        """The connection that holds the advisory lock, while this process holds it."""
+        track(self)
+
+    def _forked(self) -> None:
+        """In a forked child: a new lock, and the parent's advisory lock not held here. Its
+        connection is the parent's: kept, never used or closed from here (closing it would
+        end the parent's session on the server, and with it the parent's lock)."""
+        self._rlock = threading.RLock()
+        if self._lock_conn is not None:
+            _INHERITED.append(self._lock_conn)
+            self._lock_conn = None
 
     def __repr__(self) -> str:
         return f"PostgresJournalStore({self.journal_key!r}, schema={self._pg.schema!r})"
@@ -136,15 +149,16 @@ class PostgresJournalStore(JournalStore):
     @contextmanager
     def lock(self) -> Iterator[None]:
         with self._rlock:
-            if self._depth == 0:
+            outer = self._lock_conn is None
+            if outer:
                 self._acquire()
-            self._depth += 1
+            conn = self._lock_conn
             try:
                 with self.session.lock():
                     yield
             finally:
-                self._depth -= 1
-                if self._depth == 0:
+                # (A forked child leaving the parent's lock: not its own to release.)
+                if outer and self._lock_conn is conn:
                     self._release()
 
     def _acquire(self) -> None:
@@ -303,7 +317,9 @@ class _PostgresChainLog(ChainLog):
         self, body: dict[str, Any], crash_prefix: str
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         self._next_record(body)  # refuses a body that sets the chain's own fields
-        _, before = self.refresh()
+        reset, before = self.refresh()
+        if reset:  # (a forked child's first refresh: its reader must fold them all first)
+            raise self._fail("was read afresh while in use; reopen it")
         record, digest, line = self._next_record(body)
         store = self._store
         with store._pg.connection("appending to the journal") as conn:
