@@ -413,3 +413,61 @@ def test_a_forked_child_takes_the_shared_journal_s_lock_afresh_and_never_frees_i
     pytest.importorskip("psycopg")
     said = _said(_SHARED, postgres_server.dsn, str(tmp_path / "s"))
     assert said == [{"child read": 0}, {"status": 0, "inside": 1, "after": 0}]
+
+
+_FEEDING = """
+import json, os, signal, sys, threading, time
+from pathlib import Path
+from toolswap import ToolResultExternalizer
+
+ext = ToolResultExternalizer(Path(sys.argv[1]))
+go_on, done = threading.Event(), threading.Event()
+line = json.dumps({"id": 1, "status": "ok", "text": "x" * 200}).encode() + b"\\n"
+
+
+def output():  # (JSON Lines: grep takes the text scan from the first KiB)
+    for n in range(8):
+        yield line * 4_000
+        if n == 3:
+            go_on.wait()
+
+
+def capture():
+    ext.externalize(output(), "api")
+    done.set()
+
+
+threading.Thread(target=capture, daemon=True).start()
+
+
+def feeding_grep():
+    for pid in os.listdir("/proc"):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            continue
+        if "(grep)" in stat and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+            return True
+    return False
+
+
+while not feeding_grep():
+    time.sleep(0.01)
+pid = os.fork()  # (a pool's worker, forked while the capture feeds grep: it lives on)
+if pid == 0:
+    signal.alarm(120)
+    signal.pause()
+    os._exit(0)
+go_on.set()
+print(json.dumps({"capture ended while the child lives": done.wait(60)}))
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_capture_feeding_grep_ends_while_a_child_forked_meanwhile_lives(
+    tmp_path: Path,
+) -> None:
+    """The child's copy of grep's input is not left open: grep sees its input end when the
+    capture ends it, not when the child exits."""
+    assert _said(_FEEDING, str(tmp_path / "s")) == [{"capture ended while the child lives": True}]

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 from collections import Counter
 
+from .._fork import track
 from .._lines import count_newlines
 from .._threads import start_helper_thread
 from .candidates import Candidates, Entry
@@ -327,6 +328,7 @@ class _Grep:
         self.newlines: int | None = None
         """Newlines in the bytes fed, once grep has read them all (see ``_END``)."""
         self._fed = 0
+        track(self)
         try:
             self._reader = start_helper_thread(self._read, "toolswap-grep")
         except RuntimeError as exc:  # no thread can be started: no grep either
@@ -336,6 +338,21 @@ class _Grep:
             self._proc.stdout.close()
             self._proc.wait()
             raise OSError(f"no thread to read grep's output: {exc}") from None
+
+    def _forked(self) -> None:
+        """In a forked child: its copy of grep's input is pointed at /dev/null. Held open
+        there, it would keep grep from seeing the end of its input, and the capture feeding
+        it waiting, for as long as the child lives (a pool's worker: hours)."""
+        try:
+            fd = self._proc.stdin.fileno() if self._proc.stdin is not None else -1
+        except ValueError:
+            return  # closed before the fork: its number may be another file's now
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.dup2(null, fd)
+            finally:
+                os.close(null)
 
     def write(self, data: bytes | memoryview) -> None:
         """Feed bytes (blocks while grep catches up; never raises)."""
