@@ -115,12 +115,12 @@ for how in ("free", "held", "held, resumed"):
 """
 
 
-def test_a_forked_child_s_log_is_read_again_only_if_its_lock_was_held(tmp_path: Path) -> None:
+def test_a_forked_child_s_log_is_read_again_once(tmp_path: Path) -> None:
     """A log whose lock another thread held at the fork may have been half-way through an
     update: the child reads it whole and says ``reset`` (its reader folds every record
     again), once; a child that resumes from a checkpoint starts its fold there instead, and
     is told nothing else (a reset would have it drop the fold it just restored). A log no
-    thread held is whole in the child: nothing is read again."""
+    thread held is read again too: its reader may have folded outside its lock."""
     done = subprocess.run(
         [sys.executable, "-c", _LOG, str(tmp_path / "log.jsonl")],
         capture_output=True,
@@ -129,7 +129,7 @@ def test_a_forked_child_s_log_is_read_again_only_if_its_lock_was_held(tmp_path: 
     )
     said = [json.loads(line) for line in done.stdout.splitlines()]
     assert said == [
-        {"free": [[False, 0], [False, 0]]},
+        {"free": [[True, 3], [False, 0]]},
         {"held": [[True, 3], [False, 0]]},
         {"held, resumed": [[False, 0], [False, 0]]},
     ], done.stderr[-2000:]
@@ -279,6 +279,8 @@ class Slow(importlib.abc.MetaPathFinder):  # (a cold disk: the capture's modules
 
 
 sys.meta_path.insert(0, Slow())
+at_fork = []
+os.register_at_fork(before=lambda: at_fork.append("toolswap.capture" in sys.modules))
 ext = ToolResultExternalizer(Path(sys.argv[1]))
 data = b"a line of output\\n" * 40_000
 threading.Thread(target=lambda: ext.externalize(data, "bash")).start()  # the first capture
@@ -290,7 +292,7 @@ if pid == 0:
     os.write(1, (json.dumps({"child": said}) + "\\n").encode())
     os._exit(0)
 _, status = os.waitpid(pid, 0)
-print(json.dumps({"status": os.waitstatus_to_exitcode(status)}))
+print(json.dumps({"status": os.waitstatus_to_exitcode(status), "mid-import": at_fork == [False]}))
 """
 
 
@@ -298,7 +300,7 @@ def test_a_child_forked_while_a_capture_s_modules_load_captures(tmp_path: Path) 
     """Those modules are imported before the fork: the child waits on no import that a
     thread of its parent was in the middle of."""
     said = _said(_IMPORTING, str(tmp_path / "s"))
-    assert said[-1] == {"status": 0} and said[0]["child"] in (
+    assert said[-1] == {"status": 0, "mid-import": True} and said[0]["child"] in (
         "tool_result_001.txt",
         "tool_result_002.txt",
     )
@@ -471,3 +473,52 @@ def test_a_capture_feeding_grep_ends_while_a_child_forked_meanwhile_lives(
     """The child's copy of grep's input is not left open: grep sees its input end when the
     capture ends it, not when the child exits."""
     assert _said(_FEEDING, str(tmp_path / "s")) == [{"capture ended while the child lives": True}]
+
+
+_MANY = """
+import gc, json, os, subprocess, sys, threading, time
+from pathlib import Path
+from toolswap import ToolResultExternalizer
+from toolswap._gc import collector_paused
+
+ext = ToolResultExternalizer(Path(sys.argv[1]))  # (no capture yet: the first fork imports)
+stop = time.monotonic() + 1.0
+
+
+def forks():  # (grep and query start their processes with a preexec_fn: the fork hooks run)
+    while time.monotonic() < stop:
+        subprocess.run(["true"], preexec_fn=lambda: None, check=True)
+
+
+threads = [threading.Thread(target=forks) for _ in range(2)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+free = ext.manifest.log.lock.acquire(timeout=5)
+paused, release = threading.Event(), threading.Event()
+
+
+def pause():  # (another thread folding a log, the collector paused)
+    with collector_paused():
+        paused.set()
+        release.wait()
+
+
+threading.Thread(target=pause, daemon=True).start()
+paused.wait()
+pid = os.fork()
+if pid == 0:
+    os.write(1, (json.dumps({"child's collector": gc.isenabled()}) + "\\n").encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+release.set()
+print(json.dumps({"log lock free after concurrent forks": free}))
+"""
+
+
+def test_concurrent_forks_leave_no_lock_held_and_a_child_s_collector_runs(tmp_path: Path) -> None:
+    assert _said(_MANY, str(tmp_path / "s")) == [
+        {"child's collector": True},
+        {"log lock free after concurrent forks": True},
+    ]

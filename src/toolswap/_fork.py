@@ -63,10 +63,14 @@ _CAPTURE_MODULES = (
     "toolswap.pointer",
     "toolswap.records",
     "toolswap._invocation",
+    "toolswap.structured",
+    "toolswap.structured.outline",
+    "toolswap.structured.outline_process",
 )
 """What ``ToolResultExternalizer`` imports at its first capture (not at start-up)."""
 
 
+_OURS = frozenset({"toolswap", "msgspec", "ijson"})
 _CAPTURES = [False]
 
 
@@ -76,9 +80,25 @@ def expect_captures() -> None:
 
 
 def _before_fork() -> None:
-    if _CAPTURES[0]:
-        for name in _CAPTURE_MODULES:
+    """Only where another thread may be importing: finish every import of toolswap's or
+    of its parsers' in progress (a module whose code is running: never one of the
+    harness's, whose code may run for as long as the harness does), and, in a process
+    that captures, import what a capture imports on first use."""
+    if threading.active_count() == 1:
+        return
+    import sys
+
+    busy = [
+        name
+        for name, module in list(sys.modules.items())
+        if name.partition(".")[0] in _OURS
+        and getattr(getattr(module, "__spec__", None), "_initializing", False)
+    ]
+    for name in (*busy, *(_CAPTURE_MODULES if _CAPTURES[0] else ())):
+        try:
             importlib.import_module(name)
+        except Exception:  # (its own importer sees the error; the fork goes on)
+            continue
 
 
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

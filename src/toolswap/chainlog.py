@@ -68,10 +68,10 @@ class ChainLog:
     """One hash-chained JSONL file. Appends must be made under the session lock."""
 
     def _forked(self) -> None:
-        """In a forked child, when another thread held this log's lock at the fork: a new
-        lock (that thread is not here), and the position forgotten (it may have been
-        half-way through an update): the next refresh verifies the whole log, and says so
-        (``reset``): its reader folds every record again."""
+        """In a forked child: a new lock (a thread that held this one is not here), and the
+        position forgotten (it may have been half-way through an update): the next refresh
+        verifies the whole log, and says so (``reset``): its reader folds every record
+        again."""
         self.lock = threading.RLock()
         self.reset()
         self._refold = True
@@ -493,40 +493,16 @@ class ChainLog:
 
 
 _LOGS: weakref.WeakSet[ChainLog] = weakref.WeakSet()
-"""Every log of this process (see ``_before_fork``)."""
-_WHOLE: list[ChainLog] = []
-"""The logs whose lock the forking thread took for the fork: whole in the child."""
-
-
-def _before_fork() -> None:
-    """Take, without waiting, the lock of each log that no other thread holds: the child's
-    copy of such a log (and of what its reader folded under that lock) is whole. A log
-    whose lock another thread holds may be half-way through an update: the child starts it
-    afresh (``ChainLog._forked``)."""
-    _WHOLE.clear()
-    for log in list(_LOGS):
-        if log.lock.acquire(blocking=False):
-            _WHOLE.append(log)
-
-
-def _after_fork_in_parent() -> None:
-    for log in _WHOLE:
-        log.lock.release()
-    _WHOLE.clear()
+"""Every log of this process (see ``ChainLog._forked``)."""
 
 
 def _after_fork_in_child() -> None:
-    whole = {id(log) for log in _WHOLE}
+    # Every log, whether or not a thread held its lock at the fork: its reader may fold
+    # outside the log's lock (the lease journal does), and only a read from the first
+    # record proves the child's fold matches its position. (Holding free logs' locks
+    # across the fork instead raced with forks of other threads.)
     for log in list(_LOGS):
-        if id(log) in whole:
-            log.lock.release()  # (the forking thread's, which the child's thread is)
-        else:
-            log._forked()
-    _WHOLE.clear()
+        log._forked()
 
 
-os.register_at_fork(
-    before=_before_fork,
-    after_in_parent=_after_fork_in_parent,
-    after_in_child=_after_fork_in_child,
-)
+os.register_at_fork(after_in_child=_after_fork_in_child)
