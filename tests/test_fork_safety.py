@@ -522,3 +522,35 @@ def test_concurrent_forks_leave_no_lock_held_and_a_child_s_collector_runs(tmp_pa
         {"child's collector": True},
         {"log lock free after concurrent forks": True},
     ]
+
+
+_POOLED = """
+import json, os, sys
+from toolswap.retention._postgres import PgConnections
+
+pg = PgConnections(
+    sys.argv[1], "pooled", lock_timeout=5, connect_timeout=5, error=lambda a, e: RuntimeError(a)
+)
+with pg.connection("a query") as conn:
+    pid = os.fork()
+if pid == 0:  # (it has left the operation its parent was in)
+    os.write(1, (json.dumps({"child keeps": len(pg._idle)}) + "\\n").encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+with pg.connection("another") as again:
+    works = again.execute("SELECT 1").fetchone()[0]
+    print(json.dumps({"parent's own": again is conn, "works": works}))
+pg.close()
+"""
+
+
+def test_a_child_forked_inside_a_database_operation_never_pools_its_parent_s_connection(
+    postgres_server: Any,
+) -> None:
+    """The child leaving the operation does not keep the parent's connection for its own
+    next one (a socket shared by two processes) nor close it (the parent's session)."""
+    pytest.importorskip("psycopg")
+    assert _said(_POOLED, postgres_server.dsn) == [
+        {"child keeps": 0},
+        {"parent's own": True, "works": 1},
+    ]

@@ -254,6 +254,7 @@ class PgConnections:
     def connection(self, action: str) -> Iterator[psycopg.Connection[Any]]:
         """A connection for one operation; database errors become the caller's error."""
         conn: psycopg.Connection[Any] | None = None
+        pid = os.getpid()
         with self._lock:
             if self._idle_pid != os.getpid():  # a forked child never reuses the parent's
                 self._idle, self._idle_pid = [], os.getpid()
@@ -271,14 +272,24 @@ class PgConnections:
                 conn = self.connect()
             yield conn
         except psycopg.Error as exc:
-            if conn is not None:
+            if conn is not None and not self._inherit(conn, pid):
                 conn.close()
             raise self._error(action, exc) from exc
         except BaseException:
-            if conn is not None:
+            if conn is not None and not self._inherit(conn, pid):
                 self.release(conn)
             raise
-        self.release(conn)
+        if not self._inherit(conn, pid):
+            self.release(conn)
+
+    def _inherit(self, conn: psycopg.Connection[Any], pid: int) -> bool:
+        """Whether ``conn`` was taken by the process this one was forked from, inside the
+        operation this child leaves: its parent's, kept here, never used or closed."""
+        if pid == os.getpid():
+            return False
+        with self._lock:
+            self._inherited.append(conn)
+        return True
 
     def release(self, conn: psycopg.Connection[Any]) -> None:
         """Keep an idle, healthy connection for the next operation; close any other."""
