@@ -22,11 +22,11 @@ import json
 import os
 import stat
 import threading
-import weakref
 from pathlib import Path
 from typing import Any
 
 from . import durable
+from ._fork import track
 from ._lines import iter_lines
 from .crashpoints import crash_point
 from .durable import fsync_dir, not_ours, write_all
@@ -103,7 +103,7 @@ class ChainLog:
         fold records hold it across refresh and fold."""
         self._refold = False
         """The next refresh says ``reset`` (this is a forked child: see ``_forked``)."""
-        _LOGS.add(self)
+        track(self)  # (its reader may fold outside its lock: every log is read afresh)
 
     @property
     def head(self) -> tuple[int, str]:
@@ -490,19 +490,3 @@ class ChainLog:
         io.ftruncate(fd, offset)
         io.fsync(fd)
         self._torn = None
-
-
-_LOGS: weakref.WeakSet[ChainLog] = weakref.WeakSet()
-"""Every log of this process (see ``ChainLog._forked``)."""
-
-
-def _after_fork_in_child() -> None:
-    # Every log, whether or not a thread held its lock at the fork: its reader may fold
-    # outside the log's lock (the lease journal does), and only a read from the first
-    # record proves the child's fold matches its position. (Holding free logs' locks
-    # across the fork instead raced with forks of other threads.)
-    for log in list(_LOGS):
-        log._forked()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
