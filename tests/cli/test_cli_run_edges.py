@@ -118,10 +118,48 @@ def _start_run(tmp_path: Path, session: Path) -> tuple[subprocess.Popen[bytes], 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        # A run that hangs is made to dump its threads' stacks (``_communicate``).
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     with open(ready, encoding="utf-8") as f:  # the command printed everything and waits
         assert f.read() == "r"
     return proc, ready
+
+
+def _communicate(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes]:
+    """``proc.communicate(timeout)``; a run still going then fails the test with what it
+    was doing: the signal state and kernel wait of each of its processes and threads, and
+    its Python stacks (SIGABRT with ``PYTHONFAULTHANDLER`` set dumps them on stderr)."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    report = [f"toolswap run (pid {proc.pid}) still runs after {timeout} s"]
+    pids = [proc.pid]
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+                status = (task / "status").read_text(encoding="utf-8").splitlines()
+                kept = [line for line in status if line.startswith(_STATUS_FIELDS)]
+                wchan = (task / "wchan").read_text(encoding="utf-8")
+                report.append(f"pid {pid} task {task.name} wchan {wchan}: {' | '.join(kept)}")
+                children = (task / "children").read_text(encoding="utf-8").split()
+                pids.extend(int(child) for child in children)
+    proc.send_signal(signal.SIGABRT)
+    try:
+        out, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    for pid in pids[1:]:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    report.append("its stderr:\n" + err.decode(errors="replace"))
+    report.append(f"its stdout: {len(out)} bytes")
+    pytest.fail("\n".join(report))
+
+
+_STATUS_FIELDS = ("Name", "State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
@@ -135,7 +173,7 @@ def test_a_signal_keeps_the_output_as_an_interrupted_artifact_then_exits_by_that
         os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole process group
     else:
         proc.send_signal(sig)  # a supervisor signals toolswap only; it forwards the signal
-    out, err = proc.communicate(timeout=60)
+    out, err = _communicate(proc, 60)
 
     assert proc.returncode == -sig
     assert b"Aborted" not in err
@@ -160,6 +198,7 @@ def _run_sh(session: Path, script: str) -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # (see ``_communicate``)
     )
 
 
@@ -182,7 +221,7 @@ def test_a_signal_reaches_what_the_command_started_in_the_background(tmp_path: P
         grandchild = int(f.read())
 
     proc.send_signal(signal.SIGTERM)  # once: before, three SIGTERMs left it running
-    out, _ = proc.communicate(timeout=60)
+    out, _ = _communicate(proc, 60)
 
     assert proc.returncode == -signal.SIGTERM
     assert not _running(grandchild)
@@ -197,7 +236,12 @@ def test_a_signal_after_the_output_ended_does_not_mark_it_interrupted(tmp_path: 
     sync.mkdir()
     for name in ("capture.tmp_fsynced.reached", "capture.tmp_fsynced.go"):
         os.mkfifo(sync / name)
-    env = dict(os.environ, TOOLSWAP_SYNC_DIR=str(sync), TOOLSWAP_SYNC_POINT="capture.tmp_fsynced")
+    env = dict(
+        os.environ,
+        TOOLSWAP_SYNC_DIR=str(sync),
+        TOOLSWAP_SYNC_POINT="capture.tmp_fsynced",
+        PYTHONFAULTHANDLER="1",
+    )
     proc = subprocess.Popen(
         [*TOOLSWAP, "run", "--json", "--session-dir", str(session), "--", "seq", "1", "100000"],
         stdin=subprocess.DEVNULL,
@@ -210,7 +254,7 @@ def test_a_signal_after_the_output_ended_does_not_mark_it_interrupted(tmp_path: 
     proc.send_signal(signal.SIGTERM)
     with open(sync / "capture.tmp_fsynced.go", "wb") as f:
         f.write(b"go")
-    out, _ = proc.communicate(timeout=60)
+    out, _ = _communicate(proc, 60)
 
     assert proc.returncode == -signal.SIGTERM  # it still exits the way the signal demands
     result = json.loads(out)
