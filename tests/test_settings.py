@@ -139,6 +139,16 @@ def test_bad_environment_values_raise_configuration_error(environ: dict[str, str
         ExternalizerSettings.from_env(environ)
 
 
+@pytest.mark.parametrize(("value", "expected"), [("off", False), ("NO", False), ("on", True)])
+def test_toolswap_prewarm_switches_the_imports_ahead(value: str, expected: bool) -> None:
+    assert ExternalizerSettings().prewarm is True
+    assert ExternalizerSettings.from_env({"TOOLSWAP_PREWARM": value}).prewarm is expected
+    with pytest.raises(ConfigurationError, match="TOOLSWAP_PREWARM"):
+        ExternalizerSettings.from_env({"TOOLSWAP_PREWARM": "later"})
+    with pytest.raises(ConfigurationError, match="prewarm"):
+        ExternalizerSettings(prewarm="yes")  # type: ignore[arg-type]
+
+
 def test_configuration_errors_name_the_variable() -> None:
     with pytest.raises(ConfigurationError, match="BASH_MAX_OUTPUT_LENGTH"):
         ExternalizerSettings.from_env({"BASH_MAX_OUTPUT_LENGTH": "lots"})

@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, MutableMapping
 from typing import Any, Protocol
 
-__all__ = ["Forked", "expect_captures", "renew_in_child", "track"]
+__all__ = ["CAPTURE_MODULES", "Forked", "expect_captures", "renew_in_child", "track"]
 
 
 class Forked(Protocol):
@@ -57,7 +57,7 @@ def _after_fork_in_child() -> None:
         obj._forked()
 
 
-_CAPTURE_MODULES = (
+CAPTURE_MODULES = (
     "toolswap.artifact",
     "toolswap.capture",
     "toolswap.pointer",
@@ -94,7 +94,7 @@ def _before_fork() -> None:
         if name.partition(".")[0] in _OURS
         and getattr(getattr(module, "__spec__", None), "_initializing", False)
     ]
-    for name in (*busy, *(_CAPTURE_MODULES if _CAPTURES[0] else ())):
+    for name in (*busy, *(CAPTURE_MODULES if _CAPTURES[0] else ())):
         try:
             importlib.import_module(name)
         except Exception:  # (its own importer sees the error; the fork goes on)

@@ -18,6 +18,8 @@ Environment (``TOOLSWAP_*`` wins where both name the same thing):
   tables as text, with no structure outline in the pointer (default ``on``).
 - ``TOOLSWAP_OUTLINE_PROCESS``: ``off`` outlines on a thread of the capturing process only,
   never in a helper process (default ``on``).
+- ``TOOLSWAP_PREWARM``: ``off`` has ``toolswap run`` import what a capture needs only when
+  the output asks for it, not ahead while the command runs quiet (default ``on``).
 
 Sizes and durations have one grammar each, here (:func:`parse_size`, :func:`parse_duration`),
 used by the environment and the CLI alike; ``docs/configuration.md`` spells them out.
@@ -342,6 +344,10 @@ class ExternalizerSettings:
     starts it, and the outlines after it run there (off: each on a thread of the capturing
     process, holding its GIL; a process that captures once, as ``toolswap run``, gains
     nothing from a helper)."""
+    prewarm: bool = True
+    """``toolswap run``: once the command has been quiet for a moment, import what a capture
+    needs on a helper thread, on a core of its own, while it runs (``toolswap._prewarm``;
+    off: when the output asks for it, after the command)."""
     bash_tools: frozenset[str] = frozenset({"bash"})
     tools: Mapping[str, ToolThreshold] = field(default_factory=dict)
     """Per-tool rules, by exact tool name; they win over the bash and default thresholds."""
@@ -365,7 +371,7 @@ class ExternalizerSettings:
                 f"head_bytes + tail_bytes must leave 1 KiB of the {POINTER_MAX_BYTES}-byte "
                 "pointer for its header"
             )
-        for name in ("structured_outline", "outline_process"):
+        for name in ("structured_outline", "outline_process", "prewarm"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be a bool, not {getattr(self, name)!r}")
         for tool, rule in self.tools.items():
@@ -410,6 +416,7 @@ class ExternalizerSettings:
         for name, attr in (
             ("TOOLSWAP_OUTLINE", "structured_outline"),
             ("TOOLSWAP_OUTLINE_PROCESS", "outline_process"),
+            ("TOOLSWAP_PREWARM", "prewarm"),
         ):
             raw_switch = env.get(name)
             if raw_switch is not None and raw_switch.strip():

@@ -5,6 +5,7 @@ Each case runs the real command in a fresh interpreter and lists ``sys.modules``
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ import pytest
 from conftest import Clock
 from import_recorder import loaded, modules_in, recorder_argv
 from toolswap import ToolResultExternalizer
+from toolswap._cores import usable_cores
 
 # Modules the capture path must not import: each costs start-up time on every command.
 NEVER_ON_THE_CAPTURE_PATH = (
@@ -61,10 +63,14 @@ STORE_AND_RECORDS = (
 
 
 def _modules_after(
-    tmp_path: Path, *args: str
+    tmp_path: Path, *args: str, prewarm: bool = False
 ) -> tuple[subprocess.CompletedProcess[bytes], set[str]]:
+    """Run ``toolswap ARGS``; the modules it had imported at exit. Without ``prewarm``, it
+    imports nothing ahead while the command runs (a command slowed down by a busy machine
+    would have it import the capture's modules, on a thread of their own)."""
     out = tmp_path / "modules.json"
-    proc = subprocess.run(recorder_argv(out, *args), capture_output=True, check=False)
+    env = {**os.environ, "TOOLSWAP_PREWARM": "on" if prewarm else "off"}
+    proc = subprocess.run(recorder_argv(out, *args), capture_output=True, check=False, env=env)
     return proc, modules_in(out)
 
 
@@ -78,6 +84,24 @@ def test_run_with_small_output_imports_neither_the_spill_nor_retention_cleanup_o
     assert loaded(modules, NEVER_ON_THE_CAPTURE_PATH + SPILL_MACHINERY + STORE_AND_RECORDS) == []
     assert "shlex" not in modules  # a pointer's read hint quotes with it
     assert loaded(modules, NOT_ON_THE_USUAL_RUN) == []
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="imports ahead need a second core")
+def test_run_imports_the_capture_ahead_while_the_command_is_quiet_but_nothing_else(
+    tmp_path: Path,
+) -> None:
+    quiet = "import time; time.sleep(1); print('small')"
+    proc, modules = _modules_after(tmp_path, "run", "--", sys.executable, "-c", quiet, prewarm=True)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"small\n"
+    assert loaded(modules, SPILL_MACHINERY) != []  # imported while the command slept
+    assert loaded(modules, NEVER_ON_THE_CAPTURE_PATH) == []
+
+    proc, modules = _modules_after(tmp_path, "run", "--", sys.executable, "-c", quiet)
+
+    assert proc.stdout == b"small\n"
+    assert loaded(modules, SPILL_MACHINERY) == []  # TOOLSWAP_PREWARM=off
 
 
 def test_run_that_spills_imports_the_capture_but_not_retention_cleanup_or_sdks(

@@ -469,6 +469,7 @@ def test_a_cgroup_s_cpu_quota_counts_as_cores(
 ) -> None:
     """A container given fewer than two CPUs' time starts no helper, however many cores its
     host shows: the helper would only take the capture's time."""
+    from toolswap import _cores
     from toolswap.structured import outline_process
 
     root = tmp_path / "cgroup"
@@ -476,10 +477,11 @@ def test_a_cgroup_s_cpu_quota_counts_as_cores(
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text + "\n")
     (tmp_path / "self").write_text(own)
-    monkeypatch.setattr(outline_process, "_CGROUP_ROOT", root)
-    monkeypatch.setattr(outline_process, "_OWN_CGROUP", tmp_path / "self")
-    assert outline_process._quota_cores() == quota
+    monkeypatch.setattr(_cores, "_CGROUP_ROOT", root)
+    monkeypatch.setattr(_cores, "_OWN_CGROUP", tmp_path / "self")
+    assert _cores._quota_cores() == quota
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert _cores.usable_cores() == (4 if quota is None else min(4, quota))
     assert outline_process._worth_starting() == (quota is None or quota >= 2)
     process = OutlineProcess()
     process.warm()

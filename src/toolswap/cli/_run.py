@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import functools
 import os
 import stat
 import subprocess
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
+from .._prewarm import prewarm, prewarming
 from .._utf8 import escaped_bytes, lone_surrogate
 from ..errors import ArtifactWriteError
 from ._common import echo, echo_json, handle_errors, open_externalizer
@@ -279,7 +281,8 @@ def _end_now(code: str | int | None) -> None:
     """
     if code is None:
         code = 0
-    if not isinstance(code, int) or atexit._ncallbacks() or threading.active_count() > 1:
+    others = threading.active_count() - 1 - prewarming()  # (imports: nothing to finish)
+    if not isinstance(code, int) or atexit._ncallbacks() or others:
         return
     try:
         for stream in (sys.stdout, sys.stderr):
@@ -325,9 +328,15 @@ def run_command(
             sys.exit(127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126)
         received.attach(proc)
         assert proc.stdout is not None
+        settings = ext.settings
+        quiet = (
+            functools.partial(prewarm, structured=settings.structured_outline)
+            if settings.prewarm
+            else None
+        )
         try:
             result = ext.process(
-                pipe_chunks(proc.stdout, received),
+                pipe_chunks(proc.stdout, received, quiet),
                 tool,
                 summary=summary,
                 # (A byte that is not UTF-8, as in a Latin-1 file name, recorded as \xNN.)

@@ -33,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import IO
@@ -204,11 +204,17 @@ def _send(proc: subprocess.Popen[bytes], signum: int) -> None:
 
 _CHUNK = 1 << 20
 _WAKE_SECONDS = 0.5
+_QUIET_SECONDS = 0.05
 _DRAIN_SECONDS = 5.0
 
 
-def pipe_chunks(pipe: IO[bytes], received: ReceivedSignal | None = None) -> Iterator[bytes]:
-    """The bytes of ``pipe`` as they arrive, returning to Python at least twice a second.
+def pipe_chunks(
+    pipe: IO[bytes],
+    received: ReceivedSignal | None = None,
+    quiet: Callable[[], None] | None = None,
+) -> Iterator[bytes]:
+    """The bytes of ``pipe`` as they arrive, returning to Python at least twice a second;
+    ``quiet()`` is called once, the first time nothing arrives for ``_QUIET_SECONDS``.
 
     Python runs a signal handler only between bytecodes. A plain blocking ``read()`` on a
     pipe whose writer went quiet never returns, so a signal that arrived just before the
@@ -225,7 +231,11 @@ def pipe_chunks(pipe: IO[bytes], received: ReceivedSignal | None = None) -> Iter
             if received is not None and (received.abandoned or received.drained()):
                 return  # what arrived is kept, marked interrupted
             try:
-                if not poller.poll(_WAKE_SECONDS * 1000):
+                if not poller.poll((_WAKE_SECONDS if quiet is None else _QUIET_SECONDS) * 1000):
+                    if quiet is not None:
+                        on_quiet = quiet
+                        quiet = None  # (once)
+                        on_quiet()
                     # Quiet for a moment: nothing is left in the pipe that the command's
                     # group wrote.
                     if received is not None:

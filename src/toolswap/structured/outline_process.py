@@ -32,6 +32,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
+from .._cores import usable_cores
 from .._threads import start_helper_thread
 from ._outline_worker import ANSWER, HEADER, MAX_REQUEST, NUMBER, READY
 
@@ -247,64 +248,9 @@ class OutlineProcess:
 
 
 def _worth_starting() -> bool:
-    """A helper needs another core to run on (one this process may use, and CPU time its
-    cgroup lets it use there), and an interpreter to start."""
-    try:
-        cores = float(len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        cores = float(os.cpu_count() or 1)
-    quota = _quota_cores()
-    if quota is not None:
-        cores = min(cores, quota)
-    return cores >= 2 and bool(sys.executable)
-
-
-_CGROUP_ROOT = Path("/sys/fs/cgroup")
-_OWN_CGROUP = Path("/proc/self/cgroup")
-
-
-def _quota_cores() -> float | None:
-    """The CPU time this process's cgroup may use, in cores, at the tightest level from its
-    own cgroup up to the root (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``); None when no
-    level sets one, or it cannot be read. A container given one CPU often sees every core
-    of its host: a helper there only takes the capture's time."""
-    try:
-        lines = _OWN_CGROUP.read_text().splitlines()
-    except OSError:
-        return None
-    found: list[float] = []
-    for line in lines:
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if hierarchy == "0" and not controllers:
-            base, read = _CGROUP_ROOT, _v2_quota
-        elif "cpu" in controllers.split(","):
-            base, read = _CGROUP_ROOT / controllers, _v1_quota
-        else:
-            continue
-        level = Path("/", path)
-        for directory in (level, *level.parents):
-            quota = read(base / directory.relative_to("/"))
-            if quota is not None:
-                found.append(quota)
-    return min(found) if found else None
-
-
-def _v2_quota(directory: Path) -> float | None:
-    try:
-        quota, _, period = (directory / "cpu.max").read_text().strip().partition(" ")
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError, ZeroDivisionError):
-        return None
-
-
-def _v1_quota(directory: Path) -> float | None:
-    try:
-        quota = int((directory / "cpu.cfs_quota_us").read_text())
-        period = int((directory / "cpu.cfs_period_us").read_text())
-        return None if quota <= 0 else quota / period
-    except (OSError, ValueError, ZeroDivisionError):
-        return None
+    """A helper needs another core to run on (``usable_cores``) and an interpreter to
+    start."""
+    return usable_cores() >= 2 and bool(sys.executable)
 
 
 OUTLINES = OutlineProcess()
