@@ -554,3 +554,63 @@ def test_a_child_forked_inside_a_database_operation_never_pools_its_parent_s_con
         {"child keeps": 0},
         {"parent's own": True, "works": 1},
     ]
+
+
+_WAITING = """
+import json, os, signal, sys, time
+from pathlib import Path
+from toolswap import ToolResultExternalizer, durable
+
+ext = ToolResultExternalizer(Path(sys.argv[1]))
+ext.check_ready()
+child = []
+
+
+class ForkWhileWaiting(durable.DurableIO):
+    def flock(self, fd, operation):
+        if not child:  # (a pool's worker forked while this thread waits for the lock)
+            child.append(os.fork())
+            if child[0] == 0:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)  # (the test reads to the end of its parent's output)
+                os.dup2(null, 2)
+                signal.alarm(20)
+                time.sleep(20)
+                os._exit(0)
+        super().flock(fd, operation)
+
+
+with durable.substituted(ForkWhileWaiting()):
+    with ext.session.lock():
+        print(json.dumps({"child": child[0]}), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # killed inside the lock
+"""
+
+
+def test_a_child_forked_while_its_parent_waits_for_a_session_lock_does_not_hold_it(
+    tmp_path: Path,
+) -> None:
+    """The lock's descriptor is the session's from the moment it is opened: a child forked
+    before the ``flock`` returns closes its copy too. Kept, the copy held the lock its
+    parent took afterwards: a harness killed inside the lock left the session locked for as
+    long as a worker it had forked lived."""
+    import fcntl
+    import os
+    import signal
+
+    from toolswap import ToolResultExternalizer
+
+    session = tmp_path / "s"
+    proc = subprocess.run(
+        [sys.executable, "-c", _WAITING, str(session)], capture_output=True, timeout=60
+    )
+    child = json.loads(proc.stdout.decode().splitlines()[0])["child"]
+    try:
+        assert proc.returncode == -signal.SIGKILL
+        fd = os.open(ToolResultExternalizer(session).session.lock_path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: still held
+        finally:
+            os.close(fd)
+    finally:
+        os.kill(child, signal.SIGKILL)

@@ -363,6 +363,10 @@ def session_lock(path: Path) -> Iterator[None]:
                 raise ArtifactAccessError(
                     f"cannot open session lock {key}: {exc.strerror}"
                 ) from exc
+            # The session's from now on: a child forked before the flock returns closes its
+            # copy too (kept, it would hold the lock this process takes next, after this
+            # process is gone).
+            state.fd = fd
             try:
                 st = os.fstat(fd)
                 if not_ours(st, directory=False) is not None:
@@ -378,9 +382,9 @@ def session_lock(path: Path) -> Iterator[None]:
                         "without working locks, such as NFS without a lock daemon?)"
                     ) from exc
             except BaseException:
+                state.fd = None
                 durable.close_unwritten(fd)
                 raise
-            state.fd = fd
         state.depth += 1
         try:
             yield
