@@ -16,7 +16,11 @@ started before the first measure. "thread" is the same capture with the outline 
 capturing process's thread, as a one-shot command (``toolswap run``) has it, against text.
 "run" is the whole one-shot command, ``toolswap run -- cat FILE`` in a new process each
 time (its start, its imports and its outline on the thread), against the same command with
-the outline off: the wall time's ratio and the median of the paired differences.
+the outline off: the wall time's ratio and the median of the paired differences. "tool" is
+the same for a command that computes before it prints, as most tools that print JSON do
+(``sleep 0.2; cat FILE``: toolswap imports what the capture needs while it is quiet), and
+"vs cold" compares it with the text capture without those imports ahead
+(``TOOLSWAP_PREWARM=off``, the one-shot text capture before they were made).
 
 A tree's entries nested under the key that holds them (npm's dependencies within
 dependencies) are records of the same kind: counted as records, with their field paths
@@ -373,26 +377,34 @@ def _warm(ext: ToolResultExternalizer, work: Path, data: bytes) -> None:
         time.sleep(0.01)
 
 
-def _one_shot(path: Path, work: Path) -> tuple[float, float]:
-    """``toolswap run -- cat FILE`` against the same command with the outline off (min
-    against min, and the median of the paired differences), in seconds."""
+_TOOL_SECONDS = 0.2
+"""How long the stand-in for a tool that computes before it prints sleeps (``tool``)."""
+
+
+def _one_shot(path: Path, work: Path, command: list[str]) -> dict[str, list[float]]:
+    """Wall seconds of ``toolswap run -- COMMAND`` in a new process each time, interleaved:
+    as shipped ("on"), with the outline off ("text"), and with the outline and the imports
+    ahead off ("cold": the text capture as it was before ``TOOLSWAP_PREWARM``)."""
     toolswap = Path(sys.executable).with_name("toolswap")
-    argv = [str(toolswap), "run", "--session-dir", str(work / "run-session"), "--"]
-    off = {**os.environ, "TOOLSWAP_OUTLINE": "off"}
-    runs: dict[bool, list[float]] = {True: [], False: []}
+    argv = [str(toolswap), "run", "--session-dir", str(work / "run-session"), "--", *command]
+    envs = {
+        "on": None,
+        "text": {**os.environ, "TOOLSWAP_OUTLINE": "off"},
+        "cold": {**os.environ, "TOOLSWAP_OUTLINE": "off", "TOOLSWAP_PREWARM": "off"},
+    }
+    runs: dict[str, list[float]] = {name: [] for name in envs}
     for _ in range(REPEATS):
-        for outlined in (True, False):
+        for name, env in envs.items():
             start = time.perf_counter()
-            subprocess.run(
-                [*argv, "cat", str(path)],
-                stdout=subprocess.DEVNULL,
-                env=None if outlined else off,
-                check=True,
-            )
-            runs[outlined].append(time.perf_counter() - start)
+            subprocess.run(argv, stdout=subprocess.DEVNULL, env=env, check=True)
+            runs[name].append(time.perf_counter() - start)
     shutil.rmtree(work / "run-session")
-    added = statistics.median(a - b for a, b in zip(runs[True], runs[False], strict=True))
-    return min(runs[True]) / min(runs[False]), added
+    return runs
+
+
+def _added(runs: dict[str, list[float]], base: str) -> float:
+    """The median of the paired differences between the shipped runs and ``base``'s."""
+    return statistics.median(a - b for a, b in zip(runs["on"], runs[base], strict=True))
 
 
 def _outline_alone(data: bytes, head: int) -> float:
@@ -424,7 +436,8 @@ def main() -> int:
         print(
             f"{'output':28} {'size':>9} {'records':>8} {'paths':>7} {'count':>5} "
             f"{'anomaly':>7} {'pointer':>8} {'capture/floor':>13} {'s':>9} {'vs text':>7} "
-            f"{'added':>8} {'thread':>6} {'outline':>8} {'run':>6} {'added':>8}"
+            f"{'added':>8} {'thread':>6} {'outline':>8} {'run':>6} {'added':>8} {'tool':>8} "
+            f"{'vs cold':>8}"
         )
         named_all = total_all = 0
         for name, fmt, data, anomaly in outputs:
@@ -457,13 +470,17 @@ def main() -> int:
             # time, computed alone from memory (min of the repeats).
             added = statistics.median(c - t for c, t in zip(captures, texts, strict=True))
             alone = min(_outline_alone(data, head) for _ in range(REPEATS))
-            run_ratio, run_added = _one_shot(path, work)
+            cat = _one_shot(path, work, ["cat", str(path)])
+            computes = f'sleep {_TOOL_SECONDS}; cat "$0"'
+            tool = _one_shot(path, work, ["sh", "-c", computes, str(path)])
             print(
                 f"{name:28} {len(data):>9,} {record_count:>8,} {named:>3}/{len(paths):<3} "
                 f"{'yes' if count_shown else 'NO':>5} {shown:>7} {len(pointer.encode()):>8,} "
                 f"{ratio:>12.2f}x {min(captures):>9.3f} {min(captures) / min(texts):>6.2f}x "
                 f"{added * 1e3:>+6.1f}ms {min(threads) / min(texts):>5.2f}x "
-                f"{alone * 1e3:>6.1f}ms {run_ratio:>5.2f}x {run_added * 1e3:>+6.1f}ms"
+                f"{alone * 1e3:>6.1f}ms {min(cat['on']) / min(cat['text']):>5.2f}x "
+                f"{_added(cat, 'text') * 1e3:>+6.1f}ms {_added(tool, 'text') * 1e3:>+6.1f}ms "
+                f"{_added(tool, 'cold') * 1e3:>+6.1f}ms"
             )
         if total_all:
             print(
