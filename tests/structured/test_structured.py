@@ -177,6 +177,19 @@ def test_a_boolean_field_s_values_are_shown_as_json_has_them() -> None:
     assert '  .[].kind  str  100%  values: "a" ×295, "b" ×5' in lines, found.text
 
 
+@pytest.mark.parametrize("walked", [60, 400])  # (all walked whole; most on the fast path)
+def test_a_boolean_and_the_string_that_spells_it_are_two_values(walked: int) -> None:
+    """``true`` and ``"true"`` in one field (an API that changed its mind) are tallied
+    apart, each shown as JSON has it: they were one value, shown quoted."""
+    records = [{"id": n, "ok": True if n % 3 else "true"} for n in range(walked)]
+    found = _outlined(records)
+    strings = sum(1 for r in records if r["ok"] == "true")
+    line = next(line for line in found.text.splitlines() if line.startswith("  .[].ok  "))
+    assert line == (
+        f'  .[].ok  bool|str  100%  values: true ×{walked - strings:,}, "true" ×{strings:,}'
+    ), found.text
+
+
 def test_a_count_of_one_is_singular() -> None:
     records = [{"id": n, "tags": ["a"] if n == 3 else []} for n in range(30)]
     found = _outlined(records)

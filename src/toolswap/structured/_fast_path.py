@@ -8,7 +8,6 @@ can be. A record of a shape not seen yet is still walked whole, up to ``_EXTRA_W
 from __future__ import annotations
 
 import functools
-import json
 from collections import Counter
 from collections.abc import Callable
 from itertools import repeat
@@ -17,12 +16,12 @@ from typing import Any
 
 from ._fields import (
     _MAX_VALUES,
-    _VALUE_CHARS,
     SAMPLE_RECORDS,
     _Collection,
     _Plan,
     _shape_key,
     _Walker,
+    too_long,
 )
 from ._signs import _MAX_FAILURES, _SIGN_KEYS, _failure_signs, _signs_first
 from ._values import _IDENTIFIER, _TYPE_NAMES, _cell, _compact, _type_name
@@ -205,17 +204,16 @@ class _Accumulator(_Walker):
                 if kind is not str and kind is not bool:
                     continue
                 field.tallied += count
-                shown = item if kind is str else json.dumps(item)
-                entry = field.values.get(shown)
+                entry = field.values.get(item)
                 if entry is not None:
                     entry[0] += count
-                elif len(field.values) >= _MAX_VALUES or len(shown) > _VALUE_CHARS:
+                elif len(field.values) >= _MAX_VALUES or too_long(item):
                     field.values = None
                 else:
                     offset = next(
                         i for i, other in enumerate(column) if type(other) is kind and other == item
                     )
-                    field.values[shown] = [count, f"{base}[{first + offset}]", text(offset)]
+                    field.values[item] = [count, f"{base}[{first + offset}]", text(offset)]
         before = coll.count
         coll.count += len(values)
         coll.kinds["object"] = coll.kinds.get("object", 0) + len(values)
@@ -303,16 +301,15 @@ class _Accumulator(_Walker):
             if kind_of is not str and kind_of is not bool:
                 continue
             field.tallied += 1
-            shown = item if kind_of is str else json.dumps(item)
-            entry = values.get(shown)
+            entry = values.get(item)
             if entry is not None:
                 entry[0] += 1
-            elif len(values) >= _MAX_VALUES or len(shown) > _VALUE_CHARS:
+            elif len(values) >= _MAX_VALUES or too_long(item):
                 field.values = None
             else:
                 if text is None:
                     text = text_of() if text_of is not None else _compact(value)
-                values[shown] = [1, path, text]
+                values[item] = [1, path, text]
         if why:
             known = text if text_of is not None else None
             coll.note_signs(

@@ -8,7 +8,6 @@ the sample (``_fast_path``) extends this walker.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,13 +19,13 @@ __all__ = [
     "SAMPLE_RECORDS",
     "_MAX_FIELDS",
     "_MAX_VALUES",
-    "_VALUE_CHARS",
     "_Collection",
     "_Field",
     "_Plan",
     "_Walker",
     "_nest_target",
     "_shape_key",
+    "too_long",
 ]
 
 
@@ -50,7 +49,7 @@ class _Field:
         self.tallied = 0
         """Records past the sample whose value of this field was tallied (fast path)."""
         self.types: dict[str, int] = {}
-        self.values: dict[str, list[Any]] | None = {}
+        self.values: dict[str | bool, list[Any]] | None = {}
         """value -> [count, first record path, that record's text]; None: too many."""
 
 
@@ -206,6 +205,13 @@ _SCALAR_NAMES: dict[type, str] = {
 """The type names of the values that have no fields (exact types: a subclass is walked)."""
 
 
+def too_long(value: str | bool) -> bool:
+    """Whether a value is too long to tally: a field that has one names things rather than
+    sorting them into a few kinds. A tally keys strings and booleans by themselves (``true``
+    and ``"true"`` are two values)."""
+    return type(value) is str and len(value) > _VALUE_CHARS
+
+
 def _tally(field: _Field, value: object, kind: str, depth: int, firsts: list[_Field]) -> None:
     """Note a value of a field whose values are still few (``field.values`` is not None):
     strings and booleans near the record's top are counted by value, up to ``_MAX_VALUES``
@@ -213,8 +219,8 @@ def _tally(field: _Field, value: object, kind: str, depth: int, firsts: list[_Fi
     values = field.values
     assert values is not None
     if depth <= _VALUE_DEPTH and kind in ("str", "bool"):
-        shown = str(value) if kind == "str" else json.dumps(value)
-        if len(shown) > _VALUE_CHARS:
+        shown = str(value) if kind == "str" else bool(value)
+        if too_long(shown):
             field.values = None
             return
         entry = values.get(shown)

@@ -65,10 +65,10 @@ def _count_kinds(coll: _Collection | None, *, entries: bool = False) -> str:
     return f"{_counted(coll.count, 'record')}: {parts}"
 
 
-def _value_text(field: _Field, value: str) -> str:
+def _value_text(value: str | bool) -> str:
     """A tallied value as the outline shows it: a string quoted, a boolean as JSON has it
-    (``true``; tallies keep each as text, ``_fields._tally``)."""
-    return value if "str" not in field.types else _compact(value, 40)
+    (``true``)."""
+    return _compact(value, 40) if type(value) is str else json.dumps(value)
 
 
 def _types(field: _Field) -> str:
@@ -163,7 +163,7 @@ def _anomalies(
     return total, [(p, t, w) for _, p, t, w in found[:_MAX_FAILURES]], notes
 
 
-def _rare_values(field: _Field, records: int) -> list[tuple[str, int, str, str]]:
+def _rare_values(field: _Field, records: int) -> list[tuple[str | bool, int, str, str]]:
     """Values of a few-valued field that a tiny share of records have: (value, count,
     record path, record text)."""
     # Only a field with a few values (a kind, a severity) has rare ones: in a field that
@@ -294,11 +294,11 @@ def _render(
         if values is not None and len(values) == 1:
             ((only, entry),) = values.items()
             if entry[0] >= field.count + field.tallied:  # (not with nulls beside it)
-                line += f"  always {_value_text(field, only)}"
+                line += f"  always {_value_text(only)}"
                 values = None
         if values is not None and 1 <= len(values) <= 12:
             top = sorted(values.items(), key=lambda kv: -kv[1][0])
-            line += "  values: " + ", ".join(f"{_value_text(field, v)} ×{e[0]:,}" for v, e in top)
+            line += "  values: " + ", ".join(f"{_value_text(v)} ×{e[0]:,}" for v, e in top)
         field_rows.append((rank, line))
         for value, count, rpath, rtext in _rare_values(field, field.count + field.tallied):
             if rpath in seen_failure_paths:
@@ -308,7 +308,7 @@ def _render(
                 (
                     1,
                     f"{rpath}: {rtext}  <- rare {path.rsplit('.', 1)[-1]}="
-                    f"{_value_text(field, value)} (×{count})",
+                    f"{_value_text(value)} (×{count})",
                 )
             )
     if field_rows:
