@@ -32,7 +32,8 @@ def _quota_cores() -> float | None:
     own cgroup up to the root (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``); None when no
     level sets one, or it cannot be read."""
     try:
-        lines = _OWN_CGROUP.read_text().splitlines()
+        # (A cgroup's name is bytes: one that is not UTF-8 is still a path.)
+        lines = os.fsdecode(_OWN_CGROUP.read_bytes()).splitlines()
     except OSError:
         return None
     found: list[float] = []
@@ -55,16 +56,16 @@ def _quota_cores() -> float | None:
 
 def _v2_quota(directory: Path) -> float | None:
     try:
-        quota, _, period = (directory / "cpu.max").read_text().strip().partition(" ")
-        return None if quota == "max" else int(quota) / int(period)
+        quota, _, period = (directory / "cpu.max").read_bytes().strip().partition(b" ")
+        return None if quota == b"max" else int(quota) / int(period)
     except (OSError, ValueError, ZeroDivisionError):
         return None
 
 
 def _v1_quota(directory: Path) -> float | None:
     try:
-        quota = int((directory / "cpu.cfs_quota_us").read_text())
-        period = int((directory / "cpu.cfs_period_us").read_text())
+        quota = int((directory / "cpu.cfs_quota_us").read_bytes())
+        period = int((directory / "cpu.cfs_period_us").read_bytes())
         return None if quota <= 0 else quota / period
     except (OSError, ValueError, ZeroDivisionError):
         return None

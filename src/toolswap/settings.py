@@ -19,7 +19,8 @@ Environment (``TOOLSWAP_*`` wins where both name the same thing):
 - ``TOOLSWAP_OUTLINE_PROCESS``: ``off`` outlines on a thread of the capturing process only,
   never in a helper process (default ``on``).
 - ``TOOLSWAP_PREWARM``: ``off`` has ``toolswap run`` import what a capture needs only when
-  the output asks for it, not ahead while the command runs quiet (default ``on``).
+  the output asks for it, not ahead while the command is quiet before its first output
+  (default ``on``).
 
 Sizes and durations have one grammar each, here (:func:`parse_size`, :func:`parse_duration`),
 used by the environment and the CLI alike; ``docs/configuration.md`` spells them out.
@@ -345,9 +346,9 @@ class ExternalizerSettings:
     process, holding its GIL; a process that captures once, as ``toolswap run``, gains
     nothing from a helper)."""
     prewarm: bool = True
-    """``toolswap run``: once the command has been quiet for a moment, import what a capture
-    needs on a helper thread, on a core of its own, while it runs (``toolswap._prewarm``;
-    off: when the output asks for it, after the command)."""
+    """``toolswap run``: when the command prints nothing in its first 100 ms, import what a
+    capture needs on a helper thread, on a core of its own, until its output arrives
+    (``toolswap._prewarm``; off: when the output asks for it, after the command)."""
     bash_tools: frozenset[str] = frozenset({"bash"})
     tools: Mapping[str, ToolThreshold] = field(default_factory=dict)
     """Per-tool rules, by exact tool name; they win over the bash and default thresholds."""

@@ -204,17 +204,19 @@ def _send(proc: subprocess.Popen[bytes], signum: int) -> None:
 
 _CHUNK = 1 << 20
 _WAKE_SECONDS = 0.5
-_QUIET_SECONDS = 0.05
+_QUIET_SECONDS = 0.1
 _DRAIN_SECONDS = 5.0
 
 
 def pipe_chunks(
     pipe: IO[bytes],
     received: ReceivedSignal | None = None,
-    quiet: Callable[[], None] | None = None,
+    quiet: Callable[[], Callable[[], None] | None] | None = None,
 ) -> Iterator[bytes]:
-    """The bytes of ``pipe`` as they arrive, returning to Python at least twice a second;
-    ``quiet()`` is called once, the first time nothing arrives for ``_QUIET_SECONDS``.
+    """The bytes of ``pipe`` as they arrive, returning to Python at least twice a second.
+
+    ``quiet()`` is called if nothing arrives for the first ``_QUIET_SECONDS``; what it
+    returns, if anything, is called once the first bytes arrive, or the output ends.
 
     Python runs a signal handler only between bytecodes. A plain blocking ``read()`` on a
     pipe whose writer went quiet never returns, so a signal that arrived just before the
@@ -226,6 +228,7 @@ def pipe_chunks(
     fd = pipe.fileno()
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    quieted: Callable[[], None] | None = None
     try:
         while True:
             if received is not None and (received.abandoned or received.drained()):
@@ -235,7 +238,7 @@ def pipe_chunks(
                     if quiet is not None:
                         on_quiet = quiet
                         quiet = None  # (once)
-                        on_quiet()
+                        quieted = on_quiet()
                     # Quiet for a moment: nothing is left in the pipe that the command's
                     # group wrote.
                     if received is not None:
@@ -258,9 +261,15 @@ def pipe_chunks(
                     file=sys.stderr,
                 )
                 return
+            quiet = None  # (only before the first bytes)
+            if quieted is not None:
+                quieted()
+                quieted = None
             if not chunk:
                 return
             yield chunk
     finally:
+        if quieted is not None:
+            quieted()
         if received is not None:
             received.output_ended = True
