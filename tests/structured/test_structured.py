@@ -190,6 +190,31 @@ def test_a_boolean_and_the_string_that_spells_it_are_two_values(walked: int) -> 
     ), found.text
 
 
+def test_a_boolean_and_the_string_that_spells_it_are_two_values_in_a_map_of_names() -> None:
+    """The same past the sample of a map keyed by names (npm's dependencies), whose entries
+    are checked one by one."""
+    entry = [{"ok": True}, {"ok": "true"}, {"ok": True}]
+    document = {"packages": {f"pkg-{n}": dict(entry[n % 3]) for n in range(400)}}
+    found = _outlined(document)
+    line = next(line for line in found.text.splitlines() if line.startswith("  .packages[].ok "))
+    assert line.endswith('values: true ×267, "true" ×133'), found.text
+
+
+def test_a_true_is_not_counted_as_the_number_1_past_the_sample() -> None:
+    """true equals 1 in Python, and hashes alike: counted together, a batch of records
+    past the sample had its 1s counted as true, or its trues dropped, by which came
+    first."""
+    head = [{"id": n, "ok": n % 2 == 0} for n in range(200)]
+    head += [{"id": n, "ok": True, f"k{n}": 1} for n in range(200, 232)]  # (new shapes)
+    for one in (0, 1):  # a 1 first in a batch, a true first
+        tail = [{"id": n, "ok": 1 if n % 4 == one else True} for n in range(232, 1232)]
+        found = _outlined(head + tail)
+        trues = sum(1 for r in head + tail if r["ok"] is True)
+        falses = sum(1 for r in head + tail if r["ok"] is False)
+        line = next(line for line in found.text.splitlines() if line.startswith("  .[].ok "))
+        assert line.endswith(f"values: true ×{trues:,}, false ×{falses:,}"), found.text
+
+
 def test_a_count_of_one_is_singular() -> None:
     records = [{"id": n, "tags": ["a"] if n == 3 else []} for n in range(30)]
     found = _outlined(records)

@@ -194,11 +194,11 @@ class _Accumulator(_Walker):
                 continue
             column = list(map(methodcaller("get", key), values))
             try:
-                counted = Counter(column)
+                # By type too: true equals 1 (and 1.0), and hashes alike.
+                counted = Counter(zip(map(type, column), column))
             except TypeError:
                 continue
-            for item, count in counted.items():
-                kind = type(item)
+            for (kind, item), count in counted.items():
                 if field.values is None:
                     break
                 if kind is not str and kind is not bool:
