@@ -614,3 +614,73 @@ def test_a_child_forked_while_its_parent_waits_for_a_session_lock_does_not_hold_
             os.close(fd)
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+_OPENED = """
+import json, os, signal, sys, threading, time
+from pathlib import Path
+from toolswap import ToolResultExternalizer, durable
+
+ext = ToolResultExternalizer(Path(sys.argv[1]))
+ext.check_ready()
+go, forked, child = threading.Event(), threading.Event(), []
+
+
+def fork_when_told():  # (a pool's worker forked by another thread of the harness)
+    go.wait()
+    pid = os.fork()
+    if pid == 0:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)  # (the test reads to the end of its parent's output)
+        os.dup2(null, 2)
+        signal.alarm(20)
+        time.sleep(20)
+        os._exit(0)
+    child.append(pid)
+    forked.set()
+
+
+class ForkRightAfterOpen(durable.DurableIO):
+    def open(self, path, flags, mode=0o600, *, dir_fd=None):
+        fd = super().open(path, flags, mode, dir_fd=dir_fd)
+        if str(path) == str(ext.session.lock_path) and not go.is_set():
+            go.set()
+            forked.wait(1.0)  # (the fork lands here, unless it waits for the open to end)
+        return fd
+
+
+threading.Thread(target=fork_when_told).start()
+with durable.substituted(ForkRightAfterOpen()):
+    with ext.session.lock():
+        forked.wait(20)
+        print(json.dumps({"child": child[0]}), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # killed inside the lock
+"""
+
+
+def test_a_child_forked_by_another_thread_as_a_session_lock_opens_does_not_hold_it(
+    tmp_path: Path,
+) -> None:
+    """A fork waits while a session lock's file is being opened and its descriptor kept: a
+    child forked between the two held a copy nothing knew of, and with it the lock its
+    parent took next, after the parent was gone."""
+    import fcntl
+    import os
+    import signal
+
+    from toolswap import ToolResultExternalizer
+
+    session = tmp_path / "s"
+    proc = subprocess.run(
+        [sys.executable, "-c", _OPENED, str(session)], capture_output=True, timeout=60
+    )
+    child = json.loads(proc.stdout.decode().splitlines()[0])["child"]
+    try:
+        assert proc.returncode == -signal.SIGKILL
+        fd = os.open(ToolResultExternalizer(session).session.lock_path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: still held
+        finally:
+            os.close(fd)
+    finally:
+        os.kill(child, signal.SIGKILL)

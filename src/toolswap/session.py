@@ -315,6 +315,18 @@ class _LockState:
 
 _LOCKS: dict[str, _LockState] = {}
 _LOCKS_GUARD = threading.Lock()
+_OPENING = threading.RLock()
+"""Held from a lock file's ``open`` until its descriptor is in its ``_LockState``: a fork
+waits for it, so no child gets a copy of the descriptor that ``_after_fork`` does not
+know of (re-entrant: a fork from the opening thread itself, a test's, goes on)."""
+
+
+def _before_fork() -> None:
+    _OPENING.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _OPENING.release()
 
 
 def _after_fork() -> None:
@@ -322,16 +334,18 @@ def _after_fork() -> None:
     one is not here; a held ``flock`` is its parent's). Each is taken afresh: a new
     in-process lock, and a ``flock`` of its own, which waits for the parent's. The copy of a
     held lock's descriptor is closed, never unlocked: that would unlock the parent's."""
-    global _LOCKS, _LOCKS_GUARD
+    global _LOCKS, _LOCKS_GUARD, _OPENING
     for state in _LOCKS.values():
         fd, state.fd = state.fd, None
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
-    _LOCKS, _LOCKS_GUARD = {}, threading.Lock()
+    _LOCKS, _LOCKS_GUARD, _OPENING = {}, threading.Lock(), threading.RLock()
 
 
-os.register_at_fork(after_in_child=_after_fork)
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork
+)
 
 
 @contextmanager
@@ -353,20 +367,21 @@ def session_lock(path: Path) -> Iterator[None]:
     with state.rlock:
         if state.depth == 0:
             io = durable.current()
-            try:
-                fd = io.open(
-                    key,
-                    os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                    0o600,
-                )
-            except OSError as exc:
-                raise ArtifactAccessError(
-                    f"cannot open session lock {key}: {exc.strerror}"
-                ) from exc
-            # The session's from now on: a child forked before the flock returns closes its
-            # copy too (kept, it would hold the lock this process takes next, after this
-            # process is gone).
-            state.fd = fd
+            # The session's from the moment it is open: a child forked before the flock
+            # returns closes its copy too (kept, it would hold the lock this process takes
+            # next, after this process is gone).
+            with _OPENING:
+                try:
+                    fd = io.open(
+                        key,
+                        os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                        0o600,
+                    )
+                except OSError as exc:
+                    raise ArtifactAccessError(
+                        f"cannot open session lock {key}: {exc.strerror}"
+                    ) from exc
+                state.fd = fd
             try:
                 st = os.fstat(fd)
                 if not_ours(st, directory=False) is not None:
