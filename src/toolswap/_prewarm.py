@@ -8,7 +8,7 @@ print much take a while before they print anything (a build, a test run, ``npm l
 output and add their time to the command's. ``prewarm`` takes them on a helper thread once
 the command has been quiet for a while before its first output (``toolswap run`` calls it
 then), where a second core can take them (``usable_cores``: on one, they would only take
-the command's time). They stop, between two modules, when the output arrives (``stop``,
+the command's time). They stop, between two modules, when the output arrives (``_stop``,
 which ``prewarm`` returns): from then on the capture imports what it needs itself, and an
 output that turns out small imports nothing more. A failed import is left for the capture's
 own import to raise.
@@ -60,17 +60,18 @@ def prewarm(*, structured: bool = True) -> Callable[[], None] | None:
         _STARTED.append(start_helper_thread(lambda: _import(modules), PREWARM_THREAD))
     except Exception:  # (no thread, a surprise in /proc: the capture imports them itself)
         return None
-    return stop
+    return _stop
 
 
-def stop() -> None:
+def _stop() -> None:
     """Import no further module ahead (the one being imported is finished)."""
     _STOP[0] = True
 
 
 def prewarming() -> bool:
-    """Whether the imports are still running (an exit need not wait for them: they write
-    nothing)."""
+    """Whether the imports are still running (an exit need not wait for them: they hold
+    nothing of the capture's; at most a bytecode cache file they were writing is left
+    half-written under a temporary name, as after any kill)."""
     return bool(_STARTED) and _STARTED[0].is_alive()
 
 
@@ -86,7 +87,7 @@ def _import(modules: tuple[str, ...]) -> None:
 
 def _before_fork() -> None:
     if prewarming():
-        stop()
+        _stop()
         _STARTED[0].join(_JOIN_SECONDS)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shlex
 import signal
 import subprocess
@@ -145,6 +146,8 @@ def _communicate(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, 
                 report.append(f"pid {pid} task {task.name} wchan {wchan}: {' | '.join(kept)}")
                 children = (task / "children").read_text(encoding="utf-8").split()
                 pids.extend(int(child) for child in children)
+    with contextlib.suppress(OSError):  # (its stacks on stderr, no core file left behind)
+        resource.prlimit(proc.pid, resource.RLIMIT_CORE, (0, 0))
     proc.send_signal(signal.SIGABRT)
     try:
         out, err = proc.communicate(timeout=10)

@@ -281,8 +281,9 @@ def _end_now(code: str | int | None) -> None:
     """
     if code is None:
         code = 0
-    others = threading.active_count() - 1 - prewarming()  # (imports: nothing to finish)
-    if not isinstance(code, int) or atexit._ncallbacks() or others:
+    # (Imports ahead have nothing to finish; the count may briefly be -1 as they end.)
+    others = threading.active_count() - 1 - prewarming()
+    if not isinstance(code, int) or atexit._ncallbacks() or others > 0:
         return
     try:
         for stream in (sys.stdout, sys.stderr):

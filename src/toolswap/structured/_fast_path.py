@@ -195,7 +195,7 @@ class _Accumulator(_Walker):
             column = list(map(methodcaller("get", key), values))
             try:
                 # By type too: true equals 1 (and 1.0), and hashes alike.
-                counted = Counter(zip(map(type, column), column))
+                counted = Counter(zip(map(type, column), column, strict=True))
             except TypeError:
                 continue
             for (kind, item), count in counted.items():
