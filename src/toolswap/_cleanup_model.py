@@ -50,9 +50,11 @@ __all__ = [
     "capture_alive",
     "claimed_since",
     "claims_of",
+    "content_changed",
     "foreign_source_id",
     "index_claims",
     "owned_name",
+    "recheck_at_apply",
     "utc_now",
     "verdict",
 ]

@@ -20,7 +20,13 @@ from typing import Any
 
 from .errors import ArtifactPatternError
 
-__all__ = ["MAX_PATTERN_CHARS", "Translated", "is_literal", "translate"]
+__all__ = [
+    "MAX_PATTERN_CHARS",
+    "Translated",
+    "check_searchable",
+    "is_literal",
+    "translate",
+]
 
 # The parser is private to ``re`` but has kept its tree format since Python 2 (``sre_parse``);
 # a tree it does not recognise is refused, never guessed at.

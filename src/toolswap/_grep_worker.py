@@ -16,6 +16,8 @@ import resource
 import sys
 from collections import deque
 
+__all__ = ["main"]
+
 
 def main(argv: list[str]) -> int:
     ignore_case = fixed = only = False

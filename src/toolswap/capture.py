@@ -41,7 +41,14 @@ from .durable import write_all
 from .salience import SalientLine, Scanner
 from .salience.middle_scan import GrepStream
 
-__all__ = ["TMP_PREFIX", "CaptureStats", "SalientLine", "StreamCapture", "detect_media_type"]
+__all__ = [
+    "TMP_PREFIX",
+    "CaptureStats",
+    "Outliner",
+    "SalientLine",
+    "StreamCapture",
+    "detect_media_type",
+]
 
 _QUEUE_DEPTH = 4
 _READ_BACK = 1 << 20

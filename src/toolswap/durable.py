@@ -53,6 +53,7 @@ __all__ = [
     "open_trusted",
     "read_trusted",
     "substituted",
+    "temporary_name",
     "unlink_synced",
     "write_all",
     "write_atomically",

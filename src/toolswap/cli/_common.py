@@ -32,7 +32,9 @@ __all__ = [
     "echo",
     "echo_json",
     "handle_errors",
+    "is_tty",
     "open_externalizer",
+    "resolve_session",
     "save_if_large",
     "session_for_source",
 ]
