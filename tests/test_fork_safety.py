@@ -556,6 +556,32 @@ def test_a_child_forked_inside_a_database_operation_never_pools_its_parent_s_con
     ]
 
 
+def _killed_inside_the_lock_leaves_it_free(script: str, tmp_path: Path) -> None:
+    """Run ``script`` (it forks a child that lives on, takes the session lock, prints the
+    child's pid and is SIGKILLed inside the lock); the lock is then free while the child
+    lives."""
+    import fcntl
+    import os
+    import signal
+
+    from toolswap import ToolResultExternalizer
+
+    session = tmp_path / "s"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(session)], capture_output=True, timeout=60
+    )
+    child = json.loads(proc.stdout.decode().splitlines()[0])["child"]
+    try:
+        assert proc.returncode == -signal.SIGKILL
+        fd = os.open(ToolResultExternalizer(session).session.lock_path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: still held
+        finally:
+            os.close(fd)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
 _WAITING = """
 import json, os, signal, sys, time
 from pathlib import Path
@@ -594,26 +620,7 @@ def test_a_child_forked_while_its_parent_waits_for_a_session_lock_does_not_hold_
     before the ``flock`` returns closes its copy too. Kept, the copy held the lock its
     parent took afterwards: a harness killed inside the lock left the session locked for as
     long as a worker it had forked lived."""
-    import fcntl
-    import os
-    import signal
-
-    from toolswap import ToolResultExternalizer
-
-    session = tmp_path / "s"
-    proc = subprocess.run(
-        [sys.executable, "-c", _WAITING, str(session)], capture_output=True, timeout=60
-    )
-    child = json.loads(proc.stdout.decode().splitlines()[0])["child"]
-    try:
-        assert proc.returncode == -signal.SIGKILL
-        fd = os.open(ToolResultExternalizer(session).session.lock_path, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: still held
-        finally:
-            os.close(fd)
-    finally:
-        os.kill(child, signal.SIGKILL)
+    _killed_inside_the_lock_leaves_it_free(_WAITING, tmp_path)
 
 
 _OPENED = """
@@ -664,23 +671,4 @@ def test_a_child_forked_by_another_thread_as_a_session_lock_opens_does_not_hold_
     """A fork waits while a session lock's file is being opened and its descriptor kept: a
     child forked between the two held a copy nothing knew of, and with it the lock its
     parent took next, after the parent was gone."""
-    import fcntl
-    import os
-    import signal
-
-    from toolswap import ToolResultExternalizer
-
-    session = tmp_path / "s"
-    proc = subprocess.run(
-        [sys.executable, "-c", _OPENED, str(session)], capture_output=True, timeout=60
-    )
-    child = json.loads(proc.stdout.decode().splitlines()[0])["child"]
-    try:
-        assert proc.returncode == -signal.SIGKILL
-        fd = os.open(ToolResultExternalizer(session).session.lock_path, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: still held
-        finally:
-            os.close(fd)
-    finally:
-        os.kill(child, signal.SIGKILL)
+    _killed_inside_the_lock_leaves_it_free(_OPENED, tmp_path)
