@@ -233,6 +233,29 @@ def test_a_signal_reaches_what_the_command_started_in_the_background(tmp_path: P
     assert ToolResultExternalizer(session).read_artifact(result["artifact"]["source_id"], 0, 1)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_command_does_not_outlive_a_toolswap_killed_by_sigkill(tmp_path: Path) -> None:
+    """A harness's timeout (``subprocess.run(timeout=)``) kills toolswap with SIGKILL, which
+    it cannot pass on: the command, in a process group of its own, ran on for good."""
+    pidfile = tmp_path / "command.pid"
+    os.mkfifo(pidfile)
+    proc = _run_sh(tmp_path / "s1", f"echo $$ > {shlex.quote(str(pidfile))}; exec sleep 300")
+    with open(pidfile, encoding="utf-8") as f:  # the command runs
+        command = int(f.read())
+    try:
+        proc.kill()
+        proc.communicate(timeout=60)
+        deadline = time.monotonic() + 30
+        while _running(command) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+        assert proc.returncode == -signal.SIGKILL
+        assert not _running(command)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(command, signal.SIGKILL)
+
+
 def test_a_signal_after_the_output_ended_does_not_mark_it_interrupted(tmp_path: Path) -> None:
     session = tmp_path / "s1"
     sync = tmp_path / "sync"

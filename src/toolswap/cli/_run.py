@@ -28,7 +28,7 @@ from .._prewarm import prewarm, prewarming
 from .._utf8 import escaped_bytes, lone_surrogate
 from ..errors import ArtifactWriteError
 from ._common import echo, echo_json, handle_errors, open_externalizer
-from ._signals import forward_signals, pipe_chunks
+from ._signals import dying_with_toolswap, forward_signals, pipe_chunks
 
 if TYPE_CHECKING:
     from ..artifact import ExternalizedToolResult, InlineToolResult
@@ -314,12 +314,15 @@ def run_command(
         if received.signum is not None:
             received.exit_like_the_signal()  # stopped before the command started
         try:
-            # Its own process group (off a terminal): a signal reaches all it started.
+            # Its own process group (off a terminal): a signal reaches all it started. Out
+            # of the group a harness kills, it dies with toolswap instead.
+            own = received.own_group
             proc = subprocess.Popen(
                 list(command),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                process_group=0 if received.own_group else None,
+                process_group=0 if own else None,
+                preexec_fn=dying_with_toolswap() if own else None,
             )
         except OSError as exc:
             echo(f"toolswap: cannot run {command[0]!r}: {exc.strerror}", err=True)

@@ -23,6 +23,13 @@ background job, stopped by SIGTTIN until a signal ends it: toolswap says so on s
 Signals toolswap was started ignoring (``nohup``) are left ignored, for the command too.
 Keeping every such command in the terminal's group made a harness's SIGINT to toolswap
 (taken for Ctrl-C) never reach it, and its SIGTERM miss the command's children (a review).
+
+A signal nobody can catch, SIGKILL to toolswap (a harness's timeout: ``subprocess.run``
+kills its child so, and a kill of toolswap's group misses the command's), cannot be passed
+on: on Linux a command in its own group is then killed by the kernel too
+(``PR_SET_PDEATHSIG``, :func:`dying_with_toolswap`), as it would have been had the harness
+run it directly. What the command started is not reached that way. A command in the
+terminal's group shares toolswap's, which a kill of the group reaches.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import IO
 
-__all__ = ["ReceivedSignal", "forward_signals", "pipe_chunks"]
+__all__ = ["ReceivedSignal", "dying_with_toolswap", "forward_signals", "pipe_chunks"]
 
 _HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -174,6 +181,41 @@ def forward_signals() -> Iterator[ReceivedSignal]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def dying_with_toolswap() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for the command: the kernel sends it SIGKILL when toolswap dies,
+    however it dies (a SIGKILL it could not pass on, the OOM killer). None off Linux, or
+    where libc's ``prctl`` cannot be called: the command then outlives such a death, as
+    before.
+
+    The death is the spawning thread's (``toolswap run`` spawns from its main thread,
+    which lives until the end), and the kernel forgets it when the command executes a
+    set-user-ID program (``sudo``).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes  # (3-4 ms on every run; libc's prctl has no other door in 3.11)
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    toolswap = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def set_death_signal() -> None:
+        # (Runs in the forked child before exec: nothing here takes a lock.)
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != toolswap:  # toolswap died before the signal was set
+            os.kill(os.getpid(), kill)
+
+    return set_death_signal
 
 
 def _terminal_foreground() -> bool:
