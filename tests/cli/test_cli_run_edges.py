@@ -238,11 +238,14 @@ def test_a_command_does_not_outlive_a_toolswap_killed_by_sigkill(tmp_path: Path)
     """A harness's timeout (``subprocess.run(timeout=)``) kills toolswap with SIGKILL, which
     it cannot pass on: the command, in a process group of its own, ran on for good."""
     pidfile = tmp_path / "command.pid"
-    os.mkfifo(pidfile)
     proc = _run_sh(tmp_path / "s1", f"echo $$ > {shlex.quote(str(pidfile))}; exec sleep 300")
-    with open(pidfile, encoding="utf-8") as f:  # the command runs
-        command = int(f.read())
+    command: int | None = None
     try:
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert proc.poll() is None  # (toolswap failed before the command ran)
+            time.sleep(0.01)
+        command = int(pidfile.read_text())
+
         proc.kill()
         proc.communicate(timeout=60)
         deadline = time.monotonic() + 30
@@ -252,8 +255,13 @@ def test_a_command_does_not_outlive_a_toolswap_killed_by_sigkill(tmp_path: Path)
         assert proc.returncode == -signal.SIGKILL
         assert not _running(command)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(command, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if command is not None and _running(command):
+            with contextlib.suppress(OSError):  # still our sleep (its number is not reused)
+                if b"sleep" in Path(f"/proc/{command}/cmdline").read_bytes():
+                    os.kill(command, signal.SIGKILL)
 
 
 def test_a_signal_after_the_output_ended_does_not_mark_it_interrupted(tmp_path: Path) -> None:
