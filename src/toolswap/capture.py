@@ -33,6 +33,7 @@ from typing import Protocol
 
 from . import durable
 from ._counter import OutputCounter
+from ._fork import track
 from ._lines import count_newlines
 from ._threads import start_helper_thread
 from .artifact import TMP_PREFIX, temporary_filename
@@ -250,6 +251,9 @@ class StreamCapture:
         self._written = threading.Event()
         """The writer is done: every chunk is on the file, or it failed."""
         self._closed = self._fd < 0
+        self._outline_fd = -1
+        """The descriptor an outline thread reads (see ``_start_outline``), while it does."""
+        track(self)
         self._tmp_unlinked = self._fd < 0
         self._middle_scanned = False
         self._bytes_written = 0
@@ -737,11 +741,14 @@ class StreamCapture:
             except Exception:
                 found[0] = ""  # an outline is a convenience: a surprise never costs output
             finally:
+                self._outline_fd = -1  # (before the close: a fork between them skips it)
                 os.close(fd)
 
+        self._outline_fd = fd
         try:
             thread = start_helper_thread(run, "toolswap-outline")
         except RuntimeError:  # no thread can be started: no outline, the capture goes on
+            self._outline_fd = -1
             os.close(fd)
             return None
 
@@ -756,6 +763,21 @@ class StreamCapture:
             return found[0]
 
         return result
+
+    def _forked(self) -> None:
+        """In a forked child: its copies of the temporary file's descriptors are closed.
+        Held there, they kept the file's blocks after the artifact was collected, for as
+        long as the child lived (a pool's worker: hours); and a child that went on with
+        its parent's capture wrote into its parent's file (now it fails to, EBADF). Each is
+        marked closed before the parent closes it, so one not marked was open at the fork,
+        and its number is still this file's."""
+        for name in ("_fd", "_outline_fd"):
+            fd = getattr(self, name, -1)
+            if fd >= 0 and not (name == "_fd" and self._closed):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._closed = True
+        self._outline_fd = -1
 
     def partial_stats(self) -> CaptureStats:
         """What is known of an output whose file could not be written: sizes, head, tail
