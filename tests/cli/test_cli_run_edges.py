@@ -129,23 +129,29 @@ def _start_run(tmp_path: Path, session: Path) -> tuple[subprocess.Popen[bytes], 
 
 def _communicate(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes]:
     """``proc.communicate(timeout)``; a run still going then fails the test with what it
-    was doing: the signal state and kernel wait of each of its processes and threads, and
-    its Python stacks (SIGABRT with ``PYTHONFAULTHANDLER`` set dumps them on stderr)."""
+    was doing: the signal state, kernel wait, kernel stack, flags (0x4: exiting) and CPU
+    time of each of its processes and threads, twice a second apart, the machine's pressure,
+    and its Python stacks (SIGABRT with ``PYTHONFAULTHANDLER`` set dumps them on stderr)."""
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         pass
     report = [f"toolswap run (pid {proc.pid}) still runs after {timeout} s"]
     pids = [proc.pid]
-    for pid in pids:
+    for look in range(2):
+        if look:
+            time.sleep(1)
+        for pid in pids:  # (grows as the first look finds children)
+            with contextlib.suppress(OSError):
+                for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+                    report.append(f"pid {pid} task {task.name}: {_task_state(task)}")
+                    if not look:
+                        children = (task / "children").read_text(encoding="utf-8").split()
+                        pids.extend(int(child) for child in children)
+    for kind in ("cpu", "memory", "io"):
         with contextlib.suppress(OSError):
-            for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
-                status = (task / "status").read_text(encoding="utf-8").splitlines()
-                kept = [line for line in status if line.startswith(_STATUS_FIELDS)]
-                wchan = (task / "wchan").read_text(encoding="utf-8")
-                report.append(f"pid {pid} task {task.name} wchan {wchan}: {' | '.join(kept)}")
-                children = (task / "children").read_text(encoding="utf-8").split()
-                pids.extend(int(child) for child in children)
+            pressure = Path(f"/proc/pressure/{kind}").read_text(encoding="utf-8")
+            report.append(f"{kind} pressure: {' | '.join(pressure.splitlines())}")
     with contextlib.suppress(OSError):  # (its stacks on stderr, no core file left behind)
         resource.prlimit(proc.pid, resource.RLIMIT_CORE, (0, 0))
     proc.send_signal(signal.SIGABRT)
@@ -153,7 +159,10 @@ def _communicate(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, 
         out, err = proc.communicate(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, err = proc.communicate()
+        for pid in pids[1:]:  # (what holds the output)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
     for pid in pids[1:]:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
@@ -162,7 +171,25 @@ def _communicate(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, 
     pytest.fail("\n".join(report))
 
 
-_STATUS_FIELDS = ("Name", "State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+_STATUS_FIELDS = ("Name", "State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt", "VmRSS")
+
+
+def _task_state(task: Path) -> str:
+    """One thread's state as /proc shows it (see ``_communicate``)."""
+    status = (task / "status").read_text(encoding="utf-8").splitlines()
+    kept = [line for line in status if line.startswith(_STATUS_FIELDS)]
+    wchan = (task / "wchan").read_text(encoding="utf-8")
+    fields = (task / "stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+    flags, utime, stime = int(fields[6]), fields[11], fields[12]
+    try:
+        stack = (task / "stack").read_text(encoding="utf-8").split()
+    except OSError as exc:
+        stack = [f"({exc.strerror})"]
+    frames = " < ".join(f for f in stack if "+" in f)
+    return (
+        f"wchan {wchan}, flags {flags:#x}, utime {utime} stime {stime} ticks, "
+        f"{' | '.join(kept)}, kernel stack: {frames or '(none)'}"
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
