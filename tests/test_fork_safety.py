@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from toolswap._cores import usable_cores
+
 _SCRIPT = """
 import json, os, signal, sys, threading, time
 from pathlib import Path
@@ -513,10 +515,12 @@ if pid == 0:
     os.write(write, json.dumps(held).encode())
     os._exit(0)
 os.close(write)
-with os.fdopen(read) as f:
-    held = json.loads(f.read())
-os.waitpid(pid, 0)
-go_on.set()
+try:
+    with os.fdopen(read) as f:
+        held = json.loads(f.read())
+    os.waitpid(pid, 0)
+finally:
+    go_on.set()
 thread.join()
 print(json.dumps({"files of the capture the child holds": held}))
 """
@@ -530,6 +534,167 @@ def test_a_child_forked_while_another_thread_captures_holds_none_of_its_files(
     said = _said(_HOLDING, str(tmp_path / "s"))
 
     assert said == [{"files of the capture the child holds": []}]
+
+
+_HELD_BY_A_CHILD = """
+def held_by_a_child(folder):
+    \"\"\"The files below ``folder`` a child forked now holds open.\"\"\"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        held = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(folder) and not os.path.isdir(target):
+                held.append(os.path.basename(target))
+        os.write(write, json.dumps(held).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        held = json.loads(f.read())
+    os.waitpid(pid, 0)
+    return held
+"""
+
+_OUTLINE_COPIES = (
+    """
+import json, os, sys, threading, time
+from toolswap.capture import StreamCapture
+from toolswap.structured import inspect_output
+from toolswap.structured.outline_process import OUTLINES
+"""
+    + _HELD_BY_A_CHILD
+    + """
+folder = sys.argv[1]
+os.makedirs(folder)
+dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+doc = json.dumps({"items": [{"id": n, "status": "ok"} for n in range(20_000)]}).encode()
+outlining, go_on = threading.Event(), threading.Event()
+
+
+def slow_inspect(head, read, size):  # (the outline's thread, held while a child forks)
+    outlining.set()
+    go_on.wait()
+    return inspect_output(head, read, size)
+
+
+capture = StreamCapture(
+    dir_fd, head_keep=65536, tail_keep=100, scan_limit=1000, inspect=slow_inspect
+)
+capture.write(doc)
+stats = capture.finish()
+outlining.wait()
+on_the_thread = held_by_a_child(folder)
+go_on.set()
+assert stats.outline
+capture.discard()
+
+OUTLINES.warm()  # (the helper process: it reads a copy kept until its answer is had)
+deadline = time.monotonic() + 60
+while not OUTLINES.ready and time.monotonic() < deadline:
+    time.sleep(0.05)
+capture = StreamCapture(
+    dir_fd, head_keep=65536, tail_keep=100, scan_limit=1000, inspect=inspect_output,
+    outliner=OUTLINES,
+)
+capture.write(doc)
+stats = capture.finish()
+by_the_helper = held_by_a_child(folder)
+assert stats.outline
+capture.discard()
+print(json.dumps({"helper ready": OUTLINES.ready, "on the thread": on_the_thread,
+                  "by the helper": by_the_helper}))
+"""
+)
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="the outline's helper needs a second core")
+def test_a_child_holds_no_copy_an_outline_reads(tmp_path: Path) -> None:
+    """The outline's thread reads a copy of the capture's descriptor, and the helper
+    process's request keeps one until it answers: a child forked meanwhile held both."""
+    said = _said(_OUTLINE_COPIES, str(tmp_path / "results"))
+
+    assert said == [{"helper ready": True, "on the thread": [], "by the helper": []}]
+
+
+_GOING_ON = """
+import json, os, sys
+from toolswap.capture import StreamCapture
+
+folder = sys.argv[1]
+os.makedirs(folder)
+dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+capture = StreamCapture(dir_fd, head_keep=100, tail_keep=100, scan_limit=1000)
+capture.write(sys.argv[2].encode() * 100_000)  # (past a chunk: its writer thread runs)
+pid = os.fork()
+if pid == 0:  # a child that goes on with its parent's capture
+    mine = os.open(os.path.join(folder, "mine"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        capture.write(b"the child's bytes\\n")
+        capture.finish()
+        said = {"finish": "returned"}
+    except OSError as exc:
+        said = {"finish": os.strerror(exc.errno)}
+    capture.discard()
+    said["its own file"] = open(os.path.join(folder, "mine"), "rb").read().decode()
+    os.write(1, (json.dumps(said) + "\\n").encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+stats = capture.finish()
+assert capture.link_as("tool_result_001.txt")
+print(json.dumps({"parent's bytes": stats.byte_size}))
+"""
+
+
+def test_a_child_that_goes_on_with_its_parent_s_capture_fails_it_and_touches_no_file(
+    tmp_path: Path,
+) -> None:
+    """Its copy of the descriptor was closed and its number taken by a file of the
+    child's own, which the capture then wrote to, fsynced and closed."""
+    said = _said(_GOING_ON, str(tmp_path / "results"), "a\n")
+
+    assert said == [
+        {"finish": "Bad file descriptor", "its own file": ""},
+        {"parent's bytes": 200_000},
+    ]
+
+
+_ONE_FAILS = """
+import json, os
+from toolswap._fork import track
+
+
+class Failing:
+    def _forked(self):
+        raise RuntimeError("this one fails")
+
+
+class Working:
+    def _forked(self):
+        os.write(1, b'{"the next one ran": true}\\n')
+
+
+objects = [Failing(), Working()]
+for obj in objects:
+    track(obj)
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_one_failing_fork_hook_leaves_the_others_to_run() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _ONE_FAILS], capture_output=True, text=True, timeout=60
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [{"the next one ran": True}]
+    assert "RuntimeError: this one fails" in done.stderr  # (still said)
 
 
 _MANY = """

@@ -53,8 +53,14 @@ def track(obj: Forked) -> None:
 
 
 def _after_fork_in_child() -> None:
+    failed: Exception | None = None
     for obj in list(_TRACKED):
-        obj._forked()
+        try:
+            obj._forked()
+        except Exception as exc:  # the others still do theirs; the first is reported
+            failed = failed or exc
+    if failed is not None:
+        raise failed  # (Python reports it as an exception ignored in the fork hook)
 
 
 CAPTURE_MODULES = (

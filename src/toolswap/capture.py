@@ -211,6 +211,13 @@ class StreamCapture:
         self._error: BaseException | None = None
         """The first write error (a full disk, an I/O error): from then on the output is
         only counted and its head and tail kept, so the caller still gets a preview."""
+        # Nothing is open yet (a child forked from here on closes what is: ``_forked``).
+        self._fd = -1
+        self._closed = True
+        self._tmp_unlinked = True
+        self._outline_fd = -1
+        """The descriptor an outline thread reads (see ``_start_outline``), while it does."""
+        track(self)
         # Read-write: the failure-line scan reads the finished file back.
         try:
             self._fd = durable.current().open(
@@ -220,8 +227,9 @@ class StreamCapture:
                 dir_fd=dir_fd,
             )
         except OSError as exc:
-            self._fd = -1
             self._error = exc
+        else:
+            self._closed = self._tmp_unlinked = False
         crash_point("capture.tmp_created")
         self._head_keep = head_keep
         self._tail_keep = tail_keep
@@ -250,11 +258,6 @@ class StreamCapture:
         self._worker: threading.Thread | None = None
         self._written = threading.Event()
         """The writer is done: every chunk is on the file, or it failed."""
-        self._closed = self._fd < 0
-        self._outline_fd = -1
-        """The descriptor an outline thread reads (see ``_start_outline``), while it does."""
-        track(self)
-        self._tmp_unlinked = self._fd < 0
         self._middle_scanned = False
         self._bytes_written = 0
         self._grep: GrepStream | None = None
@@ -765,19 +768,29 @@ class StreamCapture:
         return result
 
     def _forked(self) -> None:
-        """In a forked child: its copies of the temporary file's descriptors are closed.
-        Held there, they kept the file's blocks after the artifact was collected, for as
-        long as the child lived (a pool's worker: hours); and a child that went on with
-        its parent's capture wrote into its parent's file (now it fails to, EBADF). Each is
-        marked closed before the parent closes it, so one not marked was open at the fork,
-        and its number is still this file's."""
-        for name in ("_fd", "_outline_fd"):
-            fd = getattr(self, name, -1)
-            if fd >= 0 and not (name == "_fd" and self._closed):
+        """In a forked child: the capture is its parent's. Its copies of the temporary
+        file's descriptors are closed: held there, they kept the file's blocks after the
+        artifact was collected, for as long as the child lived (a pool's worker: hours). A
+        child that goes on with it gets a failed capture (EBADF: head, tail and counts, as
+        after a write error), which never writes, links or unlinks its parent's file.
+
+        Each descriptor is marked closed before the parent closes it, and marked open only
+        once it is: one marked open at the fork was open then, its number this file's.
+        """
+        for fd in (-1 if self._closed else self._fd, self._outline_fd):
+            if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._closed = True
-        self._outline_fd = -1
+        self._fd = self._outline_fd = -1
+        self._closed = self._tmp_unlinked = True
+        self._error = OSError(errno.EBADF, "the capture belongs to the process that forked")
+        # Its threads are not in this process, and their locks may be held for good.
+        self._worker = self._feeder = self._grep = None
+        self._queue = queue.Queue(_QUEUE_DEPTH)
+        self._written = threading.Event()
+        self._written.set()
+        self._lag_changed = threading.Condition()
+        self._feed = queue.SimpleQueue()
 
     def partial_stats(self) -> CaptureStats:
         """What is known of an output whose file could not be written: sizes, head, tail

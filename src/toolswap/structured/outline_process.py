@@ -31,6 +31,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .._cores import usable_cores
 from .._threads import start_helper_thread
@@ -85,6 +86,9 @@ class OutlineProcess:
         """The outline in flight: one at a time (a second capture outlines on its thread)."""
         self._starts = 0
         self._number = 0
+        self._copies: list[weakref.finalize[Any, Any]] = []
+        """What closes each copy of a capture's descriptor kept for an outline asked of the
+        helper (see ``submit``): a forked child closes those it inherited."""
         """The last request's number (answers carry theirs)."""
         self.served = 0
         """Outlines the helpers of this process answered."""
@@ -165,6 +169,9 @@ class OutlineProcess:
         # The copy is closed once the outline is had, or with ``wait`` (a capture that failed
         # after handing its outline over never waits for it).
         release = weakref.finalize(wait, os.close, own)
+        with self._lock:
+            self._copies = [copy for copy in self._copies if copy.alive]
+            self._copies.append(release)
         return wait
 
     def _own(self) -> bool:
@@ -260,7 +267,16 @@ OUTLINES = OutlineProcess()
 def _after_fork() -> None:
     global OUTLINES
     inherited = OUTLINES._sock
+    copies = OUTLINES._copies
     OUTLINES = OutlineProcess()  # (the parent's is the parent's: its lock may be held)
+    for copy in copies:
+        # A copy of a capture's file, kept while its outline is asked: held here, it would
+        # keep the file's blocks after the artifact is collected, for as long as this child
+        # lives. (A finalizer is dead before it closes its copy: one alive was open.)
+        detached = copy.detach()
+        if detached is not None:
+            with contextlib.suppress(OSError):
+                os.close(detached[2][0])
     if inherited is not None:
         # This copy of the parent's end would keep the helper's socket open after the parent
         # is gone (closed, not shut down: that would cut the parent's too).
