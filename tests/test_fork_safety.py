@@ -477,65 +477,6 @@ def test_a_capture_feeding_grep_ends_while_a_child_forked_meanwhile_lives(
     assert _said(_FEEDING, str(tmp_path / "s")) == [{"capture ended while the child lives": True}]
 
 
-_HOLDING = """
-import json, os, sys, threading
-from pathlib import Path
-from toolswap import ToolResultExternalizer
-
-ext = ToolResultExternalizer(Path(sys.argv[1]))
-results = ext.session.tool_results_dir
-midway, go_on = threading.Event(), threading.Event()
-
-
-def output():  # (text past the threshold: written to its temporary file as it comes)
-    yield b"step ok\\n" * 100_000
-    midway.set()
-    go_on.wait()
-    yield b"done\\n"
-
-
-def capture():
-    ext.externalize(output(), "bash")
-
-
-thread = threading.Thread(target=capture)
-thread.start()
-midway.wait()
-read, write = os.pipe()
-pid = os.fork()  # (a pool's worker, forked while another thread captures)
-if pid == 0:
-    held = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(results)) and not os.path.isdir(target):
-            held.append(os.path.basename(target))
-    os.write(write, json.dumps(held).encode())
-    os._exit(0)
-os.close(write)
-try:
-    with os.fdopen(read) as f:
-        held = json.loads(f.read())
-    os.waitpid(pid, 0)
-finally:
-    go_on.set()
-thread.join()
-print(json.dumps({"files of the capture the child holds": held}))
-"""
-
-
-def test_a_child_forked_while_another_thread_captures_holds_none_of_its_files(
-    tmp_path: Path,
-) -> None:
-    """A child's copy of the capture's temporary file kept its blocks after the artifact
-    was collected, for as long as the child lived (a pool's worker)."""
-    said = _said(_HOLDING, str(tmp_path / "s"))
-
-    assert said == [{"files of the capture the child holds": []}]
-
-
 _HELD_BY_A_CHILD = """
 def held_by_a_child(folder):
     \"\"\"The files below ``folder`` a child forked now holds open.\"\"\"
@@ -558,6 +499,53 @@ def held_by_a_child(folder):
     os.waitpid(pid, 0)
     return held
 """
+
+_HOLDING = (
+    """
+import json, os, sys, threading
+from pathlib import Path
+from toolswap import ToolResultExternalizer
+"""
+    + _HELD_BY_A_CHILD
+    + """
+ext = ToolResultExternalizer(Path(sys.argv[1]))
+results = ext.session.tool_results_dir
+midway, go_on = threading.Event(), threading.Event()
+
+
+def output():  # (text past the threshold: written to its temporary file as it comes)
+    yield b"step ok\\n" * 100_000
+    midway.set()
+    go_on.wait()
+    yield b"done\\n"
+
+
+def capture():
+    ext.externalize(output(), "bash")
+
+
+thread = threading.Thread(target=capture)
+thread.start()
+midway.wait()
+try:
+    held = held_by_a_child(str(results))  # (a pool's worker, forked while another thread captures)
+finally:
+    go_on.set()
+thread.join()
+print(json.dumps({"files of the capture the child holds": held}))
+"""
+)
+
+
+def test_a_child_forked_while_another_thread_captures_holds_none_of_its_files(
+    tmp_path: Path,
+) -> None:
+    """A child's copy of the capture's temporary file kept its blocks after the artifact
+    was collected, for as long as the child lived (a pool's worker)."""
+    said = _said(_HOLDING, str(tmp_path / "s"))
+
+    assert said == [{"files of the capture the child holds": []}]
+
 
 _OUTLINE_COPIES = (
     """
