@@ -86,10 +86,10 @@ class OutlineProcess:
         """The outline in flight: one at a time (a second capture outlines on its thread)."""
         self._starts = 0
         self._number = 0
+        """The last request's number (answers carry theirs)."""
         self._copies: list[weakref.finalize[Any, Any]] = []
         """What closes each copy of a capture's descriptor kept for an outline asked of the
         helper (see ``submit``): a forked child closes those it inherited."""
-        """The last request's number (answers carry theirs)."""
         self.served = 0
         """Outlines the helpers of this process answered."""
 
